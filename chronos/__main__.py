@@ -1,0 +1,3 @@
+from chronos.cli import main
+
+raise SystemExit(main())

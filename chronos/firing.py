@@ -1,0 +1,315 @@
+"""Ready-and-fire: claim due rows (phase 1), publish them, delete the delivered ones (phase 2).
+
+Precision beyond polling: rows are claimed up to ``lookahead`` before they are due and fired from
+an in-memory timer at ``deadline - timing advance``. The time left until each deadline is measured
+on the database clock (the claim query returns it) and anchored to this process's monotonic clock
+when the claim *returns*, so a message is never fired before ``deadline - advance`` whatever this
+node's wall clock says.
+
+Phase 2 deletes only rows whose delivery report succeeded, fenced by this node's claim
+(``readied_by`` and ``readied_at``); a row a peer re-claimed after a suspected failure is never
+deleted, and its absence is a warning. A failed delivery gives the row back (attempts + 1) for a
+retry; after ``max_publish_attempts`` it is dead-lettered with the reason.
+
+The claim statement runs again at once while it returns full batches (a backlog drains at full
+speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from confluent_kafka import KafkaError
+
+from chronos import metrics
+from chronos.kafka import Publisher
+from chronos.loop import Loop
+from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
+from chronos.settings import Settings
+from chronos.store import Claim, ClaimedRow, Store
+
+log = logging.getLogger(__name__)
+
+DELETE_BATCH = 1000
+DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
+
+
+@dataclass(order=True, slots=True)
+class _Timer:
+    fire_at: float  # monotonic
+    seq: int
+    row: ClaimedRow = field(compare=False)
+    claimed_at: float = field(compare=False, default=0.0)  # monotonic
+
+
+class FiringLoop(Loop):
+    name = "firing"
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        publisher: Publisher,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        super().__init__()
+        self.settings = settings
+        self.store = store
+        self.publisher = publisher
+        self.monotonic = monotonic
+        self.node_id = settings.node_id
+        self.advance = settings.timing_advance_ms / 1000
+        self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
+        self.hold = settings.hold_time_ms / 1000
+        self.timers: list[_Timer] = []
+        self.in_flight: dict[int, _Timer] = {}  # produced, awaiting the delivery report
+        self.delivered: list[_Timer] = []
+        self.failed: list[tuple[_Timer, KafkaError | None]] = []
+        self.delivered_since: float | None = None
+        self.next_claim_at = 0.0
+        self.claim_backoff = 0.0
+        self._seq = 0
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                self.alive_at = self.monotonic()
+                self.step()
+                self.idle()
+        finally:
+            self.drain()
+
+    def step(self) -> None:
+        """One iteration: claim if it is time, fire what is due, finish delivered rows."""
+        now = self.monotonic()
+        if now >= self.next_claim_at:
+            self.claim(now)
+        self.fire_due()
+        self.publisher.poll(0)
+        self.finish(force=False)
+
+    def idle(self) -> None:
+        """Wait for the next timer, the next claim or a delivery report, whichever is first."""
+        wake = self.next_claim_at
+        if self.timers:
+            wake = min(wake, self.timers[0].fire_at)
+        if self.delivered:
+            wake = min(wake, (self.delivered_since or 0) + DELETE_MAX_AGE)
+        timeout = wake - self.monotonic()
+        if timeout > 0:
+            # Serves delivery reports while waiting; returns early when one arrives.
+            self.publisher.poll(min(timeout, 0.1))
+
+    # -- phase 1: claim -----------------------------------------------------------------------
+
+    def held(self) -> int:
+        return len(self.timers) + len(self.in_flight) + len(self.delivered) + len(self.failed)
+
+    def claim(self, started: float) -> None:
+        room = self.settings.max_in_flight - self.held()
+        poll = self.settings.poll_interval_ms / 1000
+        if room <= 0:
+            self.next_claim_at = started + poll
+            return
+        limit = min(self.settings.claim_batch_size, room)
+        t0 = time.perf_counter()
+        try:
+            rows = self.store.claim(
+                self.node_id, self.horizon_ms, limit, self.settings.max_publish_attempts * 2
+            )
+        except Exception as exc:  # StoreError; keep firing what we hold meanwhile
+            metrics.DATABASE_ERRORS.labels("claim").inc()
+            log.warning("claim failed: %s", exc, extra={"event": "database_error"})
+            self.next_claim_at = self.monotonic() + min(5.0, poll * 10) * random.uniform(0.5, 1)
+            return
+        returned = self.monotonic()
+        metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
+        if rows:
+            metrics.BATCH_SIZE.labels("claim").observe(len(rows))
+        for row in rows:
+            self._seq += 1
+            fire_at = returned + row.remaining_ms / 1000 - self.advance
+            heapq.heappush(self.timers, _Timer(fire_at, self._seq, row, returned))
+        metrics.IN_FLIGHT.set(self.held())
+        if len(rows) == limit:
+            self.next_claim_at = returned  # full batch: a backlog, claim again at once
+        else:
+            elapsed = returned - started
+            jitter = random.uniform(0, 0.1 * poll)
+            self.next_claim_at = started + max(0.0, poll - elapsed) + elapsed + jitter
+
+    # -- firing -------------------------------------------------------------------------------
+
+    def fire_due(self) -> None:
+        now = self.monotonic()
+        while self.timers and self.timers[0].fire_at <= now:
+            timer = heapq.heappop(self.timers)
+            if now - timer.claimed_at >= self.hold:
+                # Held past the hold time (e.g. this process was paused): a peer may already
+                # have taken it over, so leave it to the failure detector rather than fire twice.
+                log.warning(
+                    "claim on %s expired before firing; leaving it to peers",
+                    timer.row.id,
+                    extra={"event": "claim_expired"},
+                )
+                continue
+            self._produce(timer)
+
+    def _produce(self, timer: _Timer) -> None:
+        row = timer.row
+        topic = row.target_topic or self.settings.output_topic
+        headers = row.headers
+        if row.attempts >= self.settings.max_publish_attempts and self.settings.dead_letter_topic:
+            # The broker refused it max_publish_attempts times: dead-letter it with the reason.
+            reason = (
+                f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
+            )
+            headers = list(row.headers) + [
+                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
+                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
+            ]
+            topic = self.settings.dead_letter_topic
+        self.in_flight[timer.seq] = timer
+
+        def report(err: KafkaError | None) -> None:
+            self.in_flight.pop(timer.seq, None)
+            if err is None:
+                if not self.delivered:
+                    self.delivered_since = self.monotonic()
+                self.delivered.append(timer)
+                if topic == self.settings.dead_letter_topic:
+                    metrics.DEAD_LETTERED.labels("publish_failed").inc()
+                    log.error(
+                        "message %s dead-lettered after %d failed publishes",
+                        row.id, row.attempts,
+                        extra={"event": "dead_lettered", "reason": "publish_failed"},
+                    )
+                else:
+                    lateness = datetime.now(UTC) - row.deadline
+                    metrics.LATENESS.observe(lateness.total_seconds())
+            else:
+                self.failed.append((timer, err))
+
+        self.publisher.produce(topic, row.key, row.value, headers, report)
+
+    # -- phase 2: delete / release ------------------------------------------------------------
+
+    def finish(self, *, force: bool) -> None:
+        if self.delivered and (
+            force
+            or len(self.delivered) >= DELETE_BATCH
+            or self.monotonic() - (self.delivered_since or 0) >= DELETE_MAX_AGE
+        ):
+            self._delete_delivered()
+        if self.failed:
+            self._handle_failed()
+        metrics.IN_FLIGHT.set(self.held())
+
+    def _delete_delivered(self) -> None:
+        batch, self.delivered, self.delivered_since = self.delivered, [], None
+        claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
+        t0 = time.perf_counter()
+        try:
+            deleted = self.store.delete_fired(self.node_id, claims)
+        except Exception as exc:
+            # The rows stay claimed; the failure detector resets them after the hold time and
+            # they fire again (a duplicate, never a loss).
+            metrics.DATABASE_ERRORS.labels("delete").inc()
+            log.warning(
+                "delete of %d fired rows failed: %s", len(batch), exc,
+                extra={"event": "database_error"},
+            )
+            return
+        metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
+        metrics.BATCH_SIZE.labels("delete").observe(len(batch))
+        metrics.FIRED.inc(len(batch))
+        if len(deleted) != len(batch):
+            missing = [c[0] for c in claims if c[0] not in deleted]
+            metrics.FENCED_DELETES.inc(len(missing))
+            for message_id in missing[:20]:
+                log.warning(
+                    "fired message %s was no longer claimed by this node "
+                    "(a peer took it over after a suspected failure)",
+                    message_id,
+                    extra={"event": "fenced_delete", "message_id": message_id},
+                )
+
+    def _handle_failed(self) -> None:
+        """Give failed rows back. Permanent refusals count as attempts; outages do not."""
+        batch, self.failed = self.failed, []
+        metrics.PUBLISH_ERRORS.labels("output").inc(len(batch))
+        permanent = [(t, err) for t, err in batch if is_permanent(err)]
+        transient = [(t, err) for t, err in batch if not is_permanent(err)]
+        log.warning(
+            "%d deliveries failed (%d permanent; first: %s); giving the rows back",
+            len(batch), len(permanent), batch[0][1], extra={"event": "publish_failed"},
+        )
+        for items, failed in ((permanent, True), (transient, False)):
+            if not items:
+                continue
+            claims = [(t.row.id, t.row.readied_at) for t, _ in items]
+            errors = [str(err)[:500] for _, err in items]
+            try:
+                self.store.release(self.node_id, claims, failed=failed, errors=errors)
+            except Exception as exc:
+                metrics.DATABASE_ERRORS.labels("release").inc()
+                log.warning("release failed: %s (the failure detector will reset them)", exc)
+        if transient:
+            # The broker is unreachable or overloaded: back off before claiming again.
+            self.claim_backoff = min(5.0, max(0.2, self.claim_backoff * 2))
+            self.next_claim_at = self.monotonic() + self.claim_backoff
+        else:
+            self.claim_backoff = 0.0
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Stop claiming; give back unfired rows; wait for reports; delete what was delivered."""
+        unfired, self.timers = self.timers, []
+        if unfired:
+            claims = [(t.row.id, t.row.readied_at) for t in unfired]
+            try:
+                self.store.release(self.node_id, claims, failed=False, errors=None)
+            except Exception as exc:
+                log.warning("could not release %d unfired rows: %s", len(unfired), exc)
+        deadline = self.monotonic() + self.settings.shutdown_timeout_ms / 1000 / 2
+        while self.in_flight and self.monotonic() < deadline:
+            self.publisher.poll(0.05)
+        self.finish(force=True)
+        try:
+            released = self.store.release_node(self.node_id)
+        except Exception as exc:
+            log.warning("could not release this node's remaining claims: %s", exc)
+            released = 0
+        metrics.IN_FLIGHT.set(0)
+        log.info(
+            "firing stopped: %d unfired rows given back, %d claims released",
+            len(unfired), released, extra={"event": "firing_stopped"},
+        )
+
+
+# Broker refusals that retrying the same record cannot fix.
+_PERMANENT_CODES = {
+    getattr(KafkaError, name)
+    for name in (
+        "MSG_SIZE_TOO_LARGE",
+        "_MSG_SIZE_TOO_LARGE",
+        "INVALID_RECORD",
+        "CORRUPT_MESSAGE",
+        "RECORD_LIST_TOO_LARGE",
+        "_INVALID_ARG",
+    )
+    if hasattr(KafkaError, name)
+}
+
+
+def is_permanent(err: KafkaError | None) -> bool:
+    return err is not None and err.code() in _PERMANENT_CODES

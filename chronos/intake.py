@@ -1,0 +1,261 @@
+"""Consume-and-enqueue: input records -> table (or straight to the output topic when late).
+
+One iteration handles one consumed batch:
+1. parse every record (protocol); malformed ones are dead-lettered with a reason;
+2. one statement inserts the batch (ids already waiting/ready are ignored) and tells which
+   messages had already lapsed (deadline within the timing advance) and were unknown: those are
+   published directly, bypassing the table, as the design says;
+3. wait for every direct publish and dead-letter delivery report;
+4. only then store the batch's offsets (committed by the consumer in the background and
+   synchronously at shutdown). A crash anywhere before step 4 replays the batch: at-least-once,
+   and idempotent on the message id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from chronos import metrics
+from chronos.kafka import Publisher
+from chronos.loop import Backoff, Loop
+from chronos.protocol import (
+    Headers,
+    Rejection,
+    ScheduledMessage,
+    dead_letter_headers,
+    parse_record,
+)
+from chronos.settings import Settings
+from chronos.store import Outcome, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A record to publish (directly, or to the dead-letter topic) and its delivery state."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    kind: str  # "direct" | "dead_letter"
+    error: KafkaError | None = None
+    done: bool = False
+
+
+class IntakeLoop(Loop):
+    name = "intake"
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        publisher: Publisher,
+        consumer_factory: Callable[..., Consumer],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
+        super().__init__()
+        self.settings = settings
+        self.store = store
+        self.publisher = publisher
+        self.consumer_factory = consumer_factory
+        self.clock = clock
+        self.consumer: Consumer | None = None
+        self.max_delay = (
+            timedelta(milliseconds=settings.max_delay_ms) if settings.max_delay_ms else None
+        )
+        self.assigned: set[tuple[str, int]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        consumer = self.consumer_factory(on_commit=self._on_commit)
+        self.consumer = consumer
+        consumer.subscribe(
+            [self.settings.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        try:
+            while not self.stopping.is_set():
+                self.alive_at = time.monotonic()
+                records = consumer.consume(
+                    num_messages=self.settings.consume_batch_size,
+                    timeout=min(0.5, self.settings.poll_interval_ms / 1000),
+                )
+                if records:
+                    self.process_batch(consumer, records)
+        finally:
+            self._close(consumer)
+
+    def _close(self, consumer: Consumer) -> None:
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            # Nothing stored since the last commit, or no assignment: both are fine.
+            if exc.args and exc.args[0].code() != KafkaError._NO_OFFSET:
+                log.warning("final offset commit failed: %s", exc)
+        consumer.close()
+        log.info("intake stopped", extra={"event": "intake_stopped"})
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned |= {(p.topic, p.partition) for p in partitions}
+        log.info(
+            "assigned %s", [f"{p.topic}[{p.partition}]" for p in partitions],
+            extra={"event": "partitions_assigned"},
+        )
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned -= {(p.topic, p.partition) for p in partitions}
+        log.info(
+            "revoked %s", [f"{p.topic}[{p.partition}]" for p in partitions],
+            extra={"event": "partitions_revoked"},
+        )
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
+            log.warning("offset commit failed: %s", err, extra={"event": "commit_failed"})
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def process_batch(self, consumer: Consumer | None, records: Sequence[Message]) -> bool:
+        """Make one consumed batch durable, then store its offsets. False if interrupted."""
+        valid: list[ScheduledMessage] = []
+        seen: set[str] = set()
+        pending: list[_Pending] = []
+        offsets: dict[tuple[str, int], int] = {}
+        now = self.clock()
+        for record in records:
+            err = record.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error: %s", err, extra={"event": "consume_error"})
+                continue
+            topic, partition, offset = record.topic(), record.partition(), record.offset()
+            offsets[(topic, partition)] = max(offsets.get((topic, partition), -1), offset)
+            metrics.CONSUMED.inc()
+            headers = record.headers()
+            parsed = parse_record(
+                record.key(), record.value(), headers, now=now, max_delay=self.max_delay
+            )
+            if isinstance(parsed, Rejection):
+                dl = self._dead_letter(record, headers, parsed, f"{topic}/{partition}/{offset}")
+                if dl is not None:
+                    pending.append(dl)
+                continue
+            if parsed.id in seen:
+                metrics.DUPLICATES.inc()
+                continue
+            seen.add(parsed.id)
+            valid.append(parsed)
+
+        if valid:
+            started = time.perf_counter()
+            outcomes = self.retry_store(
+                "enqueue", lambda: self.store.enqueue(valid, self.settings.timing_advance_ms)
+            )
+            if outcomes is None:
+                return False  # stopping before the batch was durable: it will be replayed
+            metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
+            metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
+            for message, outcome in zip(valid, outcomes, strict=True):
+                if outcome is Outcome.INSERTED:
+                    metrics.ENQUEUED.inc()
+                elif outcome is Outcome.FIRE_NOW:
+                    pending.append(
+                        _Pending(
+                            self.settings.output_topic,
+                            message.key,
+                            message.value,
+                            message.headers,
+                            "direct",
+                        )
+                    )
+                else:
+                    metrics.DUPLICATES.inc()
+
+        if pending and not self._publish_all(pending):
+            return False
+        if consumer is not None and offsets:
+            self._store_offsets(consumer, offsets)
+        return True
+
+    def _dead_letter(
+        self, record: Message, headers: Headers | None, rejection: Rejection, source: str
+    ) -> _Pending | None:
+        log.error(
+            "malformed record at %s: %s",
+            source,
+            rejection.reason,
+            extra={"event": "dead_lettered", "reason": rejection.code, "source": source},
+        )
+        if not self.settings.dead_letter_topic:
+            metrics.DROPPED.labels(rejection.code).inc()
+            return None
+        return _Pending(
+            self.settings.dead_letter_topic,
+            record.key(),
+            record.value(),
+            dead_letter_headers(headers, rejection.reason, source),
+            "dead_letter:" + rejection.code,
+        )
+
+    def _publish_all(self, pending: list[_Pending]) -> bool:
+        """Publish every pending record and wait for all reports; retry failures with backoff."""
+        backoff = Backoff()
+        todo = pending
+        while todo:
+            for item in todo:
+                item.done, item.error = False, None
+                self.publisher.produce(
+                    item.topic, item.key, item.value, item.headers, _reporter(item)
+                )
+            deadline = time.monotonic() + self.settings.delivery_timeout_ms / 1000 + 5
+            while any(not item.done for item in todo) and time.monotonic() < deadline:
+                self.publisher.poll(0.05)
+            failed = [item for item in todo if not item.done or item.error is not None]
+            for item in todo:
+                if item.done and item.error is None:
+                    if item.kind == "direct":
+                        metrics.PUBLISHED_DIRECTLY.inc()
+                    else:
+                        metrics.DEAD_LETTERED.labels(item.kind.split(":", 1)[1]).inc()
+            if not failed:
+                return True
+            kind = "output" if failed[0].kind == "direct" else "dead_letter"
+            metrics.PUBLISH_ERRORS.labels(kind).inc(len(failed))
+            delay = backoff.next_delay()
+            log.warning(
+                "%d direct/dead-letter publishes failed (%s); retrying in %.2fs",
+                len(failed),
+                failed[0].error,
+                delay,
+                extra={"event": "publish_failed"},
+            )
+            if self.wait(delay):
+                return False  # offsets not stored: the batch is replayed after restart
+            todo = failed
+        return True
+
+    def _store_offsets(self, consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
+        tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]
+        try:
+            consumer.store_offsets(offsets=tps)
+        except KafkaException as exc:
+            # The partition was revoked meanwhile: its new owner replays from the last commit.
+            log.info("could not store offsets (rebalance?): %s", exc)
+
+
+def _reporter(item: _Pending) -> Callable[[KafkaError | None], None]:
+    def report(err: KafkaError | None) -> None:
+        item.error = err
+        item.done = True
+
+    return report
+
+

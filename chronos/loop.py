@@ -1,0 +1,73 @@
+"""What every loop shares: a name, a stop event, an interruptible wait and retry backoff."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from chronos.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Exponential backoff with full jitter: 50 ms doubling to a cap, reset on success."""
+
+    def __init__(self, initial: float = 0.05, cap: float = 5.0):
+        self.initial = initial
+        self.cap = cap
+        self.attempt = 0
+
+    def next_delay(self) -> float:
+        delay = min(self.cap, self.initial * (2**self.attempt))
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Loop:
+    """A named, stoppable unit of work run on its own thread by the node."""
+
+    name = "loop"
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.alive_at = 0.0  # monotonic time of the last completed iteration (liveness)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if the loop was asked to stop meanwhile."""
+        return self.stopping.wait(max(0.0, seconds))
+
+    def run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def retry_store(self, operation: str, call: Callable[[], T]) -> T | None:
+        """Call ``call`` until it succeeds, backing off on StoreError; None if stopping."""
+        from chronos import metrics
+
+        backoff = Backoff()
+        while True:
+            try:
+                return call()
+            except StoreError as exc:
+                metrics.DATABASE_ERRORS.labels(operation).inc()
+                delay = backoff.next_delay()
+                log.warning(
+                    "%s: database error, retrying in %.2fs: %s",
+                    self.name,
+                    delay,
+                    exc,
+                    extra={"event": "database_error", "operation": operation},
+                )
+                if self.wait(delay):
+                    return None

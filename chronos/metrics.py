@@ -1,0 +1,59 @@
+"""Prometheus metrics (``chronos_`` prefix, Prometheus naming conventions)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CONSUMED = Counter("chronos_consumed_messages_total", "Records consumed from the input topic")
+ENQUEUED = Counter("chronos_enqueued_messages_total", "Messages inserted into the table")
+PUBLISHED_DIRECTLY = Counter(
+    "chronos_published_directly_messages_total",
+    "Messages whose deadline had lapsed on arrival, published without enqueueing",
+)
+FIRED = Counter("chronos_fired_messages_total", "Messages fired (delivery confirmed) from the table")
+DEAD_LETTERED = Counter(
+    "chronos_dead_lettered_messages_total", "Records sent to the dead-letter topic", ["reason"]
+)
+DROPPED = Counter(
+    "chronos_dropped_messages_total",
+    "Malformed records dropped because the dead-letter topic is disabled",
+    ["reason"],
+)
+DUPLICATES = Counter(
+    "chronos_duplicate_messages_total", "Records ignored because their id was already scheduled"
+)
+SUSPECTED_FAILURES = Counter(
+    "chronos_suspected_failures_total",
+    "Claimed messages reset because their claim outlived the hold time",
+)
+PUBLISH_ERRORS = Counter(
+    "chronos_publish_errors_total", "Failed delivery reports", ["topic_kind"]
+)
+DATABASE_ERRORS = Counter(
+    "chronos_database_errors_total", "Failed database statements", ["operation"]
+)
+FENCED_DELETES = Counter(
+    "chronos_fenced_deletes_total",
+    "Fired messages whose row was no longer claimed by this node at delete time",
+)
+LATENESS = Histogram(
+    "chronos_fire_lateness_seconds",
+    "Fire time minus deadline (negative: fired within the timing advance)",
+    buckets=(-0.1, -0.05, -0.025, -0.01, -0.005, 0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+             1, 2.5, 5, 10, 30, 60, 300),
+)
+BATCH_SIZE = Histogram(
+    "chronos_batch_size_messages",
+    "Messages per batch",
+    ["operation"],
+    buckets=(1, 5, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000),
+)
+STATEMENT_DURATION = Histogram(
+    "chronos_statement_duration_seconds",
+    "Latency of database statements",
+    ["statement"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+IN_FLIGHT = Gauge(
+    "chronos_in_flight_messages", "Messages this node holds claimed, waiting to fire or confirm"
+)

@@ -1,0 +1,163 @@
+"""A Chronos node: starts, supervises and stops the three loops; signals; graceful drain.
+
+The loops share only the Store, their publishers and the settings. If one loop dies
+unexpectedly the node stops the others and exits non-zero (the orchestrator restarts it); on
+SIGTERM/SIGINT it stops consuming and claiming, gives back the rows it has not fired, waits for
+delivery reports, deletes what was delivered, commits offsets, and exits 0 within the shutdown
+timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from chronos import kafka
+from chronos.firing import FiringLoop
+from chronos.intake import IntakeLoop
+from chronos.loop import Loop
+from chronos.recovery import RecoveryLoop
+from chronos.settings import Settings
+from chronos.store import PostgresStore, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeState:
+    """What the HTTP endpoints may read about the node."""
+
+    node_id: str
+    started_at: float = field(default_factory=time.time)
+    stopping: bool = False
+    loops: dict[str, tuple[Loop, threading.Thread]] = field(default_factory=dict)
+
+    def loops_alive(self) -> bool:
+        return bool(self.loops) and all(t.is_alive() for _, t in self.loops.values())
+
+
+class Node:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None = None,
+        publisher_factory: Callable[[str], kafka.Publisher] | None = None,
+        consumer_factory: Callable[..., Any] | None = None,
+    ):
+        self.settings = settings
+        self.store = store if store is not None else PostgresStore(
+            settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
+        )
+        self._publisher_factory = publisher_factory or (
+            lambda purpose: kafka.make_publisher(settings, purpose)
+        )
+        self._consumer_factory = consumer_factory or (
+            lambda **cb: kafka.make_consumer(settings, **cb)
+        )
+        self.state = NodeState(settings.node_id)
+        self._stop = threading.Event()
+        self._failed: list[str] = []
+        self.http: Any = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def build_loops(self) -> list[Loop]:
+        return [
+            IntakeLoop(
+                self.settings, self.store, self._publisher_factory("intake"),
+                self._consumer_factory,
+            ),
+            FiringLoop(self.settings, self.store, self._publisher_factory("firing")),
+            RecoveryLoop(self.settings, self.store),
+        ]
+
+    def start(self) -> None:
+        log.info(
+            "chronos node %s starting (input %s -> output %s, advance %d ms, hold %d ms)",
+            self.settings.node_id,
+            self.settings.input_topic,
+            self.settings.output_topic,
+            self.settings.timing_advance_ms,
+            self.settings.hold_time_ms,
+            extra={"event": "node_starting", "node": self.settings.node_id},
+        )
+        for loop in self.build_loops():
+            thread = threading.Thread(
+                target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
+            )
+            self.state.loops[loop.name] = (loop, thread)
+        for _, thread in self.state.loops.values():
+            thread.start()
+        if self.settings.http_port:
+            from chronos.http import start_http_server
+
+            self.http = start_http_server(self.settings, self.state, self.store)
+        log.info("chronos node %s started", self.settings.node_id,
+                 extra={"event": "node_started", "node": self.settings.node_id})
+
+    def _run_loop(self, loop: Loop) -> None:
+        try:
+            loop.run()
+        except BaseException:
+            log.exception("loop %s died", loop.name, extra={"event": "loop_died"})
+            self._failed.append(loop.name)
+        finally:
+            if not loop.stopping.is_set():  # it ended without being asked to
+                if loop.name not in self._failed:
+                    self._failed.append(loop.name)
+                self._stop.set()
+
+    def request_stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def wait(self) -> int:
+        """Block until a stop is requested or a loop dies; then shut down. Returns exit code."""
+        while not self._stop.wait(0.5):
+            pass
+        return self.shutdown()
+
+    def shutdown(self) -> int:
+        self.state.stopping = True
+        log.info("chronos node %s stopping", self.settings.node_id,
+                 extra={"event": "node_stopping"})
+        deadline = time.monotonic() + self.settings.shutdown_timeout_ms / 1000
+        # Intake first (no new direct publishes), then firing (drains), then recovery.
+        for name in ("intake", "firing", "recovery"):
+            if name not in self.state.loops:
+                continue
+            loop, thread = self.state.loops[name]
+            loop.stop()
+            thread.join(max(0.1, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.error("loop %s did not stop within the shutdown timeout", name)
+                self._failed.append(name)
+        if self.http is not None:
+            self.http.shutdown()
+        self.store.close()
+        if self._failed:
+            log.error("chronos node %s stopped after failure of %s",
+                      self.settings.node_id, ", ".join(sorted(set(self._failed))))
+            return 1
+        log.info("chronos node %s stopped", self.settings.node_id, extra={"event": "node_stopped"})
+        return 0
+
+
+def run_node(settings: Settings) -> int:
+    """``chronos run``: check topics, start the node, handle signals, drain, exit."""
+    kafka.check_topics(settings)
+    node = Node(settings)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        node.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    node.start()
+    return node.wait()

@@ -1,0 +1,200 @@
+"""The Chronos message protocol: header names and parsing an input record.
+
+An input record carries ``chronosMessageId`` (1-128 characters of UTF-8) and ``chronosDeadline``
+(ISO-8601 with millisecond precision; no offset means UTC, ``Z`` or ``±hh:mm`` is converted).
+Chronos headers are not relayed; every other header is, in order, repeats included.
+
+``parse_record`` turns a raw record into a ``ScheduledMessage`` or a ``Rejection`` whose reason is a
+short, stable, human-readable string (it becomes the dead-letter reason header).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+MESSAGE_ID_HEADER = "chronosMessageId"
+DEADLINE_HEADER = "chronosDeadline"
+CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER})
+
+DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"
+DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"
+
+MAX_ID_LENGTH = 128
+
+Header = tuple[str, bytes | None]
+Headers = list[Header]
+
+# YYYY-MM-DDTHH:MM:SS[.fff[fff]][Z|±hh:mm]; a space is accepted in place of 'T'.
+_DEADLINE_RE = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})"
+    r"(?:\.(?P<frac>\d{1,6}))?"
+    r"(?P<tz>Z|z|[+-]\d{2}:?\d{2})?$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledMessage:
+    """A valid Chronos message: what is stored and later fired."""
+
+    id: str
+    deadline: datetime  # timezone-aware, UTC
+    key: bytes | None
+    value: bytes | None
+    headers: Headers  # non-Chronos headers, in order
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A record that cannot be scheduled; it goes to the dead-letter topic with ``reason``."""
+
+    code: str  # a stable category: the metric label
+    reason: str  # the human-readable reason: the dead-letter header
+
+
+class DeadlineError(ValueError):
+    pass
+
+
+def parse_deadline(raw: str) -> datetime:
+    """Parse ``chronosDeadline`` into an aware UTC datetime (microsecond precision kept)."""
+    match = _DEADLINE_RE.match(raw.strip())
+    if match is None:
+        raise DeadlineError(
+            f"{DEADLINE_HEADER} {raw[:64]!r} is not ISO-8601 like 2022-12-01T11:09:01.123Z"
+        )
+    frac = (match["frac"] or "").ljust(6, "0")
+    tz = match["tz"]
+    if tz is None or tz in ("Z", "z"):
+        suffix = "+00:00"
+    elif ":" in tz:
+        suffix = tz
+    else:
+        suffix = f"{tz[:3]}:{tz[3:]}"
+    try:
+        parsed = datetime.fromisoformat(f"{match['date']}T{match['time']}.{frac}{suffix}")
+    except ValueError as exc:
+        raise DeadlineError(f"{DEADLINE_HEADER} {raw[:64]!r} is not a valid instant: {exc}") from None
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise DeadlineError(f"{DEADLINE_HEADER} {raw[:64]!r} is out of range") from None
+
+
+def format_deadline(deadline: datetime) -> str:
+    """The canonical header form: UTC, milliseconds, ``Z``."""
+    utc = deadline.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def parse_record(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    *,
+    now: datetime | None = None,
+    max_delay: timedelta | None = None,
+) -> ScheduledMessage | Rejection:
+    """Validate one input record. Never raises on bad input: returns a Rejection instead."""
+    message_id: bytes | None = None
+    deadline_raw: bytes | None = None
+    relayed: Headers = []
+    seen_id = seen_deadline = 0
+    bad_name: str | None = None
+    for name, header_value in headers or ():
+        if name == MESSAGE_ID_HEADER:
+            seen_id += 1
+            message_id = header_value
+        elif name == DEADLINE_HEADER:
+            seen_deadline += 1
+            deadline_raw = header_value
+        else:
+            relayed.append((name, header_value))
+            if not _storable_name(name):
+                bad_name = name
+
+    if bad_name is not None:
+        return Rejection("invalid_header", f"header name {bad_name[:64]!r} is not storable (NUL or invalid UTF-8)")
+    if seen_id == 0:
+        return Rejection("missing_id", f"missing header {MESSAGE_ID_HEADER}")
+    if seen_id > 1:
+        return Rejection("duplicate_header", f"header {MESSAGE_ID_HEADER} appears {seen_id} times")
+    if seen_deadline == 0:
+        return Rejection("missing_deadline", f"missing header {DEADLINE_HEADER}")
+    if seen_deadline > 1:
+        return Rejection("duplicate_header", f"header {DEADLINE_HEADER} appears {seen_deadline} times")
+    if message_id is None or len(message_id) == 0:
+        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is empty")
+    try:
+        id_text = message_id.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is not valid UTF-8")
+    if len(id_text) > MAX_ID_LENGTH:
+        return Rejection(
+            "invalid_id",
+            f"header {MESSAGE_ID_HEADER} is {len(id_text)} characters long (max {MAX_ID_LENGTH})"
+        )
+    if "\x00" in id_text:
+        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} contains a NUL character")
+    if deadline_raw is None or len(deadline_raw) == 0:
+        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is empty")
+    if len(deadline_raw) > 64:
+        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is too long ({len(deadline_raw)} bytes)")
+    try:
+        deadline = parse_deadline(deadline_raw.decode("ascii"))
+    except UnicodeDecodeError:
+        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is not ASCII")
+    except DeadlineError as exc:
+        return Rejection("invalid_deadline", str(exc))
+    if max_delay is not None and now is not None and deadline - now > max_delay:
+        return Rejection(
+            "max_delay_exceeded",
+            f"{DEADLINE_HEADER} {format_deadline(deadline)} is more than "
+            f"{int(max_delay.total_seconds() * 1000)} ms ahead (max delay)"
+        )
+    return ScheduledMessage(id_text, deadline, key, value, relayed)
+
+
+def _storable_name(name: str) -> bool:
+    if "\x00" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def encode_headers(headers: Headers) -> str | None:
+    """Headers as stored: JSON ``[{"name": "<base64>" | null}, ...]`` (order and repeats kept)."""
+    if not headers:
+        return None
+    return json.dumps(
+        [{name: None if v is None else base64.b64encode(v).decode("ascii")} for name, v in headers],
+        separators=(",", ":"),
+    )
+
+
+def decode_headers(stored: list[dict[str, str | None]] | str | None) -> Headers:
+    if stored is None:
+        return []
+    items = json.loads(stored) if isinstance(stored, str) else stored
+    out: Headers = []
+    for item in items:
+        ((name, v),) = item.items()
+        out.append((name, None if v is None else base64.b64decode(v)))
+    return out
+
+
+def dead_letter_headers(
+    headers: Sequence[tuple[str, bytes | None]] | None, reason: str, source: str
+) -> Headers:
+    """Original headers (all of them, Chronos ones included) plus the reason and the source."""
+    out: Headers = list(headers or ())
+    out.append((DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")))
+    out.append((DEAD_LETTER_SOURCE_HEADER, source.encode("utf-8")))
+    return out

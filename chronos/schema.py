@@ -1,0 +1,80 @@
+"""The single source of the schema: SQLAlchemy Core metadata (alembic's target metadata).
+
+Keys, values and header values are arbitrary bytes and round-trip byte-exact: key and value are
+``bytea`` (NULL stays NULL: a tombstone stays a tombstone); headers are a JSON array of
+single-entry objects ``[{"name": "<base64 value>" | null}, ...]`` preserving order and repeats.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Index,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+messages = Table(
+    "chronos_messages",
+    metadata,
+    Column("id", String(128), primary_key=True, comment="chronosMessageId: unique among waiting/ready"),
+    Column("deadline", DateTime(timezone=True), nullable=False, comment="when the message is due"),
+    Column("readied_at", DateTime(timezone=True), nullable=True, comment="claim time (DB clock)"),
+    Column("readied_by", UUID(as_uuid=False), nullable=True, comment="node that claimed it"),
+    Column("message_key", LargeBinary, nullable=True, comment="original key, byte-exact; NULL kept"),
+    Column("message_value", LargeBinary, nullable=True, comment="original value; NULL = tombstone"),
+    Column("message_headers", JSONB, nullable=True, comment='[{"name": base64|null}, ...]'),
+    Column(
+        "attempts",
+        SmallInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="failed publish attempts so far",
+    ),
+    Column(
+        "last_error",
+        String(500),
+        nullable=True,
+        comment="the last publish error (shown in the dead-letter reason)",
+    ),
+    Column(
+        "target_topic",
+        String(249),
+        nullable=True,
+        comment="reserved: per-message output topic (NULL = the configured output topic)",
+    ),
+    Column(
+        "tenant",
+        String(128),
+        nullable=True,
+        comment="reserved: tenant for fair scheduling under overload",
+    ),
+    Column(
+        "enqueued_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when the row was inserted (DB clock)",
+    ),
+)
+
+# "due and not readied": the claim query is an index range scan on deadline.
+Index(
+    "chronos_messages_due_idx",
+    messages.c.deadline,
+    postgresql_where=messages.c.readied_at.is_(None),
+)
+# "readied longer than the hold time": the failure detector is an index range scan on readied_at.
+Index(
+    "chronos_messages_claimed_idx",
+    messages.c.readied_at,
+    postgresql_where=messages.c.readied_at.isnot(None),
+)

@@ -1,0 +1,364 @@
+"""One frozen settings model: every knob, its default, its CHRONOS_* env var and its CLI flag.
+
+Each option is declared exactly once, in ``OPTIONS``. The CLI parser, the environment binding,
+the README configuration table and the validation all derive from it.
+
+Precedence: CLI flag > environment variable > default.
+
+Arbitrary librdkafka properties pass through to the Kafka clients:
+
+* ``CHRONOS_KAFKA__<NAME>`` (all clients), ``CHRONOS_CONSUMER__<NAME>``, ``CHRONOS_PRODUCER__<NAME>``:
+  ``<NAME>`` is the property with dots written as single underscores, e.g.
+  ``CHRONOS_KAFKA__SECURITY_PROTOCOL=SASL_SSL`` sets ``security.protocol``.
+* ``--kafka-property NAME=VALUE`` (repeatable), ``--consumer-property``, ``--producer-property``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chronos.errors import ConfigError
+
+ENV_PREFIX = "CHRONOS_"
+KAFKA_PASSTHROUGH_PREFIXES = {
+    "kafka": "CHRONOS_KAFKA__",
+    "consumer": "CHRONOS_CONSUMER__",
+    "producer": "CHRONOS_PRODUCER__",
+}
+
+
+class Secret(str):
+    """A string whose repr never shows its value (database URLs carry passwords)."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+    secret: bool = False
+    choices: Sequence[str] | None = None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be zero or a positive integer")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port between 0 and 65535 (0 disables)")
+    return value
+
+
+def _uuid_or_random(text: str) -> str:
+    if text == "":
+        return str(uuid.uuid4())
+    return str(uuid.UUID(text))
+
+
+def _topic(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    if len(text) > 249 or any(not (c.isalnum() or c in "._-") for c in text):
+        raise ValueError("must be a Kafka topic name (ASCII letters, digits, '.', '_', '-')")
+    return text
+
+
+def _optional_topic(text: str) -> str:
+    return "" if text == "" else _topic(text)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("database_url", "", "Postgres URL, e.g. postgresql://user:pass@host:5432/db", secret=True),
+    Option("kafka_bootstrap_servers", "localhost:9092", "Kafka bootstrap servers (host:port,...)"),
+    Option("input_topic", "chronos-input", "topic applications publish delayed messages to", _topic),
+    Option("output_topic", "chronos-output", "topic messages are fired to", _topic),
+    Option(
+        "dead_letter_topic",
+        "chronos-dead-letter",
+        "topic for malformed input (empty: log, count and drop)",
+        _optional_topic,
+    ),
+    Option("consumer_group", "chronos", "consumer group of the input topic"),
+    Option("node_id", "", "node UUID (default: a new random UUID per process)", _uuid_or_random),
+    Option(
+        "timing_advance_ms",
+        50,
+        "fire messages up to this many ms before their deadline",
+        _non_negative_int,
+    ),
+    Option(
+        "hold_time_ms",
+        5000,
+        "how long a node may hold a claimed message before peers take it over",
+        _positive_int,
+    ),
+    Option("poll_interval_ms", 100, "how often to poll the database for due messages", _positive_int),
+    Option(
+        "failure_detection_interval_ms",
+        500,
+        "how often to scan for messages claimed longer than the hold time",
+        _positive_int,
+    ),
+    Option(
+        "lookahead_ms",
+        1000,
+        "claim messages this far ahead of their deadline and fire them from an in-memory timer",
+        _non_negative_int,
+    ),
+    Option(
+        "delivery_timeout_ms",
+        3000,
+        "how long the producer may try to deliver one record (must leave room in the hold time)",
+        _positive_int,
+    ),
+    Option("consume_batch_size", 2000, "max records consumed and enqueued per transaction", _positive_int),
+    Option("claim_batch_size", 2000, "max rows claimed per statement", _positive_int),
+    Option(
+        "max_in_flight",
+        50000,
+        "max messages a node holds claimed in memory (bounds memory whatever the backlog)",
+        _positive_int,
+    ),
+    Option(
+        "max_delay_ms",
+        0,
+        "reject (dead-letter) messages whose deadline is further ahead than this (0: no limit)",
+        _non_negative_int,
+    ),
+    Option(
+        "max_publish_attempts",
+        5,
+        "publish attempts of one message before it is dead-lettered",
+        _positive_int,
+    ),
+    Option(
+        "shutdown_timeout_ms",
+        10000,
+        "bound on the graceful drain at SIGTERM",
+        _positive_int,
+    ),
+    Option("http_host", "0.0.0.0", "address of the HTTP server (metrics, health, admin API)"),
+    Option("http_port", 8080, "port of the HTTP server (0 disables it)", _port),
+    Option(
+        "admin_token",
+        "",
+        "bearer token of the admin API (empty: admin API off)",
+        secret=True,
+    ),
+    Option("log_level", "INFO", "log level", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    Option("log_format", "text", "log format", str.lower, choices=("text", "json")),
+)
+
+OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: Secret
+    kafka_bootstrap_servers: str
+    input_topic: str
+    output_topic: str
+    dead_letter_topic: str
+    consumer_group: str
+    node_id: str
+    timing_advance_ms: int
+    hold_time_ms: int
+    poll_interval_ms: int
+    failure_detection_interval_ms: int
+    lookahead_ms: int
+    delivery_timeout_ms: int
+    consume_batch_size: int
+    claim_batch_size: int
+    max_in_flight: int
+    max_delay_ms: int
+    max_publish_attempts: int
+    shutdown_timeout_ms: int
+    http_host: str
+    http_port: int
+    admin_token: Secret
+    log_level: str
+    log_format: str
+    kafka_properties: Mapping[str, str] = field(default_factory=dict)
+    consumer_properties: Mapping[str, str] = field(default_factory=dict)
+    producer_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self, *, require_database: bool = True) -> Settings:
+        if require_database and not self.database_url:
+            raise ConfigError(
+                "database_url is required: set CHRONOS_DATABASE_URL or --database-url"
+            )
+        if self.database_url and not str(self.database_url).startswith(
+            ("postgresql://", "postgres://", "postgresql+psycopg://")
+        ):
+            raise ConfigError(
+                "CHRONOS_DATABASE_URL / --database-url must be a postgresql:// URL"
+            )
+        budget = self.lookahead_ms + self.delivery_timeout_ms + self.poll_interval_ms
+        if budget >= self.hold_time_ms:
+            raise ConfigError(
+                "CHRONOS_HOLD_TIME_MS / --hold-time-ms "
+                f"({self.hold_time_ms}) must exceed lookahead_ms + delivery_timeout_ms + "
+                f"poll_interval_ms ({budget}); otherwise peers would take over messages "
+                "a healthy node is still firing"
+            )
+        topics = {self.input_topic, self.output_topic}
+        if len(topics) != 2:
+            raise ConfigError("CHRONOS_INPUT_TOPIC and CHRONOS_OUTPUT_TOPIC must differ")
+        if self.dead_letter_topic in topics:
+            raise ConfigError(
+                "CHRONOS_DEAD_LETTER_TOPIC must differ from the input and output topics"
+            )
+        if not self.kafka_bootstrap_servers:
+            raise ConfigError("CHRONOS_KAFKA_BOOTSTRAP_SERVERS must not be empty")
+        return self
+
+
+def _parse_option(option: Option, raw: str, source: str) -> Any:
+    if option.choices is not None:
+        normalised = option.parse(raw)
+        if normalised not in option.choices:
+            raise ConfigError(
+                f"{source}={raw!r} is invalid: expected one of {', '.join(option.choices)}"
+            )
+        return normalised
+    try:
+        value = option.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{source}={raw!r} is invalid: {exc}") from None
+    return Secret(value) if option.secret else value
+
+
+def _passthrough_from_env(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for key, value in environ.items():
+        if key.startswith(prefix) and len(key) > len(prefix):
+            props[key[len(prefix) :].lower().replace("_", ".")] = value
+    return props
+
+
+def _passthrough_from_flags(items: Sequence[str] | None, flag: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{flag} {item!r} is invalid: expected NAME=VALUE")
+        props[name.strip()] = value
+    return props
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per option; the help shows its env var and default."""
+    group = parser.add_argument_group("settings (flag > environment > default)")
+    for option in OPTIONS:
+        default = "***" if option.secret and option.default else option.default
+        if option.name == "node_id":
+            default = "random UUID"
+        group.add_argument(
+            option.flag,
+            dest=option.name,
+            default=None,
+            metavar=option.name.upper().split("_")[-1] if option.choices is None else None,
+            choices=None,
+            help=f"{option.help} [env {option.env}; default {default!r}]",
+        )
+    for kind in ("kafka", "consumer", "producer"):
+        group.add_argument(
+            f"--{kind}-property",
+            dest=f"{kind}_property",
+            action="append",
+            metavar="NAME=VALUE",
+            help=(
+                f"librdkafka property for {'all clients' if kind == 'kafka' else kind + 's'} "
+                f"(repeatable) [env {KAFKA_PASSTHROUGH_PREFIXES[kind]}<NAME_WITH_UNDERSCORES>]"
+            ),
+        )
+
+
+def load(
+    args: argparse.Namespace | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build Settings from CLI args, the environment and defaults (in that precedence).
+
+    Raises ConfigError naming the offending flag or variable.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        flag_value = getattr(args, option.name, None) if args is not None else None
+        if option.name in overrides:
+            values[option.name] = overrides[option.name]
+        elif flag_value is not None:
+            values[option.name] = _parse_option(option, flag_value, option.flag)
+        elif option.env in env:
+            values[option.name] = _parse_option(option, env[option.env], option.env)
+        else:
+            values[option.name] = _parse_option(option, str(option.default), option.env)
+    for kind, prefix in KAFKA_PASSTHROUGH_PREFIXES.items():
+        props = _passthrough_from_env(env, prefix)
+        flag_items = getattr(args, f"{kind}_property", None) if args is not None else None
+        props.update(_passthrough_from_flags(flag_items, f"--{kind}-property"))
+        values[f"{kind}_properties"] = overrides.get(f"{kind}_properties", props)
+    unknown = [
+        key
+        for key in env
+        if key.startswith(ENV_PREFIX)
+        and not any(key.startswith(p) for p in KAFKA_PASSTHROUGH_PREFIXES.values())
+        and key[len(ENV_PREFIX) :].lower() not in OPTIONS_BY_NAME
+        and not key.startswith(("CHRONOS_TEST_", "CHRONOS_DEV_", "CHRONOS_FAULT_"))
+    ]
+    if unknown:
+        raise ConfigError(
+            f"unknown setting {sorted(unknown)[0]}: known settings are "
+            + ", ".join(o.env for o in OPTIONS)
+        )
+    return Settings(**values)
+
+
+def as_environment(settings: Settings) -> dict[str, str]:
+    """The CHRONOS_* environment that reproduces ``settings`` in another process."""
+    env: dict[str, str] = {}
+    for option in OPTIONS:
+        value = getattr(settings, option.name)
+        env[option.env] = value.reveal() if isinstance(value, Secret) else str(value)
+    for kind, prefix in KAFKA_PASSTHROUGH_PREFIXES.items():
+        for name, value in getattr(settings, f"{kind}_properties").items():
+            env[prefix + name.upper().replace(".", "_")] = value
+    return env
