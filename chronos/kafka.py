@@ -82,6 +82,8 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            # Return fetches promptly: short delays and the late fast path depend on it.
+            "fetch.wait.max.ms": 100,
         }
     )
     conf.update(settings.consumer_properties)
