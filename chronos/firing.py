@@ -23,7 +23,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from confluent_kafka import KafkaError
 
@@ -193,8 +192,7 @@ class FiringLoop(Loop):
                         extra={"event": "dead_lettered", "reason": "publish_failed"},
                     )
                 else:
-                    lateness = datetime.now(UTC) - row.deadline
-                    metrics.LATENESS.observe(lateness.total_seconds())
+                    metrics.LATENESS.observe(time.time() - row.deadline)
             else:
                 self.failed.append((timer, err))
 

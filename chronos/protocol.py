@@ -10,9 +10,9 @@ short, stable, human-readable string (it becomes the dead-letter reason header).
 
 from __future__ import annotations
 
-import base64
 import json
 import re
+from binascii import a2b_base64, b2a_base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -169,14 +169,20 @@ def _storable_name(name: str) -> bool:
     return True
 
 
-def encode_headers(headers: Headers) -> str | None:
-    """Headers as stored: JSON ``[{"name": "<base64>" | null}, ...]`` (order and repeats kept)."""
+def header_items(headers: Headers) -> list[dict[str, str | None]] | None:
+    """Headers as stored: ``[{"name": "<base64>" | null}, ...]`` (order and repeats kept)."""
     if not headers:
         return None
-    return json.dumps(
-        [{name: None if v is None else base64.b64encode(v).decode("ascii")} for name, v in headers],
-        separators=(",", ":"),
-    )
+    return [
+        {name: None if v is None else b2a_base64(v, newline=False).decode("ascii")}
+        for name, v in headers
+    ]
+
+
+def encode_headers(headers: Headers) -> str | None:
+    """The stored headers as a JSON document."""
+    items = header_items(headers)
+    return None if items is None else json.dumps(items, separators=(",", ":"))
 
 
 def decode_headers(stored: list[dict[str, str | None]] | str | None) -> Headers:
@@ -186,7 +192,7 @@ def decode_headers(stored: list[dict[str, str | None]] | str | None) -> Headers:
     out: Headers = []
     for item in items:
         ((name, v),) = item.items()
-        out.append((name, None if v is None else base64.b64decode(v)))
+        out.append((name, None if v is None else a2b_base64(v)))
     return out
 
 

@@ -6,12 +6,14 @@
 -- Insert a consumed batch in one statement: rows not yet due (deadline beyond now + advance) are
 -- inserted (an id already waiting or ready is ignored); for every input row report whether it
 -- was due, whether it was inserted, and whether its id already existed (before this statement).
+-- The batch arrives as one JSON array (decoded by the server, not row by row by the driver):
+-- [{"i": id, "d": deadline, "k": base64 key|null, "v": base64 value|null, "h": headers|null}].
 WITH batch AS (
-    SELECT *
-    FROM unnest(
-        %(ids)s::text[], %(deadlines)s::timestamptz[], %(keys)s::bytea[],
-        %(vals)s::bytea[], %(headers)s::jsonb[]
-    ) WITH ORDINALITY AS b(id, deadline, message_key, message_value, message_headers, ord)
+    SELECT b.ord, b.i AS id, b.d AS deadline, decode(b.k, 'base64') AS message_key,
+           decode(b.v, 'base64') AS message_value, b.h AS message_headers
+    FROM ROWS FROM (
+             jsonb_to_recordset(%(batch)s::jsonb) AS (i text, d timestamptz, k text, v text, h jsonb)
+         ) WITH ORDINALITY AS b(i, d, k, v, h, ord)
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers)
     SELECT id, deadline, message_key, message_value, message_headers
@@ -47,9 +49,9 @@ UPDATE chronos_messages m
 SET readied_at = now(), readied_by = %(node_id)s::uuid
 FROM due
 WHERE m.id = due.id
-RETURNING m.id, m.deadline, m.readied_at, m.message_key, m.message_value, m.message_headers,
-          m.attempts, m.last_error, m.target_topic,
-          (extract(epoch FROM (m.deadline - now())) * 1000)::double precision AS remaining_ms;
+RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
+          m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
+          m.target_topic, (extract(epoch FROM (m.deadline - now())) * 1000)::double precision;
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
@@ -110,3 +112,183 @@ SELECT id FROM chronos_messages WHERE id = ANY(%(ids)s::text[]);
 -- name: ping
 -- Liveness of the connection; also returns the database clock.
 SELECT now() AS now;
+
+-- name: backlog
+-- Backlog statistics from indexes and the planner's row estimate, never a table scan.
+WITH est AS (
+    SELECT greatest(coalesce(s.n_live_tup::float8, c.reltuples::float8), 0)::bigint AS n
+    FROM pg_class c
+    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+    WHERE c.oid = 'chronos_messages'::regclass
+)
+SELECT now() AS now,
+       (SELECT n FROM est) AS estimated_rows,
+       CASE WHEN coalesce((SELECT n FROM est), 0) < %(exact_below)s THEN (
+           SELECT count(*) FROM (
+               SELECT 1 FROM chronos_messages WHERE readied_at IS NULL LIMIT %(exact_below)s
+           ) u
+       ) END AS unclaimed_bounded,
+       (SELECT count(*) FROM chronos_messages WHERE readied_at IS NOT NULL) AS claimed,
+       (SELECT count(*) FROM (
+           SELECT 1 FROM chronos_messages
+           WHERE attempts > 0 AND attempts >= %(park_attempts)s AND readied_at IS NULL
+           LIMIT %(count_limit)s
+       ) p) AS parked_bounded,
+       (SELECT count(*) FROM (
+           SELECT 1 FROM chronos_messages
+           WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
+           LIMIT %(count_limit)s
+       ) o) AS overdue_bounded,
+       (SELECT deadline FROM chronos_messages
+        WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
+        ORDER BY deadline LIMIT 1) AS oldest_overdue,
+       least(
+           (SELECT deadline FROM chronos_messages WHERE readied_at IS NULL
+            ORDER BY deadline LIMIT 1),
+           (SELECT min(deadline) FROM chronos_messages WHERE readied_at IS NOT NULL)
+       ) AS oldest_deadline,
+       greatest(
+           (SELECT deadline FROM chronos_messages WHERE readied_at IS NULL
+            ORDER BY deadline DESC LIMIT 1),
+           (SELECT max(deadline) FROM chronos_messages WHERE readied_at IS NOT NULL)
+       ) AS newest_deadline;
+
+-- name: get_message
+-- One scheduled message by id, with the size of its value (the value itself only if asked).
+SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+       target_topic, enqueued_at, message_key, message_headers,
+       octet_length(message_value) AS value_size,
+       CASE WHEN %(include_value)s THEN message_value END AS message_value
+FROM chronos_messages
+WHERE id = %(id)s;
+
+-- name: list_waiting
+-- Admin list of waiting rows (unclaimed, not parked) after a (deadline, id) cursor; due index.
+SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+       target_topic, enqueued_at, message_key, message_headers,
+       octet_length(message_value) AS value_size, NULL::bytea AS message_value
+FROM chronos_messages
+WHERE readied_at IS NULL
+  AND attempts < %(park_attempts)s
+  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+  AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+  AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+       OR id > %(after_id)s::text)
+ORDER BY deadline, id
+LIMIT %(limit)s;
+
+-- name: list_parked
+-- Admin list of parked rows (attempts at the park threshold) after a cursor; failed index.
+SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+       target_topic, enqueued_at, message_key, message_headers,
+       octet_length(message_value) AS value_size, NULL::bytea AS message_value
+FROM chronos_messages
+WHERE attempts > 0
+  AND attempts >= %(park_attempts)s
+  AND readied_at IS NULL
+  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+  AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+  AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+       OR id > %(after_id)s::text)
+ORDER BY deadline, id
+LIMIT %(limit)s;
+
+-- name: list_claimed
+-- Admin list of claimed rows (few: bounded by in-flight limits) after a cursor; claimed index.
+SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+       target_topic, enqueued_at, message_key, message_headers,
+       octet_length(message_value) AS value_size, NULL::bytea AS message_value
+FROM chronos_messages
+WHERE readied_at IS NOT NULL
+  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+  AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+       OR (deadline = %(after_deadline)s::timestamptz AND id > %(after_id)s::text))
+ORDER BY deadline, id
+LIMIT %(limit)s;
+
+-- name: list_all
+-- Admin list of every row after a cursor: unclaimed (due index) merged with claimed rows.
+SELECT * FROM (
+    (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+            target_topic, enqueued_at, message_key, message_headers,
+            octet_length(message_value) AS value_size, NULL::bytea AS message_value
+     FROM chronos_messages
+     WHERE readied_at IS NULL
+       AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+       AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+       AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+       AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+            OR id > %(after_id)s::text)
+     ORDER BY deadline, id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+            target_topic, enqueued_at, message_key, message_headers,
+            octet_length(message_value) AS value_size, NULL::bytea AS message_value
+     FROM chronos_messages
+     WHERE readied_at IS NOT NULL
+       AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+       AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+       AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+            OR (deadline = %(after_deadline)s::timestamptz AND id > %(after_id)s::text))
+     ORDER BY deadline, id
+     LIMIT %(limit)s)
+) merged
+ORDER BY deadline, id
+LIMIT %(limit)s;
+
+-- name: cancel_message
+-- Delete a message unless claimed (it may be firing); no row returned = not scheduled.
+WITH target AS (
+    SELECT id, readied_at FROM chronos_messages WHERE id = %(id)s FOR UPDATE
+), deleted AS (
+    DELETE FROM chronos_messages m
+    USING target t
+    WHERE m.id = t.id AND t.readied_at IS NULL
+    RETURNING m.id
+)
+SELECT t.readied_at IS NOT NULL AS claimed, EXISTS (SELECT 1 FROM deleted) AS deleted
+FROM target t;
+
+-- name: heartbeat
+-- A node announces it is alive (insert on its first beat, then move heartbeat_at to now()).
+INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version)
+VALUES (%(node_id)s::uuid, coalesce(%(started_at)s::timestamptz, now()), now(),
+        %(hostname)s, %(version)s)
+ON CONFLICT (node_id) DO UPDATE
+SET heartbeat_at = now(), hostname = EXCLUDED.hostname, version = EXCLUDED.version;
+
+-- name: remove_node
+-- A node leaves at graceful shutdown: delete its heartbeat row.
+DELETE FROM chronos_nodes WHERE node_id = %(node_id)s::uuid RETURNING node_id::text;
+
+-- name: expire_nodes
+-- Forget nodes whose last heartbeat is older than `retain_s` seconds (killed, never shut down).
+DELETE FROM chronos_nodes
+WHERE heartbeat_at < now() - make_interval(secs => %(retain_s)s)
+RETURNING node_id::text;
+
+-- name: list_nodes
+-- Live nodes (heartbeat within live_s), nodes holding claims and, if asked, every known node.
+WITH claims AS (
+    SELECT readied_by AS node_id, count(*) AS claimed, min(readied_at) AS oldest_claim_at
+    FROM chronos_messages
+    WHERE readied_at IS NOT NULL
+    GROUP BY readied_by
+), known AS (
+    SELECT coalesce(n.node_id, c.node_id) AS node_id, n.started_at, n.heartbeat_at, n.hostname,
+           n.version, coalesce(c.claimed, 0) AS claimed, c.oldest_claim_at,
+           coalesce(n.heartbeat_at > now() - make_interval(secs => %(live_s)s), false) AS live
+    FROM chronos_nodes n
+    FULL JOIN claims c ON c.node_id = n.node_id
+)
+SELECT node_id::text AS node_id, started_at, heartbeat_at, hostname, version, claimed,
+       oldest_claim_at, live,
+       extract(epoch FROM now() - heartbeat_at)::double precision AS heartbeat_age_seconds,
+       now() AS now
+FROM known
+WHERE live OR claimed > 0 OR %(include_dead)s
+ORDER BY node_id;
