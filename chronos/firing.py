@@ -2,14 +2,22 @@
 
 Precision beyond polling: rows are claimed up to ``lookahead`` before they are due and fired from
 an in-memory timer at ``deadline - timing advance``. The time left until each deadline is measured
-on the database clock (the claim query returns it) and anchored to this process's monotonic clock
-when the claim *returns*, so a message is never fired before ``deadline - advance`` whatever this
-node's wall clock says.
+on the database clock (the claim statement returns it) and anchored to this process's monotonic
+clock when the result *arrived*, so a message is never fired before ``deadline - advance`` whatever
+this node's wall clock says.
+
+Two threads share the work so that a slow statement never delays a timer:
+
+* the loop thread claims (phase 1) and deletes/releases (phase 2), one statement per batch;
+* the ``Dispatcher`` thread sleeps until the earliest timer, publishes what is due and serves
+  the producer's delivery reports.
 
 Phase 2 deletes only rows whose delivery report succeeded, fenced by this node's claim
 (``readied_by`` and ``readied_at``); a row a peer re-claimed after a suspected failure is never
-deleted, and its absence is a warning. A failed delivery gives the row back (attempts + 1) for a
-retry; after ``max_publish_attempts`` it is dead-lettered with the reason.
+deleted, and its absence is a warning. A failed delivery gives the row back for a retry: a
+permanent refusal (e.g. too large) counts as an attempt, and after ``max_publish_attempts`` the
+message is dead-lettered with the broker's error; an outage does not count, and claiming backs
+off instead.
 
 The claim statement runs again at once while it returns full batches (a backlog drains at full
 speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
@@ -20,6 +28,7 @@ from __future__ import annotations
 import heapq
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +44,7 @@ from chronos.store import Claim, ClaimedRow, Store
 
 log = logging.getLogger(__name__)
 
-DELETE_BATCH = 1000
+DELETE_BATCH = 2000
 DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 
 
@@ -44,7 +53,146 @@ class _Timer:
     fire_at: float  # monotonic
     seq: int
     row: ClaimedRow = field(compare=False)
-    claimed_at: float = field(compare=False, default=0.0)  # monotonic
+
+
+class Dispatcher:
+    """Fires timers on time and collects delivery outcomes. Runs on its own thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: Publisher,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self.publisher = publisher
+        self.monotonic = monotonic
+        self.hold = settings.hold_time_ms / 1000
+        self.cond = threading.Condition()
+        self.timers: list[_Timer] = []  # guarded by cond
+        self.in_flight = 0  # produced, report pending (dispatcher thread only)
+        self.delivered: list[_Timer] = []  # guarded by cond
+        self.failed: list[tuple[_Timer, KafkaError | None]] = []  # guarded by cond
+        self.expired: list[_Timer] = []  # guarded by cond
+        self.outcome_ready = threading.Event()
+        self.stopping = threading.Event()
+        self._seq = 0
+
+    # -- called from the loop thread ------------------------------------------------------
+
+    def add(self, rows: list[ClaimedRow]) -> None:
+        advance = self.settings.timing_advance_ms / 1000
+        with self.cond:
+            for row in rows:
+                self._seq += 1
+                fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
+                heapq.heappush(self.timers, _Timer(fire_at, self._seq, row))
+            self.cond.notify()
+
+    def held(self) -> int:
+        with self.cond:
+            return (
+                len(self.timers) + self.in_flight + len(self.delivered) + len(self.failed)
+            )
+
+    def take_outcomes(
+        self,
+    ) -> tuple[list[_Timer], list[tuple[_Timer, KafkaError | None]], list[_Timer]]:
+        with self.cond:
+            delivered, self.delivered = self.delivered, []
+            failed, self.failed = self.failed, []
+            expired, self.expired = self.expired, []
+            self.outcome_ready.clear()
+        return delivered, failed, expired
+
+    def take_unfired(self) -> list[_Timer]:
+        with self.cond:
+            unfired, self.timers = self.timers, []
+        return unfired
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.cond:
+            self.cond.notify()
+
+    # -- the dispatcher thread ------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.fire_due()
+            self.publisher.poll(0)
+            with self.cond:
+                if self.stopping.is_set():
+                    break
+                wait = 0.05
+                if self.timers:
+                    wait = min(wait, self.timers[0].fire_at - self.monotonic())
+                if self.in_flight:
+                    wait = min(wait, 0.005)  # serve delivery reports promptly
+                if wait > 0:
+                    self.cond.wait(wait)
+
+    def fire_due(self) -> None:
+        now = self.monotonic()
+        due: list[_Timer] = []
+        with self.cond:
+            while self.timers and self.timers[0].fire_at <= now:
+                due.append(heapq.heappop(self.timers))
+        for timer in due:
+            if now - timer.row.claimed_monotonic >= self.hold:
+                # Held past the hold time (e.g. this process was paused): a peer may already
+                # have taken it over, so leave it to the failure detector rather than fire twice.
+                with self.cond:
+                    self.expired.append(timer)
+                continue
+            self._produce(timer)
+
+    def drain(self, timeout: float) -> None:
+        """Wait (on the caller's thread) for outstanding delivery reports."""
+        deadline = self.monotonic() + timeout
+        while self.in_flight and self.monotonic() < deadline:
+            self.publisher.poll(0.05)
+
+    def _produce(self, timer: _Timer) -> None:
+        row = timer.row
+        topic = row.target_topic or self.settings.output_topic
+        headers = row.headers
+        dead_letter = (
+            row.attempts >= self.settings.max_publish_attempts
+            and bool(self.settings.dead_letter_topic)
+        )
+        if dead_letter:
+            # The broker refused it max_publish_attempts times: dead-letter it with the reason.
+            reason = (
+                f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
+            )
+            headers = list(row.headers) + [
+                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
+                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
+            ]
+            topic = self.settings.dead_letter_topic
+
+        def report(err: KafkaError | None) -> None:
+            self.in_flight -= 1
+            with self.cond:
+                if err is None:
+                    self.delivered.append(timer)
+                else:
+                    self.failed.append((timer, err))
+            self.outcome_ready.set()
+            if err is None:
+                if dead_letter:
+                    metrics.DEAD_LETTERED.labels("publish_failed").inc()
+                    log.error(
+                        "message %s dead-lettered after %d failed publishes",
+                        row.id, row.attempts,
+                        extra={"event": "dead_lettered", "reason": "publish_failed"},
+                    )
+                else:
+                    metrics.LATENESS.observe(time.time() - row.deadline)
+
+        self.in_flight += 1
+        self.publisher.produce(topic, row.key, row.value, headers, report)
 
 
 class FiringLoop(Loop):
@@ -60,60 +208,54 @@ class FiringLoop(Loop):
         super().__init__()
         self.settings = settings
         self.store = store
-        self.publisher = publisher
         self.monotonic = monotonic
         self.node_id = settings.node_id
-        self.advance = settings.timing_advance_ms / 1000
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
-        self.hold = settings.hold_time_ms / 1000
-        self.timers: list[_Timer] = []
-        self.in_flight: dict[int, _Timer] = {}  # produced, awaiting the delivery report
-        self.delivered: list[_Timer] = []
-        self.failed: list[tuple[_Timer, KafkaError | None]] = []
-        self.delivered_since: float | None = None
+        self.dispatcher = Dispatcher(settings, publisher, monotonic)
+        self.pending_delete: list[_Timer] = []
+        self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
-        self._seq = 0
 
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
+        thread = threading.Thread(
+            target=self.dispatcher.run, name="chronos-dispatcher", daemon=True
+        )
+        thread.start()
         try:
             while not self.stopping.is_set():
                 self.alive_at = self.monotonic()
+                if not thread.is_alive():
+                    raise RuntimeError("the dispatcher thread died")
                 self.step()
                 self.idle()
         finally:
+            self.dispatcher.stop()
+            thread.join(5)
             self.drain()
 
     def step(self) -> None:
-        """One iteration: claim if it is time, fire what is due, finish delivered rows."""
+        """One iteration: claim if it is time, then finish the rows whose outcome is known."""
         now = self.monotonic()
         if now >= self.next_claim_at:
             self.claim(now)
-        self.fire_due()
-        self.publisher.poll(0)
         self.finish(force=False)
 
     def idle(self) -> None:
-        """Wait for the next timer, the next claim or a delivery report, whichever is first."""
         wake = self.next_claim_at
-        if self.timers:
-            wake = min(wake, self.timers[0].fire_at)
-        if self.delivered:
-            wake = min(wake, (self.delivered_since or 0) + DELETE_MAX_AGE)
+        if self.pending_delete:
+            wake = min(wake, self.pending_since + DELETE_MAX_AGE)
         timeout = wake - self.monotonic()
         if timeout > 0:
-            # Serves delivery reports while waiting; returns early when one arrives.
-            self.publisher.poll(min(timeout, 0.1))
+            # Wakes early when a delivery outcome arrives or the loop is stopped.
+            self.dispatcher.outcome_ready.wait(min(timeout, 0.1))
 
     # -- phase 1: claim -----------------------------------------------------------------------
 
-    def held(self) -> int:
-        return len(self.timers) + len(self.in_flight) + len(self.delivered) + len(self.failed)
-
     def claim(self, started: float) -> None:
-        room = self.settings.max_in_flight - self.held()
+        room = self.settings.max_in_flight - self.dispatcher.held() - len(self.pending_delete)
         poll = self.settings.poll_interval_ms / 1000
         if room <= 0:
             self.next_claim_at = started + poll
@@ -124,95 +266,50 @@ class FiringLoop(Loop):
             rows = self.store.claim(
                 self.node_id, self.horizon_ms, limit, self.settings.max_publish_attempts * 2
             )
-        except Exception as exc:  # StoreError; keep firing what we hold meanwhile
+        except Exception as exc:  # StoreError: keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
             log.warning("claim failed: %s", exc, extra={"event": "database_error"})
-            self.next_claim_at = self.monotonic() + min(5.0, poll * 10) * random.uniform(0.5, 1)
+            self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
+            self.next_claim_at = self.monotonic() + self.claim_backoff * random.uniform(0.5, 1)
             return
-        returned = self.monotonic()
+        self.claim_backoff = 0.0
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         if rows:
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
-        for row in rows:
-            self._seq += 1
-            fire_at = returned + row.remaining_ms / 1000 - self.advance
-            heapq.heappush(self.timers, _Timer(fire_at, self._seq, row, returned))
-        metrics.IN_FLIGHT.set(self.held())
+            self.dispatcher.add(rows)
+        returned = self.monotonic()
+        metrics.IN_FLIGHT.set(self.dispatcher.held())
         if len(rows) == limit:
             self.next_claim_at = returned  # full batch: a backlog, claim again at once
         else:
             elapsed = returned - started
             jitter = random.uniform(0, 0.1 * poll)
-            self.next_claim_at = started + max(0.0, poll - elapsed) + elapsed + jitter
-
-    # -- firing -------------------------------------------------------------------------------
-
-    def fire_due(self) -> None:
-        now = self.monotonic()
-        while self.timers and self.timers[0].fire_at <= now:
-            timer = heapq.heappop(self.timers)
-            if now - timer.claimed_at >= self.hold:
-                # Held past the hold time (e.g. this process was paused): a peer may already
-                # have taken it over, so leave it to the failure detector rather than fire twice.
-                log.warning(
-                    "claim on %s expired before firing; leaving it to peers",
-                    timer.row.id,
-                    extra={"event": "claim_expired"},
-                )
-                continue
-            self._produce(timer)
-
-    def _produce(self, timer: _Timer) -> None:
-        row = timer.row
-        topic = row.target_topic or self.settings.output_topic
-        headers = row.headers
-        if row.attempts >= self.settings.max_publish_attempts and self.settings.dead_letter_topic:
-            # The broker refused it max_publish_attempts times: dead-letter it with the reason.
-            reason = (
-                f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
-            )
-            headers = list(row.headers) + [
-                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
-                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
-            ]
-            topic = self.settings.dead_letter_topic
-        self.in_flight[timer.seq] = timer
-
-        def report(err: KafkaError | None) -> None:
-            self.in_flight.pop(timer.seq, None)
-            if err is None:
-                if not self.delivered:
-                    self.delivered_since = self.monotonic()
-                self.delivered.append(timer)
-                if topic == self.settings.dead_letter_topic:
-                    metrics.DEAD_LETTERED.labels("publish_failed").inc()
-                    log.error(
-                        "message %s dead-lettered after %d failed publishes",
-                        row.id, row.attempts,
-                        extra={"event": "dead_lettered", "reason": "publish_failed"},
-                    )
-                else:
-                    metrics.LATENESS.observe(time.time() - row.deadline)
-            else:
-                self.failed.append((timer, err))
-
-        self.publisher.produce(topic, row.key, row.value, headers, report)
+            self.next_claim_at = returned + max(0.0, poll - elapsed) + jitter
 
     # -- phase 2: delete / release ------------------------------------------------------------
 
     def finish(self, *, force: bool) -> None:
-        if self.delivered and (
+        delivered, failed, expired = self.dispatcher.take_outcomes()
+        if delivered:
+            if not self.pending_delete:
+                self.pending_since = self.monotonic()
+            self.pending_delete.extend(delivered)
+        if self.pending_delete and (
             force
-            or len(self.delivered) >= DELETE_BATCH
-            or self.monotonic() - (self.delivered_since or 0) >= DELETE_MAX_AGE
+            or len(self.pending_delete) >= DELETE_BATCH
+            or self.monotonic() - self.pending_since >= DELETE_MAX_AGE
         ):
             self._delete_delivered()
-        if self.failed:
-            self._handle_failed()
-        metrics.IN_FLIGHT.set(self.held())
+        if failed:
+            self._handle_failed(failed)
+        if expired:
+            log.warning(
+                "%d claims expired before firing (paused?); leaving them to the failure detector",
+                len(expired), extra={"event": "claim_expired"},
+            )
 
     def _delete_delivered(self) -> None:
-        batch, self.delivered, self.delivered_since = self.delivered, [], None
+        batch, self.pending_delete = self.pending_delete, []
         claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
         t0 = time.perf_counter()
         try:
@@ -240,9 +337,8 @@ class FiringLoop(Loop):
                     extra={"event": "fenced_delete", "message_id": message_id},
                 )
 
-    def _handle_failed(self) -> None:
+    def _handle_failed(self, batch: list[tuple[_Timer, KafkaError | None]]) -> None:
         """Give failed rows back. Permanent refusals count as attempts; outages do not."""
-        batch, self.failed = self.failed, []
         metrics.PUBLISH_ERRORS.labels("output").inc(len(batch))
         permanent = [(t, err) for t, err in batch if is_permanent(err)]
         transient = [(t, err) for t, err in batch if not is_permanent(err)]
@@ -264,23 +360,19 @@ class FiringLoop(Loop):
             # The broker is unreachable or overloaded: back off before claiming again.
             self.claim_backoff = min(5.0, max(0.2, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff
-        else:
-            self.claim_backoff = 0.0
 
     # -- shutdown -----------------------------------------------------------------------------
 
     def drain(self) -> None:
         """Stop claiming; give back unfired rows; wait for reports; delete what was delivered."""
-        unfired, self.timers = self.timers, []
+        unfired = self.dispatcher.take_unfired()
         if unfired:
             claims = [(t.row.id, t.row.readied_at) for t in unfired]
             try:
                 self.store.release(self.node_id, claims, failed=False, errors=None)
             except Exception as exc:
                 log.warning("could not release %d unfired rows: %s", len(unfired), exc)
-        deadline = self.monotonic() + self.settings.shutdown_timeout_ms / 1000 / 2
-        while self.in_flight and self.monotonic() < deadline:
-            self.publisher.poll(0.05)
+        self.dispatcher.drain(self.settings.shutdown_timeout_ms / 1000 / 2)
         self.finish(force=True)
         try:
             released = self.store.release_node(self.node_id)
@@ -289,7 +381,7 @@ class FiringLoop(Loop):
             released = 0
         metrics.IN_FLIGHT.set(0)
         log.info(
-            "firing stopped: %d unfired rows given back, %d claims released",
+            "firing stopped: %d unfired rows given back, %d more claims released",
             len(unfired), released, extra={"event": "firing_stopped"},
         )
 

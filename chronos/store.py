@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from binascii import b2a_base64
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +47,8 @@ class ClaimedRow:
     attempts: int
     last_error: str | None
     target_topic: str | None
-    remaining_ms: float  # deadline - now() on the database clock, at claim time
+    remaining_ms: float  # deadline minus the database clock, as the claim statement finished
+    claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,13 +270,17 @@ class PostgresStore:
                 self._drop_connection(conn)
             raise StoreError(f"{name} failed: {exc}") from exc
 
-    def _execute_tuples(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """Hot-path variant: binary results, plain tuples (no per-row dict)."""
+    def _execute_tuples(
+        self, name: str, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], float]:
+        """Hot-path variant: binary results, plain tuples (no per-row dict), and the monotonic
+        time the result arrived (before any row is converted)."""
         conn = self._conn()
         try:
             with conn.cursor(row_factory=tuple_row, binary=True) as cur:
                 cur.execute(query(name), params)  # type: ignore[arg-type]
-                return cur.fetchall()
+                arrived = time.monotonic()
+                return cur.fetchall(), arrived
         except psycopg.Error as exc:
             if conn.closed or conn.broken or isinstance(exc, psycopg.OperationalError):
                 self._drop_connection(conn)
@@ -319,7 +325,7 @@ class PostgresStore:
     def claim(
         self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
     ) -> list[ClaimedRow]:
-        rows = self._execute_tuples(
+        rows, arrived = self._execute_tuples(
             "claim_due",
             {
                 "node_id": node_id,
@@ -331,7 +337,7 @@ class PostgresStore:
         return [
             ClaimedRow(
                 r[0], r[1], r[2], _bytes(r[3]), _bytes(r[4]), decode_headers(r[5]), r[6], r[7],
-                r[8], r[9],
+                r[8], r[9], arrived,
             )
             for r in rows
         ]

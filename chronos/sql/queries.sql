@@ -34,7 +34,9 @@ ORDER BY b.ord;
 -- name: claim_due
 -- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
 -- skipping rows another node is claiming and rows parked after `park_attempts` failed publishes;
--- return them with the time left until each deadline measured on the database clock.
+-- return them with the time left until each deadline on the database clock, measured as late
+-- as possible (clock_timestamp(), not the statement start) so timers anchored on arrival of the
+-- result never fire early and lose little precision.
 WITH due AS (
     SELECT id
     FROM chronos_messages
@@ -51,7 +53,8 @@ FROM due
 WHERE m.id = due.id
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
           m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
-          m.target_topic, (extract(epoch FROM (m.deadline - now())) * 1000)::double precision;
+          m.target_topic,
+          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision;
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and

@@ -1,0 +1,119 @@
+"""Session fixtures giving every test tier real services, started by Chronos's own code.
+
+Services start lazily: a test run that needs neither Postgres nor Kafka starts nothing.
+See ``tests/support/services.py`` for how each service is chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from chronos.dev import EmbeddedBroker, EmbeddedPostgres
+from tests.support import services
+from tests.support.databases import DatabaseFactory
+from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
+
+# ------------------------------------------------------------------------------- Postgres
+
+
+@pytest.fixture(scope="session")
+def postgres_service() -> Iterator[services.PostgresService]:
+    with services.postgres_service() as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres_service: services.PostgresService) -> str:
+    """URL of the session's Postgres server (its maintenance database)."""
+    return postgres_service.url
+
+
+@pytest.fixture
+def embedded_postgres(postgres_service: services.PostgresService) -> Iterator[EmbeddedPostgres]:
+    """The embedded server itself, for tests that stop or restart it.
+
+    Skips when an external server or a container is in use. Restarted after the test if the
+    test left it stopped, so later tests still find it.
+    """
+    server = postgres_service.embedded
+    if server is None:
+        pytest.skip("needs the embedded Postgres (an external server is in use)")
+    yield server
+    if not server.running:
+        server.start()
+
+
+@pytest.fixture(scope="session")
+def database_factory(postgres_server: str) -> Iterator[DatabaseFactory]:
+    factory = DatabaseFactory(postgres_server)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def database_url(database_factory: DatabaseFactory) -> Iterator[str]:
+    """A fresh, empty database for this test; dropped afterwards."""
+    url = database_factory.create()
+    yield url
+    database_factory.drop(url)
+
+
+@pytest.fixture
+def migrated_database_url(database_factory: DatabaseFactory) -> Iterator[str]:
+    """A fresh database at the head revision (a copy of a template migrated once)."""
+    url = database_factory.create_migrated()
+    yield url
+    database_factory.drop(url)
+
+
+# ------------------------------------------------------------------------------- Kafka
+
+
+@pytest.fixture(scope="session")
+def kafka_service() -> Iterator[services.KafkaService]:
+    with services.kafka_service() as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_service: services.KafkaService) -> str:
+    """Bootstrap address of the session's Kafka-protocol broker."""
+    return kafka_service.bootstrap
+
+
+@pytest.fixture
+def embedded_broker(kafka_service: services.KafkaService) -> Iterator[EmbeddedBroker]:
+    """The embedded broker itself, for tests that stop or restart it (a restart loses every
+    topic and record). Skips when an external broker is in use; restarted after the test if
+    the test left it stopped."""
+    broker = kafka_service.embedded
+    if broker is None:
+        pytest.skip("needs the embedded broker (an external broker is in use)")
+    yield broker
+    if not broker.running:
+        broker.start()
+
+
+@pytest.fixture
+def make_topics(
+    kafka_bootstrap: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Topics]]:
+    """``make_topics(partitions=3)`` creates another unique input/output/dead-letter trio."""
+    created: list[Topics] = []
+
+    def make(partitions: int = TEST_PARTITIONS) -> Topics:
+        topics = new_topics(kafka_bootstrap, request.node.name, partitions)
+        created.append(topics)
+        return topics
+
+    yield make
+    for topics in created:
+        delete_topics(kafka_bootstrap, topics)
+
+
+@pytest.fixture
+def topics(make_topics: Callable[..., Topics]) -> Topics:
+    """Unique input/output/dead-letter topics (3 partitions each) for this test."""
+    return make_topics()

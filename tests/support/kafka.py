@@ -1,0 +1,85 @@
+"""Per-test topics and consumer settings that suit the embedded broker."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, Message
+from confluent_kafka.admin import AdminClient
+
+from chronos.dev import DEV_SESSION_TIMEOUT_MS, create_topics
+
+TEST_PARTITIONS = 3
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The three topics of one test."""
+
+    input: str
+    output: str
+    dead_letter: str
+    partitions: int = TEST_PARTITIONS
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        return (self.input, self.output, self.dead_letter)
+
+
+def new_topics(bootstrap: str, label: str = "", partitions: int = TEST_PARTITIONS) -> Topics:
+    """Create uniquely named input/output/dead-letter topics; ``label`` helps reading logs."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:60]
+    prefix = f"chronos-{stem}-{uuid.uuid4().hex[:8]}" if stem else f"chronos-{uuid.uuid4().hex[:8]}"
+    topics = Topics(f"{prefix}-in", f"{prefix}-out", f"{prefix}-dlq", partitions)
+    create_topics(bootstrap, {name: partitions for name in topics.names})
+    return topics
+
+
+def delete_topics(bootstrap: str, topics: Topics, timeout: float = 5.0) -> None:
+    """Best effort: leftover topics are harmless, they only cost the broker memory."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(list(topics.names), operation_timeout=timeout).values():
+        try:
+            future.result(timeout=timeout)
+        except Exception:  # noqa: BLE001, S110 - best effort by design
+            pass
+
+
+def consumer_config(bootstrap: str, group_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A consumer that reads from the beginning and joins its group quickly."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id or f"chronos-test-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": int(DEV_SESSION_TIMEOUT_MS),
+        "enable.auto.commit": False,
+    }
+    config.update(extra)
+    return config
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    timeout: float = 30.0,
+    config: Mapping[str, Any] | None = None,
+) -> list[Message]:
+    """Read ``count`` records of ``topic`` in a fresh group (fewer if ``timeout`` runs out)."""
+    consumer = Consumer({**consumer_config(bootstrap), **(config or {})})
+    records: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(records) < count and time.monotonic() < deadline:
+            for message in consumer.consume(count - len(records), timeout=0.5):
+                if message.error() is None:
+                    records.append(message)
+    finally:
+        consumer.close()
+    return records

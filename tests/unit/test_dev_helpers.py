@@ -1,0 +1,85 @@
+"""The pure parts of the embedded development stack."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from chronos import dev, settings
+from tests.support.databases import with_database
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    dev.add_dev_arguments(parser)
+    settings.add_arguments(parser)  # as the CLI does: the two sets of flags must not clash
+    return parser
+
+
+def test_dev_defaults() -> None:
+    args = _parser().parse_args([])
+
+    assert (args.nodes, args.kafka_port, args.pg_port) == (2, 9092, 55432)
+    assert (args.partitions, args.http_port_base) == (6, 8080)
+    assert args.data_dir == Path(".chronos/dev")
+
+
+def test_dev_flags_and_settings_flags_parse_together() -> None:
+    args = _parser().parse_args(["--nodes", "0", "--input-topic", "in", "--http-port-base", "9000"])
+
+    assert args.nodes == 0 and args.http_port_base == 9000
+    assert settings.load(args, environ={}).input_topic == "in"
+
+
+def test_node_settings_give_each_node_its_port_id_and_the_stack() -> None:
+    base = settings.load(environ={})
+
+    nodes = [dev.node_settings(base, "postgresql://u@h:1/d", "h:2", i, 8080) for i in range(2)]
+
+    assert [n.http_port for n in nodes] == [8080, 8081]
+    assert len({n.node_id for n in nodes}) == 2
+    assert all(uuid.UUID(n.node_id) for n in nodes)
+    assert all(n.kafka_bootstrap_servers == "h:2" for n in nodes)
+    assert nodes[0].database_url.reveal() == "postgresql://u@h:1/d"
+    env = settings.as_environment(nodes[0])
+    assert env["CHRONOS_CONSUMER__SESSION_TIMEOUT_MS"] == dev.DEV_SESSION_TIMEOUT_MS
+    assert env["CHRONOS_HTTP_PORT"] == "8080"
+
+
+def test_node_settings_keep_a_session_timeout_the_user_chose() -> None:
+    base = settings.load(environ={"CHRONOS_CONSUMER__SESSION_TIMEOUT_MS": "10000"})
+
+    node = dev.node_settings(base, "postgresql://u@h:1/d", "h:2", 0, 8080)
+
+    assert node.consumer_properties["session.timeout.ms"] == "10000"
+
+
+def test_default_node_command_runs_chronos() -> None:
+    assert dev.NODE_COMMAND[1:] == ("-m", "chronos", "run")
+
+
+def test_free_port_is_bindable() -> None:
+    port = dev.free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_alive() -> None:
+    assert dev._alive(os.getpid())
+    assert not dev._alive(2**22 + 1)  # above the kernel's pid_max ceiling
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://postgres@127.0.0.1:5/postgres", "postgresql://postgres@127.0.0.1:5/x"),
+        ("postgresql://u:p@h:5/test?sslmode=disable", "postgresql://u:p@h:5/x?sslmode=disable"),
+    ],
+)
+def test_with_database(url: str, expected: str) -> None:
+    assert with_database(url, "x") == expected
