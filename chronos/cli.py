@@ -47,13 +47,24 @@ def _parser() -> argparse.ArgumentParser:
     settings.add_arguments(dev)
 
     schedule = sub.add_parser("schedule", help="publish a message due N seconds from now")
-    schedule.add_argument("--in", dest="delay", type=float, default=5.0, metavar="SECONDS",
-                          help="delay in seconds (default 5)")
+    schedule.add_argument(
+        "--in",
+        dest="delay",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="delay in seconds (default 5)",
+    )
     schedule.add_argument("--id", default=None, help="chronosMessageId (default: a new UUID)")
     schedule.add_argument("--key", default=None, help="record key (UTF-8)")
     schedule.add_argument("--value", default="hello from chronos", help="record value (UTF-8)")
-    schedule.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
-                          help="an extra header, relayed as-is (repeatable)")
+    schedule.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra header, relayed as-is (repeatable)",
+    )
     schedule.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
     settings.add_arguments(schedule)
 
@@ -122,8 +133,10 @@ def _schedule(config: settings.Settings, args: argparse.Namespace) -> int:
         extra.append((name, value.encode()))
     errors: list[object] = []
     for n in range(args.count):
-        message_id = args.id if args.id and args.count == 1 else (
-            f"{args.id}-{n}" if args.id else str(uuid.uuid4())
+        message_id = (
+            args.id
+            if args.id and args.count == 1
+            else (f"{args.id}-{n}" if args.id else str(uuid.uuid4()))
         )
         deadline = datetime.now(UTC) + timedelta(seconds=args.delay)
         headers = [
@@ -141,8 +154,10 @@ def _schedule(config: settings.Settings, args: argparse.Namespace) -> int:
         print(f"scheduled {message_id} for {format_deadline(deadline)} on {config.input_topic}")
     remaining = publisher.flush(30)
     if errors or remaining:
-        print(f"chronos: {len(errors) + remaining} messages not delivered: {errors[:1]}",
-              file=sys.stderr)
+        print(
+            f"chronos: {len(errors) + remaining} messages not delivered: {errors[:1]}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

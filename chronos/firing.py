@@ -91,9 +91,7 @@ class Dispatcher:
 
     def held(self) -> int:
         with self.cond:
-            return (
-                len(self.timers) + self.in_flight + len(self.delivered) + len(self.failed)
-            )
+            return len(self.timers) + self.in_flight + len(self.delivered) + len(self.failed)
 
     def take_outcomes(
         self,
@@ -157,9 +155,8 @@ class Dispatcher:
         row = timer.row
         topic = row.target_topic or self.settings.output_topic
         headers = row.headers
-        dead_letter = (
-            row.attempts >= self.settings.max_publish_attempts
-            and bool(self.settings.dead_letter_topic)
+        dead_letter = row.attempts >= self.settings.max_publish_attempts and bool(
+            self.settings.dead_letter_topic
         )
         if dead_letter:
             # The broker refused it max_publish_attempts times: dead-letter it with the reason.
@@ -185,7 +182,8 @@ class Dispatcher:
                     metrics.DEAD_LETTERED.labels("publish_failed").inc()
                     log.error(
                         "message %s dead-lettered after %d failed publishes",
-                        row.id, row.attempts,
+                        row.id,
+                        row.attempts,
                         extra={"event": "dead_lettered", "reason": "publish_failed"},
                     )
                 else:
@@ -305,7 +303,8 @@ class FiringLoop(Loop):
         if expired:
             log.warning(
                 "%d claims expired before firing (paused?); leaving them to the failure detector",
-                len(expired), extra={"event": "claim_expired"},
+                len(expired),
+                extra={"event": "claim_expired"},
             )
 
     def _delete_delivered(self) -> None:
@@ -319,7 +318,9 @@ class FiringLoop(Loop):
             # they fire again (a duplicate, never a loss).
             metrics.DATABASE_ERRORS.labels("delete").inc()
             log.warning(
-                "delete of %d fired rows failed: %s", len(batch), exc,
+                "delete of %d fired rows failed: %s",
+                len(batch),
+                exc,
                 extra={"event": "database_error"},
             )
             return
@@ -344,7 +345,10 @@ class FiringLoop(Loop):
         transient = [(t, err) for t, err in batch if not is_permanent(err)]
         log.warning(
             "%d deliveries failed (%d permanent; first: %s); giving the rows back",
-            len(batch), len(permanent), batch[0][1], extra={"event": "publish_failed"},
+            len(batch),
+            len(permanent),
+            batch[0][1],
+            extra={"event": "publish_failed"},
         )
         for items, failed in ((permanent, True), (transient, False)):
             if not items:
@@ -382,7 +386,9 @@ class FiringLoop(Loop):
         metrics.IN_FLIGHT.set(0)
         log.info(
             "firing stopped: %d unfired rows given back, %d more claims released",
-            len(unfired), released, extra={"event": "firing_stopped"},
+            len(unfired),
+            released,
+            extra={"event": "firing_stopped"},
         )
 
 

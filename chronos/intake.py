@@ -106,14 +106,16 @@ class IntakeLoop(Loop):
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
         log.info(
-            "assigned %s", [f"{p.topic}[{p.partition}]" for p in partitions],
+            "assigned %s",
+            [f"{p.topic}[{p.partition}]" for p in partitions],
             extra={"event": "partitions_assigned"},
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= {(p.topic, p.partition) for p in partitions}
         log.info(
-            "revoked %s", [f"{p.topic}[{p.partition}]" for p in partitions],
+            "revoked %s",
+            [f"{p.topic}[{p.partition}]" for p in partitions],
             extra={"event": "partitions_revoked"},
         )
 
@@ -257,5 +259,3 @@ def _reporter(item: _Pending) -> Callable[[KafkaError | None], None]:
         item.done = True
 
     return report
-
-

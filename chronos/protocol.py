@@ -78,7 +78,9 @@ def parse_deadline(raw: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(f"{match['date']}T{match['time']}.{frac}{suffix}")
     except ValueError as exc:
-        raise DeadlineError(f"{DEADLINE_HEADER} {raw[:64]!r} is not a valid instant: {exc}") from None
+        raise DeadlineError(
+            f"{DEADLINE_HEADER} {raw[:64]!r} is not a valid instant: {exc}"
+        ) from None
     try:
         return parsed.astimezone(UTC)
     except OverflowError:
@@ -118,7 +120,10 @@ def parse_record(
                 bad_name = name
 
     if bad_name is not None:
-        return Rejection("invalid_header", f"header name {bad_name[:64]!r} is not storable (NUL or invalid UTF-8)")
+        return Rejection(
+            "invalid_header",
+            f"header name {bad_name[:64]!r} is not storable (NUL or invalid UTF-8)",
+        )
     if seen_id == 0:
         return Rejection("missing_id", f"missing header {MESSAGE_ID_HEADER}")
     if seen_id > 1:
@@ -126,7 +131,9 @@ def parse_record(
     if seen_deadline == 0:
         return Rejection("missing_deadline", f"missing header {DEADLINE_HEADER}")
     if seen_deadline > 1:
-        return Rejection("duplicate_header", f"header {DEADLINE_HEADER} appears {seen_deadline} times")
+        return Rejection(
+            "duplicate_header", f"header {DEADLINE_HEADER} appears {seen_deadline} times"
+        )
     if message_id is None or len(message_id) == 0:
         return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is empty")
     try:
@@ -136,14 +143,16 @@ def parse_record(
     if len(id_text) > MAX_ID_LENGTH:
         return Rejection(
             "invalid_id",
-            f"header {MESSAGE_ID_HEADER} is {len(id_text)} characters long (max {MAX_ID_LENGTH})"
+            f"header {MESSAGE_ID_HEADER} is {len(id_text)} characters long (max {MAX_ID_LENGTH})",
         )
     if "\x00" in id_text:
         return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} contains a NUL character")
     if deadline_raw is None or len(deadline_raw) == 0:
         return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is empty")
     if len(deadline_raw) > 64:
-        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is too long ({len(deadline_raw)} bytes)")
+        return Rejection(
+            "invalid_deadline", f"header {DEADLINE_HEADER} is too long ({len(deadline_raw)} bytes)"
+        )
     try:
         deadline = parse_deadline(deadline_raw.decode("ascii"))
     except UnicodeDecodeError:
@@ -154,7 +163,7 @@ def parse_record(
         return Rejection(
             "max_delay_exceeded",
             f"{DEADLINE_HEADER} {format_deadline(deadline)} is more than "
-            f"{int(max_delay.total_seconds() * 1000)} ms ahead (max delay)"
+            f"{int(max_delay.total_seconds() * 1000)} ms ahead (max delay)",
         )
     return ScheduledMessage(id_text, deadline, key, value, relayed)
 

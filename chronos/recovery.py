@@ -41,8 +41,9 @@ class RecoveryLoop(Loop):
                 self.sweep()
             except Exception as exc:  # StoreError: try again next interval
                 metrics.DATABASE_ERRORS.labels("recovery").inc()
-                log.warning("failure detection sweep failed: %s", exc,
-                            extra={"event": "database_error"})
+                log.warning(
+                    "failure detection sweep failed: %s", exc, extra={"event": "database_error"}
+                )
             elapsed = time.monotonic() - started
             if self.wait(max(0.0, interval - elapsed) + random.uniform(0, 0.1 * interval)):
                 break

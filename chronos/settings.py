@@ -7,7 +7,8 @@ Precedence: CLI flag > environment variable > default.
 
 Arbitrary librdkafka properties pass through to the Kafka clients:
 
-* ``CHRONOS_KAFKA__<NAME>`` (all clients), ``CHRONOS_CONSUMER__<NAME>``, ``CHRONOS_PRODUCER__<NAME>``:
+* ``CHRONOS_KAFKA__<NAME>`` (all clients), ``CHRONOS_CONSUMER__<NAME>``,
+  ``CHRONOS_PRODUCER__<NAME>``:
   ``<NAME>`` is the property with dots written as single underscores, e.g.
   ``CHRONOS_KAFKA__SECURITY_PROTOCOL=SASL_SSL`` sets ``security.protocol``.
 * ``--kafka-property NAME=VALUE`` (repeatable), ``--consumer-property``, ``--producer-property``.
@@ -101,9 +102,13 @@ def _optional_topic(text: str) -> str:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("database_url", "", "Postgres URL, e.g. postgresql://user:pass@host:5432/db", secret=True),
+    Option(
+        "database_url", "", "Postgres URL, e.g. postgresql://user:pass@host:5432/db", secret=True
+    ),
     Option("kafka_bootstrap_servers", "localhost:9092", "Kafka bootstrap servers (host:port,...)"),
-    Option("input_topic", "chronos-input", "topic applications publish delayed messages to", _topic),
+    Option(
+        "input_topic", "chronos-input", "topic applications publish delayed messages to", _topic
+    ),
     Option("output_topic", "chronos-output", "topic messages are fired to", _topic),
     Option(
         "dead_letter_topic",
@@ -125,7 +130,9 @@ OPTIONS: tuple[Option, ...] = (
         "how long a node may hold a claimed message before peers take it over",
         _positive_int,
     ),
-    Option("poll_interval_ms", 100, "how often to poll the database for due messages", _positive_int),
+    Option(
+        "poll_interval_ms", 100, "how often to poll the database for due messages", _positive_int
+    ),
     Option(
         "failure_detection_interval_ms",
         500,
@@ -144,7 +151,12 @@ OPTIONS: tuple[Option, ...] = (
         "how long the producer may try to deliver one record (must leave room in the hold time)",
         _positive_int,
     ),
-    Option("consume_batch_size", 2000, "max records consumed and enqueued per transaction", _positive_int),
+    Option(
+        "consume_batch_size",
+        2000,
+        "max records consumed and enqueued per transaction",
+        _positive_int,
+    ),
     Option("claim_batch_size", 2000, "max rows claimed per statement", _positive_int),
     Option(
         "max_in_flight",
@@ -178,7 +190,9 @@ OPTIONS: tuple[Option, ...] = (
         "bearer token of the admin API (empty: admin API off)",
         secret=True,
     ),
-    Option("log_level", "INFO", "log level", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    Option(
+        "log_level", "INFO", "log level", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    ),
     Option("log_format", "text", "log format", str.lower, choices=("text", "json")),
 )
 
@@ -226,9 +240,7 @@ class Settings:
         if self.database_url and not str(self.database_url).startswith(
             ("postgresql://", "postgres://", "postgresql+psycopg://")
         ):
-            raise ConfigError(
-                "CHRONOS_DATABASE_URL / --database-url must be a postgresql:// URL"
-            )
+            raise ConfigError("CHRONOS_DATABASE_URL / --database-url must be a postgresql:// URL")
         budget = self.lookahead_ms + self.delivery_timeout_ms + self.poll_interval_ms
         if budget >= self.hold_time_ms:
             raise ConfigError(

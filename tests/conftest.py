@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from chronos.dev import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
 from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from chronos import migrate
-from chronos.dev import EmbeddedBroker, EmbeddedPostgres, create_topics
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics
 from tests.support import DatabaseFactory, Topics, consume, consumer_config
 
 pytestmark = pytest.mark.integration

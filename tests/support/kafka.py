@@ -12,7 +12,8 @@ from typing import Any
 from confluent_kafka import Consumer, Message
 from confluent_kafka.admin import AdminClient
 
-from chronos.dev import DEV_SESSION_TIMEOUT_MS, create_topics
+from chronos.dev import DEV_SESSION_TIMEOUT_MS
+from chronos.embedded import create_topics
 
 TEST_PARTITIONS = 3
 

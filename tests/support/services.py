@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import pytest
 
-from chronos.dev import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
 
 
 def in_ci() -> bool:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chronos import dev, settings
+from chronos import dev, embedded, settings
+from chronos.embedded import process
 from tests.support.databases import with_database
 
 
@@ -64,14 +65,14 @@ def test_default_node_command_runs_chronos() -> None:
 
 
 def test_free_port_is_bindable() -> None:
-    port = dev.free_port()
+    port = embedded.free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
 
 
 def test_alive() -> None:
-    assert dev._alive(os.getpid())
-    assert not dev._alive(2**22 + 1)  # above the kernel's pid_max ceiling
+    assert process._alive(os.getpid())
+    assert not process._alive(2**22 + 1)  # above the kernel's pid_max ceiling
 
 
 @pytest.mark.parametrize(
