@@ -132,6 +132,7 @@ class IntakeLoop(Loop):
         pending: list[_Pending] = []
         offsets: dict[tuple[str, int], int] = {}
         now = self.clock()
+        consumed = duplicates = 0
         for record in records:
             err = record.error()
             if err is not None:
@@ -140,7 +141,7 @@ class IntakeLoop(Loop):
                 continue
             topic, partition, offset = record.topic(), record.partition(), record.offset()
             offsets[(topic, partition)] = max(offsets.get((topic, partition), -1), offset)
-            metrics.CONSUMED.inc()
+            consumed += 1
             headers = record.headers()
             parsed = parse_record(
                 record.key(), record.value(), headers, now=now, max_delay=self.max_delay
@@ -151,7 +152,7 @@ class IntakeLoop(Loop):
                     pending.append(dl)
                 continue
             if parsed.id in seen:
-                metrics.DUPLICATES.inc()
+                duplicates += 1
                 continue
             seen.add(parsed.id)
             valid.append(parsed)
@@ -165,9 +166,10 @@ class IntakeLoop(Loop):
                 return False  # stopping before the batch was durable: it will be replayed
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
             metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
+            enqueued = 0
             for message, outcome in zip(valid, outcomes, strict=True):
                 if outcome is Outcome.INSERTED:
-                    metrics.ENQUEUED.inc()
+                    enqueued += 1
                 elif outcome is Outcome.FIRE_NOW:
                     pending.append(
                         _Pending(
@@ -179,7 +181,11 @@ class IntakeLoop(Loop):
                         )
                     )
                 else:
-                    metrics.DUPLICATES.inc()
+                    duplicates += 1
+            metrics.ENQUEUED.inc(enqueued)
+        metrics.CONSUMED.inc(consumed)
+        if duplicates:
+            metrics.DUPLICATES.inc(duplicates)
 
         if pending and not self._publish_all(pending):
             return False
