@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError
 
 from chronos import metrics
+from chronos.faults import fault_point
 from chronos.kafka import Publisher
 from chronos.loop import Loop
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
@@ -144,6 +145,8 @@ class Dispatcher:
                     self.expired.append(timer)
                 continue
             self._produce(timer)
+        if due:
+            fault_point("after_produce")
 
     def drain(self, timeout: float) -> None:
         """Wait (on the caller's thread) for outstanding delivery reports."""
@@ -273,6 +276,7 @@ class FiringLoop(Loop):
         self.claim_backoff = 0.0
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         if rows:
+            fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
             self.dispatcher.add(rows)
         returned = self.monotonic()
@@ -309,6 +313,7 @@ class FiringLoop(Loop):
 
     def _delete_delivered(self) -> None:
         batch, self.pending_delete = self.pending_delete, []
+        fault_point("after_report")
         claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
         t0 = time.perf_counter()
         try:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from chronos import metrics
+from chronos.faults import fault_point
 from chronos.kafka import Publisher
 from chronos.loop import Backoff, Loop
 from chronos.protocol import (
@@ -164,6 +165,7 @@ class IntakeLoop(Loop):
             )
             if outcomes is None:
                 return False  # stopping before the batch was durable: it will be replayed
+            fault_point("after_enqueue")
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
             metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
             enqueued = 0
