@@ -1,0 +1,258 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "chronos.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name, at most 63 characters (DNS label). Suffixed names (-migrate) are cut to
+fit as well.
+*/}}
+{{- define "chronos.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "chronos.migrationName" -}}
+{{- printf "%s-migrate" (include "chronos.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "chronos.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "chronos.labels" -}}
+helm.sh/chart: {{ include "chronos.chart" . }}
+app.kubernetes.io/name: {{ include "chronos.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: chronos
+{{- end }}
+
+{{/*
+Selector of the Chronos nodes. The component label keeps the migration Job's pods out of the
+Deployment, Service and PodDisruptionBudget selectors.
+*/}}
+{{- define "chronos.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "chronos.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node
+{{- end }}
+
+{{- define "chronos.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "chronos.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "chronos.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret the pods read: the user's existingSecret or the one this chart creates.
+*/}}
+{{- define "chronos.secretName" -}}
+{{- .Values.secrets.existingSecret | default (include "chronos.fullname" .) }}
+{{- end }}
+
+{{/*
+A value as the string Chronos will parse. Helm hands numbers to templates as float64, which
+toString prints in exponent notation (1000000 -> "1e+06"); whole numbers are printed as integers.
+*/}}
+{{- define "chronos.str" -}}
+{{- if kindIs "invalid" . -}}
+{{- else if kindIs "float64" . -}}
+{{- if eq . (floor .) }}{{ printf "%.0f" . }}{{ else }}{{ . }}{{ end -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The effective value of a Chronos setting: config.<ENV> if given, else Chronos' own default.
+Usage: include "chronos.setting" (list $ "CHRONOS_INPUT_TOPIC")
+*/}}
+{{- define "chronos.setting" -}}
+{{- $root := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- $defaults := dict
+      "CHRONOS_INPUT_TOPIC" "chronos-input"
+      "CHRONOS_OUTPUT_TOPIC" "chronos-output"
+      "CHRONOS_CONSUMER_GROUP" "chronos"
+      "CHRONOS_SHUTDOWN_TIMEOUT_MS" "10000"
+      "CHRONOS_HTTP_PORT" "8080"
+      "CHRONOS_KAFKA_BOOTSTRAP_SERVERS" "" -}}
+{{- $v := index ($root.Values.config | default dict) $key -}}
+{{- if kindIs "invalid" $v -}}
+{{- index $defaults $key -}}
+{{- else -}}
+{{- include "chronos.str" $v -}}
+{{- end -}}
+{{- end }}
+
+{{- define "chronos.httpPort" -}}
+{{- include "chronos.setting" (list . "CHRONOS_HTTP_PORT") | int -}}
+{{- end }}
+
+{{/*
+Settings of chronos/settings.py (CHRONOS_<NAME>). Chronos refuses to start with an unknown
+CHRONOS_* variable, so the chart refuses to render one.
+*/}}
+{{- define "chronos.knownSettings" -}}
+CHRONOS_DATABASE_URL CHRONOS_KAFKA_BOOTSTRAP_SERVERS CHRONOS_INPUT_TOPIC CHRONOS_OUTPUT_TOPIC
+CHRONOS_DEAD_LETTER_TOPIC CHRONOS_CONSUMER_GROUP CHRONOS_NODE_ID CHRONOS_TIMING_ADVANCE_MS
+CHRONOS_HOLD_TIME_MS CHRONOS_POLL_INTERVAL_MS CHRONOS_FAILURE_DETECTION_INTERVAL_MS
+CHRONOS_LOOKAHEAD_MS CHRONOS_DELIVERY_TIMEOUT_MS CHRONOS_CONSUME_BATCH_SIZE
+CHRONOS_CLAIM_BATCH_SIZE CHRONOS_MAX_IN_FLIGHT CHRONOS_MAX_DELAY_MS CHRONOS_MAX_PUBLISH_ATTEMPTS
+CHRONOS_SHUTDOWN_TIMEOUT_MS CHRONOS_HTTP_HOST CHRONOS_HTTP_PORT CHRONOS_ADMIN_TOKEN
+CHRONOS_LOG_LEVEL CHRONOS_LOG_FORMAT
+{{- end }}
+
+{{/* Settings that are secret (Option(..., secret=True)). */}}
+{{- define "chronos.secretSettings" -}}
+CHRONOS_DATABASE_URL CHRONOS_ADMIN_TOKEN
+{{- end }}
+
+{{/* librdkafka pass-through prefixes. */}}
+{{- define "chronos.passthroughPattern" -}}
+^CHRONOS_(KAFKA|CONSUMER|PRODUCER)__[A-Z0-9_]+$
+{{- end }}
+
+{{/* Pass-through properties that carry credentials (sasl.password, ssl.key.password, ...). */}}
+{{- define "chronos.credentialPattern" -}}
+(PASSWORD|SECRET|JAAS|SASL_USERNAME|_KEY_PEM|_TOKEN$)
+{{- end }}
+
+{{/*
+The data of the Secret the chart creates, as YAML (key: plain value). Empty when existingSecret
+is used.
+*/}}
+{{- define "chronos.secretData" -}}
+{{- $s := .Values.secrets -}}
+{{- $data := dict -}}
+{{- if not $s.existingSecret -}}
+{{- range $key, $value := dict
+      "CHRONOS_DATABASE_URL" $s.databaseUrl
+      "CHRONOS_ADMIN_TOKEN" $s.adminToken
+      "CHRONOS_KAFKA__SASL_USERNAME" $s.kafkaSaslUsername
+      "CHRONOS_KAFKA__SASL_PASSWORD" $s.kafkaSaslPassword }}
+{{- if $value }}{{ $_ := set $data $key (include "chronos.str" $value) }}{{ end }}
+{{- end }}
+{{- range $key, $value := ($s.extra | default dict) }}
+{{- if hasKey $data $key }}
+{{- fail (printf "secrets.extra.%s duplicates a dedicated secrets.* value" $key) }}
+{{- end }}
+{{- $_ := set $data $key (include "chronos.str" $value) }}
+{{- end }}
+{{- end -}}
+{{- if $data }}{{ toYaml $data }}{{ end -}}
+{{- end }}
+
+{{/*
+Change detector of the chart-created Secret for the pod template, so that changed credentials
+roll the pods. A plain sha256 of the Secret would let anyone who can read pod specs test password
+guesses offline at hash speed; derivePassword runs scrypt first, which makes guessing slow.
+*/}}
+{{- define "chronos.secretFingerprint" -}}
+{{- derivePassword 1 "maximum" (include "chronos.secretData" .) "chronos" (include "chronos.fullname" .) -}}
+{{- end }}
+
+{{/*
+Render-time checks. Included by every template that depends on them, so `helm template`,
+`helm install` and `helm lint` all fail early with a message naming the value to fix.
+*/}}
+{{- define "chronos.validate" -}}
+{{- $known := include "chronos.knownSettings" . | splitList "\n" | join " " | splitList " " -}}
+{{- $secret := include "chronos.secretSettings" . | splitList " " -}}
+{{- $passthrough := include "chronos.passthroughPattern" . -}}
+{{- $credential := include "chronos.credentialPattern" . -}}
+{{- range $key, $value := (.Values.config | default dict) }}
+{{- if has $key $secret }}
+{{- fail (printf "config.%s is a secret: set it through secrets.* or secrets.existingSecret, never in config (it would land in a ConfigMap)" $key) }}
+{{- else if eq $key "CHRONOS_NODE_ID" }}
+{{- fail "config.CHRONOS_NODE_ID must not be set: every Chronos process needs its own node id, and each pod draws a random one" }}
+{{- else if has $key $known }}
+{{- else if regexMatch $passthrough $key }}
+{{- if regexMatch $credential $key }}
+{{- fail (printf "config.%s looks like a credential: put it in secrets.extra (or secrets.existingSecret), not in the ConfigMap" $key) }}
+{{- end }}
+{{- else }}
+{{- fail (printf "config.%s is not a Chronos setting (known: %s, and CHRONOS_KAFKA__*, CHRONOS_CONSUMER__*, CHRONOS_PRODUCER__* pass-through properties)" $key (join ", " $known)) }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := (.Values.secrets.extra | default dict) }}
+{{- if not (or (has $key $secret) (regexMatch $passthrough $key)) }}
+{{- fail (printf "secrets.extra.%s is not a secret Chronos setting (allowed: %s and CHRONOS_KAFKA__*, CHRONOS_CONSUMER__*, CHRONOS_PRODUCER__*)" $key (join ", " $secret)) }}
+{{- end }}
+{{- end }}
+{{- if not (include "chronos.setting" (list . "CHRONOS_KAFKA_BOOTSTRAP_SERVERS")) }}
+{{- fail "config.CHRONOS_KAFKA_BOOTSTRAP_SERVERS is required (host:port[,host:port...] of the Kafka brokers)" }}
+{{- end }}
+{{- $s := .Values.secrets }}
+{{- if $s.existingSecret }}
+{{- if or $s.databaseUrl $s.adminToken $s.kafkaSaslUsername $s.kafkaSaslPassword $s.extra }}
+{{- fail "secrets.existingSecret is set: leave secrets.databaseUrl, adminToken, kafkaSasl* and extra empty (put those keys into the existing Secret)" }}
+{{- end }}
+{{- else if not $s.databaseUrl }}
+{{- fail "secrets.databaseUrl is required (postgresql://user:password@host:5432/db), or name a Secret holding CHRONOS_DATABASE_URL in secrets.existingSecret" }}
+{{- else if not (regexMatch "^(postgresql|postgres|postgresql\\+psycopg)://" $s.databaseUrl) }}
+{{- fail "secrets.databaseUrl must be a postgresql:// URL" }}
+{{- end }}
+{{- $port := include "chronos.setting" (list . "CHRONOS_HTTP_PORT") }}
+{{- if not (regexMatch "^[0-9]+$" $port) }}
+{{- fail (printf "config.CHRONOS_HTTP_PORT=%q is not a port number" $port) }}
+{{- end }}
+{{- if or (lt (int $port) 1) (gt (int $port) 65535) }}
+{{- fail "config.CHRONOS_HTTP_PORT must be between 1 and 65535 on Kubernetes: probes, metrics and the Service need the HTTP server" }}
+{{- end }}
+{{- $drainMs := include "chronos.setting" (list . "CHRONOS_SHUTDOWN_TIMEOUT_MS") }}
+{{- if not (regexMatch "^[0-9]+$" $drainMs) }}
+{{- fail (printf "config.CHRONOS_SHUTDOWN_TIMEOUT_MS=%q is not a whole number of milliseconds" $drainMs) }}
+{{- end }}
+{{- $drainSeconds := div (add (int64 $drainMs) 999) 1000 }}
+{{- $needed := add $drainSeconds (int64 .Values.shutdownMarginSeconds) }}
+{{- if lt (int64 .Values.terminationGracePeriodSeconds) $needed }}
+{{- fail (printf "terminationGracePeriodSeconds=%v is too short: the graceful drain may take CHRONOS_SHUTDOWN_TIMEOUT_MS=%s ms, so it must be at least %d s (drain + shutdownMarginSeconds=%v)" .Values.terminationGracePeriodSeconds $drainMs $needed .Values.shutdownMarginSeconds) }}
+{{- end }}
+{{- if and .Values.autoscaling.hpa.enabled .Values.autoscaling.keda.enabled }}
+{{- fail "autoscaling.hpa and autoscaling.keda are mutually exclusive (KEDA creates its own HorizontalPodAutoscaler)" }}
+{{- end }}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- if and $pdb.enabled (not (kindIs "invalid" $pdb.minAvailable)) (ne (toString $pdb.minAvailable) "") (not (kindIs "invalid" $pdb.maxUnavailable)) (ne (toString $pdb.maxUnavailable) "") }}
+{{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The writable /tmp of the Deployment's and the migration Job's pods (their root filesystem is
+read-only).
+*/}}
+{{- define "chronos.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    {{- with .Values.tmpVolume.sizeLimit }}
+    sizeLimit: {{ . }}
+    {{- end }}
+{{- end }}
+
+{{/* An int-or-string field: 1 stays a number, "50%" becomes a quoted string. */}}
+{{- define "chronos.intOrString" -}}
+{{- if regexMatch "^[0-9]+$" . }}{{ . }}{{ else }}{{ . | quote }}{{ end -}}
+{{- end }}
