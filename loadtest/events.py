@@ -1,0 +1,93 @@
+"""Event file formats (Parquet) and the background writer that produces them."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SENT_FILE = "sent.parquet"
+RECEIVED_FILE = "received.parquet"
+PRODUCE_ERRORS_FILE = "produce_errors.parquet"
+RUN_FILE = "run.json"
+
+# One row per message handed to the producer.
+SENT_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("key", pa.string()),  # null when the run uses null keys
+        pa.field("deadline_ms", pa.int64(), nullable=False),  # epoch ms
+        pa.field("sent_ms", pa.int64(), nullable=False),  # wall clock when produce() was called
+        pa.field("payload_bytes", pa.int32(), nullable=False),
+        pa.field("slot_ms", pa.int64(), nullable=False),  # when the open-loop schedule wanted it
+    ]
+)
+
+# One row per record of this run seen on the output or the dead-letter topic (copies included).
+RECEIVED_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("deadline_ms", pa.int64(), nullable=False),  # from the loadtestDeadlineMs header
+        pa.field("publish_ms", pa.int64(), nullable=False),  # record timestamp (fire time)
+        pa.field("receive_ms", pa.int64(), nullable=False),  # wall clock when consumed
+        pa.field("is_dead_letter", pa.bool_(), nullable=False),
+        pa.field("dead_letter_reason", pa.string()),
+    ]
+)
+
+# Messages whose delivery to the input topic failed (absent when there were none).
+PRODUCE_ERRORS_SCHEMA = pa.schema(
+    [pa.field("id", pa.string(), nullable=False), pa.field("error", pa.string(), nullable=False)]
+)
+
+BatchThunk = Callable[[], pa.RecordBatch]
+
+
+class ParquetSink:
+    """Writes record batches to one Parquet file from a background thread.
+
+    Callers hand over a thunk that builds the batch, so the (GIL-releasing) conversion and
+    compression happen off the hot path. ``close()`` writes an empty file when nothing arrived.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path = path
+        self.schema = schema
+        self.rows = 0
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[BatchThunk | None] = queue.Queue()
+        self._writer = pq.ParquetWriter(str(path), schema, compression="zstd")
+        self._thread = threading.Thread(target=self._run, name=f"sink-{path.name}", daemon=True)
+        self._thread.start()
+
+    def put(self, thunk: BatchThunk) -> None:
+        self._queue.put(thunk)
+
+    def _run(self) -> None:
+        while True:
+            thunk = self._queue.get()
+            if thunk is None:
+                return
+            if self.error is not None:
+                continue
+            try:
+                batch = thunk()
+                if batch.num_rows:
+                    self._writer.write_batch(batch)
+                    self.rows += batch.num_rows
+            except BaseException as exc:  # reported by close()
+                self.error = exc
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._writer.close()
+        if self.error is not None:
+            raise RuntimeError(f"writing {self.path} failed: {self.error}") from self.error

@@ -1,0 +1,15 @@
+"""Header names the harness puts on (and reads back from) every record."""
+
+from __future__ import annotations
+
+# Chronos's own headers: consumed by Chronos, never relayed to the output topic.
+CHRONOS_MESSAGE_ID = "chronosMessageId"
+CHRONOS_DEADLINE = "chronosDeadline"
+# Chronos adds this to records it sends to the dead-letter topic (original headers are kept).
+DEAD_LETTER_REASON = "chronosDeadLetterReason"
+
+# Tracking headers: ordinary headers, so Chronos relays them to the output topic.
+RUN = "loadtestRun"
+ID = "loadtestId"
+DEADLINE_MS = "loadtestDeadlineMs"
+SENT_MS = "loadtestSentMs"

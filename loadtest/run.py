@@ -1,0 +1,215 @@
+"""``run``: produce at a target rate, record the output, write the event log and ``run.json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest.consumer import OutputRecorder
+from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.events import RUN_FILE
+from loadtest.producer import LoadProducer, ProducerSettings
+from loadtest.progress import ProgressLine, Snapshot, percentile_of
+from loadtest.timeutil import iso_utc, now_ms
+from loadtest.topics import ensure_topics
+
+SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.pem")
+
+
+@dataclass(slots=True)
+class RunConfig:
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    dead_letter_topic: str | None
+    rate: float
+    count: int
+    delay: FixedDelay | UniformDelay | BurstDelay
+    out_dir: Path
+    duration_s: float | None = None
+    payload_bytes: int = 100
+    keys: int | None = 1000
+    drain_timeout_s: float = 30.0
+    settle_s: float = 1.0
+    timing_advance_ms: int = 50
+    behind_threshold_ms: float = 10.0
+    start_from: str = "end"
+    create_topics: int | None = None
+    seed: int | None = None
+    progress: bool = True
+    flush_timeout_s: float = 60.0
+    kafka_properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    out_dir: Path
+    sent: int
+    received_distinct: int
+    complete: bool
+    metadata: dict[str, Any]
+
+
+def _masked(props: dict[str, str]) -> dict[str, str]:
+    return {
+        k: ("***" if any(w in k.lower() for w in SECRET_WORDS) else v) for k, v in props.items()
+    }
+
+
+def _prepare_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise RuntimeError(f"output directory {out_dir} is not empty")
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def run_load(cfg: RunConfig) -> RunResult:
+    _prepare_out_dir(cfg.out_dir)
+    run_id = uuid.uuid4().hex[:12]
+    topics = [cfg.input_topic, cfg.output_topic] + (
+        [cfg.dead_letter_topic] if cfg.dead_letter_topic else []
+    )
+    partitions = ensure_topics(
+        cfg.bootstrap,
+        topics,
+        create_partitions=cfg.create_topics,
+        kafka_properties=cfg.kafka_properties,
+    )
+    recorder = OutputRecorder(
+        bootstrap=cfg.bootstrap,
+        output_topic=cfg.output_topic,
+        dead_letter_topic=cfg.dead_letter_topic,
+        run_id=run_id,
+        expected=cfg.count,
+        out_dir=cfg.out_dir,
+        start_from=cfg.start_from,
+        kafka_properties=cfg.kafka_properties,
+    )
+    recorder.prepare()
+    recorder.start()
+    producer = LoadProducer(
+        ProducerSettings(
+            bootstrap=cfg.bootstrap,
+            topic=cfg.input_topic,
+            rate=cfg.rate,
+            count=cfg.count,
+            delay=cfg.delay,
+            payload_bytes=cfg.payload_bytes,
+            keys=cfg.keys,
+            seed=cfg.seed,
+            behind_threshold_ms=cfg.behind_threshold_ms,
+            kafka_properties=cfg.kafka_properties,
+        ),
+        run_id,
+        cfg.out_dir,
+    )
+    phase = ["sending"]
+    t0 = time.monotonic()
+
+    def snapshot() -> Snapshot:
+        rs, ps = recorder.stats, producer.stats
+        window = list(recorder.recent_lateness)
+        return Snapshot(
+            elapsed_s=time.monotonic() - t0,
+            phase=phase[0],
+            sent=ps.sent,
+            total=cfg.count,
+            received=rs.distinct_ids,
+            in_flight=max(0, ps.sent - rs.distinct_ids),
+            lateness_p99_ms=percentile_of(window, 0.99),
+            behind=0 if ps.tracker is None else ps.tracker.behind_slots,
+            dead_letter=rs.dead_letter_records,
+        )
+
+    progress = ProgressLine(snapshot, enabled=cfg.progress)
+    progress.start()
+    started_ms = now_ms()
+    interrupted = False
+    complete = False
+    try:
+        try:
+            producer.run()
+        except KeyboardInterrupt:
+            interrupted = True
+            producer.stop_event.set()
+        phase[0] = "flushing"
+        producer.flush(cfg.flush_timeout_s)
+        phase[0] = "draining"
+        stats = producer.stats
+        expected = stats.sent - stats.produce_errors - stats.unflushed
+        last_deadline = stats.max_deadline_ms or now_ms()
+        drain_until = last_deadline + int(cfg.drain_timeout_s * 1000)
+        complete_since: float | None = None
+        while not interrupted:
+            now = now_ms()
+            if recorder.stats.distinct_ids >= expected:
+                complete = True
+                if complete_since is None:
+                    complete_since = time.monotonic()
+                if time.monotonic() - complete_since >= cfg.settle_s:
+                    break
+            if now >= drain_until or not recorder.is_alive():
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        ended_ms = now_ms()
+        recorder.stop()
+        progress.stop()
+        producer.close()
+
+    ps = producer.stats
+    metadata: dict[str, Any] = {
+        "run_id": run_id,
+        "start_ms": ps.start_ms or started_ms,
+        "end_ms": ended_ms,
+        "start": iso_utc(ps.start_ms or started_ms),
+        "end": iso_utc(ended_ms),
+        "complete": complete,
+        "interrupted": interrupted,
+        "params": {
+            "bootstrap": cfg.bootstrap,
+            "input_topic": cfg.input_topic,
+            "output_topic": cfg.output_topic,
+            "dead_letter_topic": cfg.dead_letter_topic,
+            "rate": cfg.rate,
+            "duration_s": cfg.duration_s,
+            "count": cfg.count,
+            "delay": cfg.delay.describe(),
+            "payload_bytes": cfg.payload_bytes,
+            "keys": cfg.keys,
+            "timing_advance_ms": cfg.timing_advance_ms,
+            "drain_timeout_s": cfg.drain_timeout_s,
+            "behind_threshold_ms": cfg.behind_threshold_ms,
+            "start_from": cfg.start_from,
+            "seed": cfg.seed,
+            "kafka_properties": _masked(cfg.kafka_properties),
+        },
+        "topics": partitions,
+        "producer": ps.as_dict(),
+        "consumer": recorder.stats.as_dict(),
+    }
+    (cfg.out_dir / RUN_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    return RunResult(run_id, cfg.out_dir, ps.sent, recorder.stats.distinct_ids, complete, metadata)
+
+
+def print_outcome(result: RunResult) -> None:
+    meta = result.metadata
+    prod, cons = meta["producer"], meta["consumer"]
+    lines = [
+        f"run {result.run_id}: sent {prod['sent']} at {prod['achieved_rate']}/s "
+        f"(max lag {prod['max_lag_ms']} ms, {prod['behind_messages']} sent behind schedule, "
+        f"{prod['produce_errors']} produce errors)",
+        f"received {cons['distinct_ids']} distinct ({cons['output_records']} output records, "
+        f"{cons['output_duplicates']} duplicate copies, {cons['dead_letter_records']} dead-letter, "
+        f"{cons['foreign_records']} other records ignored); complete: {meta['complete']}",
+        f"results in {result.out_dir}",
+    ]
+    for line in lines:
+        print(line, file=sys.stderr)
