@@ -12,7 +12,16 @@ class ConfigError(ChronosError):
 
 
 class StoreError(ChronosError):
-    """The database failed; the operation may be retried after a reconnect."""
+    """The database failed.
+
+    ``retryable`` is True for outages (connection lost, server shutting down, serialization
+    failures): the same statement will work later. It is False when the database refused the
+    data itself: retrying the same batch can never succeed.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class PublishError(ChronosError):

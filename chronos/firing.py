@@ -37,7 +37,7 @@ from confluent_kafka import KafkaError
 
 from chronos import metrics
 from chronos.faults import fault_point
-from chronos.kafka import Publisher
+from chronos.kafka import Publisher, is_permanent
 from chronos.loop import Loop
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
@@ -395,22 +395,3 @@ class FiringLoop(Loop):
             released,
             extra={"event": "firing_stopped"},
         )
-
-
-# Broker refusals that retrying the same record cannot fix.
-_PERMANENT_CODES = {
-    getattr(KafkaError, name)
-    for name in (
-        "MSG_SIZE_TOO_LARGE",
-        "_MSG_SIZE_TOO_LARGE",
-        "INVALID_RECORD",
-        "CORRUPT_MESSAGE",
-        "RECORD_LIST_TOO_LARGE",
-        "_INVALID_ARG",
-    )
-    if hasattr(KafkaError, name)
-}
-
-
-def is_permanent(err: KafkaError | None) -> bool:
-    return err is not None and err.code() in _PERMANENT_CODES

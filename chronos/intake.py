@@ -22,8 +22,9 @@ from datetime import UTC, datetime, timedelta
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from chronos import metrics
+from chronos.errors import StoreError
 from chronos.faults import fault_point
-from chronos.kafka import Publisher
+from chronos.kafka import Publisher, is_permanent
 from chronos.loop import Backoff, Loop
 from chronos.protocol import (
     Headers,
@@ -46,9 +47,10 @@ class _Pending:
     key: bytes | None
     value: bytes | None
     headers: Headers
-    kind: str  # "direct" | "dead_letter"
+    kind: str  # "direct" | "dead_letter:<reason>"
     error: KafkaError | None = None
     done: bool = False
+    refusals: int = 0  # permanent refusals so far
 
 
 class IntakeLoop(Loop):
@@ -129,6 +131,7 @@ class IntakeLoop(Loop):
     def process_batch(self, consumer: Consumer | None, records: Sequence[Message]) -> bool:
         """Make one consumed batch durable, then store its offsets. False if interrupted."""
         valid: list[ScheduledMessage] = []
+        sources: list[tuple[Message, Headers | None]] = []
         seen: set[str] = set()
         pending: list[_Pending] = []
         offsets: dict[tuple[str, int], int] = {}
@@ -157,20 +160,27 @@ class IntakeLoop(Loop):
                 continue
             seen.add(parsed.id)
             valid.append(parsed)
+            sources.append((record, headers))
 
         if valid:
             started = time.perf_counter()
-            outcomes = self.retry_store(
-                "enqueue", lambda: self.store.enqueue(valid, self.settings.timing_advance_ms)
-            )
+            outcomes = self._enqueue(valid)
             if outcomes is None:
                 return False  # stopping before the batch was durable: it will be replayed
             fault_point("after_enqueue")
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
             metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
             enqueued = 0
-            for message, outcome in zip(valid, outcomes, strict=True):
-                if outcome is Outcome.INSERTED:
+            for message, source, outcome in zip(valid, sources, outcomes, strict=True):
+                if isinstance(outcome, str):  # the database refused this message's data
+                    record, headers = source
+                    where = f"{record.topic()}/{record.partition()}/{record.offset()}"
+                    dl = self._dead_letter(
+                        record, headers, Rejection("database_refused", outcome), where
+                    )
+                    if dl is not None:
+                        pending.append(dl)
+                elif outcome is Outcome.INSERTED:
                     enqueued += 1
                 elif outcome is Outcome.FIRE_NOW:
                     pending.append(
@@ -194,6 +204,33 @@ class IntakeLoop(Loop):
         if consumer is not None and offsets:
             self._store_offsets(consumer, offsets)
         return True
+
+    def _enqueue(self, messages: list[ScheduledMessage]) -> list[Outcome | str] | None:
+        """Enqueue, retrying outages with backoff. If the database refuses the data itself, split
+        the batch to isolate the poison: its outcome is the refusal (a string) and it goes to the
+        dead-letter topic, so one bad record never stalls a partition. None if stopping."""
+        backoff = Backoff()
+        while True:
+            try:
+                return list(self.store.enqueue(messages, self.settings.timing_advance_ms))
+            except StoreError as exc:
+                metrics.DATABASE_ERRORS.labels("enqueue").inc()
+                if not exc.retryable:
+                    if len(messages) == 1:
+                        return [f"rejected by the database: {exc}"[:500]]
+                    middle = len(messages) // 2
+                    left = self._enqueue(messages[:middle])
+                    right = self._enqueue(messages[middle:]) if left is not None else None
+                    return None if left is None or right is None else left + right
+                delay = backoff.next_delay()
+                log.warning(
+                    "enqueue failed, retrying in %.2fs: %s",
+                    delay,
+                    exc,
+                    extra={"event": "database_error", "operation": "enqueue"},
+                )
+                if self.wait(delay):
+                    return None
 
     def _dead_letter(
         self, record: Message, headers: Headers | None, rejection: Rejection, source: str
@@ -235,6 +272,7 @@ class IntakeLoop(Loop):
                         metrics.PUBLISHED_DIRECTLY.inc()
                     else:
                         metrics.DEAD_LETTERED.labels(item.kind.split(":", 1)[1]).inc()
+            failed = [r for r in (self._on_refusal(item) for item in failed) if r is not None]
             if not failed:
                 return True
             kind = "output" if failed[0].kind == "direct" else "dead_letter"
@@ -251,6 +289,40 @@ class IntakeLoop(Loop):
                 return False  # offsets not stored: the batch is replayed after restart
             todo = failed
         return True
+
+    def _on_refusal(self, item: _Pending) -> _Pending | None:
+        """What to retry after a failed publish. Outages: the same record. A record the broker
+        refuses for good (e.g. too large), max_publish_attempts times: a direct publish goes to
+        the dead-letter topic with the broker's error; a dead-letter record the broker refuses
+        for good is logged, counted and given up, so one record never stalls the partition."""
+        if not is_permanent(item.error):
+            return item
+        item.refusals += 1
+        if item.refusals < self.settings.max_publish_attempts:
+            return item
+        if item.kind == "direct" and self.settings.dead_letter_topic:
+            reason = f"publishing to {item.topic} failed {item.refusals} times: {item.error}"
+            log.error(
+                "lapsed message refused by %s; dead-lettering it: %s",
+                item.topic,
+                item.error,
+                extra={"event": "dead_lettered", "reason": "publish_failed"},
+            )
+            return _Pending(
+                self.settings.dead_letter_topic,
+                item.key,
+                item.value,
+                dead_letter_headers(item.headers, reason, item.topic),
+                "dead_letter:publish_failed",
+            )
+        metrics.DROPPED.labels("publish_refused").inc()
+        log.error(
+            "the broker refuses record for %s for good (%s); giving up on it",
+            item.topic,
+            item.error,
+            extra={"event": "dropped", "reason": "publish_refused"},
+        )
+        return None
 
     def _store_offsets(self, consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
         tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
+from chronos.backlog import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
 from chronos.errors import TopicMissingError
 from chronos.protocol import Headers
 from chronos.settings import Settings
@@ -138,6 +139,10 @@ def make_publisher(settings: Settings, purpose: str) -> KafkaPublisher:
 
 def make_consumer(settings: Settings, **callbacks: Any) -> Consumer:
     conf = consumer_config(settings)
+    # Consumer lag from librdkafka's statistics (chronos_consumer_lag_messages); a passthrough
+    # statistics.interval.ms overrides the interval (0 turns the statistics off).
+    conf.setdefault("statistics.interval.ms", CONSUMER_STATS_INTERVAL_MS)
+    conf.setdefault("stats_cb", record_consumer_stats)
     conf.update(callbacks)
     return Consumer(conf)
 
@@ -161,3 +166,22 @@ def check_topics(settings: Settings, timeout: float = 15.0) -> None:
     for env, topic in wanted.items():
         if topic not in metadata.topics or metadata.topics[topic].error is not None:
             raise TopicMissingError(f"topic {topic!r} ({env}) does not exist on the broker")
+
+
+# Broker refusals that retrying the same record cannot fix.
+_PERMANENT_CODES = {
+    getattr(KafkaError, name)
+    for name in (
+        "MSG_SIZE_TOO_LARGE",
+        "_MSG_SIZE_TOO_LARGE",
+        "INVALID_RECORD",
+        "CORRUPT_MESSAGE",
+        "RECORD_LIST_TOO_LARGE",
+        "_INVALID_ARG",
+    )
+    if hasattr(KafkaError, name)
+}
+
+
+def is_permanent(err: KafkaError | None) -> bool:
+    return err is not None and err.code() in _PERMANENT_CODES

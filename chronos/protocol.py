@@ -71,10 +71,10 @@ def parse_deadline(raw: str) -> datetime:
     tz = match["tz"]
     if tz is None or tz in ("Z", "z"):
         suffix = "+00:00"
-    elif ":" in tz:
-        suffix = tz
     else:
-        suffix = f"{tz[:3]}:{tz[3:]}"
+        suffix = tz if ":" in tz else f"{tz[:3]}:{tz[3:]}"
+        if int(suffix[1:3]) > 23 or int(suffix[4:6]) > 59:
+            raise DeadlineError(f"{DEADLINE_HEADER} {raw[:64]!r} has an impossible UTC offset")
     try:
         parsed = datetime.fromisoformat(f"{match['date']}T{match['time']}.{frac}{suffix}")
     except ValueError as exc:

@@ -76,6 +76,19 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text
+
+
+def _batch_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > 1_000_000:
+        raise ValueError("must be at most 1,000,000 (the Kafka client's limit)")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -116,7 +129,7 @@ OPTIONS: tuple[Option, ...] = (
         "topic for malformed input (empty: log, count and drop)",
         _optional_topic,
     ),
-    Option("consumer_group", "chronos", "consumer group of the input topic"),
+    Option("consumer_group", "chronos", "consumer group of the input topic", _non_empty),
     Option("node_id", "", "node UUID (default: a new random UUID per process)", _uuid_or_random),
     Option(
         "timing_advance_ms",
@@ -154,8 +167,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "consume_batch_size",
         2000,
-        "max records consumed and enqueued per transaction",
-        _positive_int,
+        "max records consumed and enqueued per transaction (at most 1,000,000)",
+        _batch_size,
     ),
     Option("claim_batch_size", 2000, "max rows claimed per statement", _positive_int),
     Option(
