@@ -3,6 +3,7 @@
 GET /health/live   200 while every loop thread runs
 GET /health/ready  200 while the loops run, Postgres answers and the broker answers
 GET /metrics       Prometheus text format
+/admin/v1/...      the admin API (off unless CHRONOS_ADMIN_TOKEN is set), see chronos.admin
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from chronos.admin import admin_routes
 from chronos.settings import Settings
 from chronos.store import Store
 
@@ -83,7 +85,7 @@ def broker_reachable(settings: Settings) -> tuple[bool, str]:
         return False, f"error: {exc}"[:200]
 
 
-Route = Any  # (handler, method, path, query) -> (status, content_type, body)
+Route = Any  # (handler, method, path, query) -> (status, content_type, body[, headers]) | None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,12 +94,18 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http: " + format, *args)
 
-    def _send(self, status: int, content_type: str, body: bytes) -> None:
+    def _send(
+        self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        if status != 204:
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if status != 204:
+            self.wfile.write(body)
 
     def _dispatch(self, method: str) -> None:
         path, _, query = self.path.partition("?")
@@ -111,6 +119,12 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             log.exception("http handler failed for %s %s", method, path)
             self._send(500, "application/json", b'{"error": "internal error"}')
+        finally:
+            # Each request runs on a new thread: close its database connection (if it opened
+            # one) rather than leave one open connection behind per request.
+            release = getattr(self.server.store, "release_thread_connection", None)
+            if release is not None:
+                release()
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -121,10 +135,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
+    def _other(self) -> None:
+        self._dispatch(self.command)  # routes answer 405 (or 404) for methods they do not serve
+
+    do_PUT = do_PATCH = do_OPTIONS = do_TRACE = do_QUERY = _other
+
 
 class ChronosHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     routes: list[Route]
+    store: Store | None = None
 
 
 def json_response(status: int, payload: Any) -> tuple[int, str, bytes]:
@@ -150,7 +170,8 @@ def core_routes(health: Health) -> Route:
 
 def start_http_server(settings: Settings, state: Any, store: Store) -> ChronosHTTPServer:
     server = ChronosHTTPServer((settings.http_host, settings.http_port), _Handler)
-    server.routes = [core_routes(Health(settings, state, store))]
+    server.store = store
+    server.routes = [core_routes(Health(settings, state, store)), admin_routes(settings, store)]
     thread = threading.Thread(target=server.serve_forever, name="chronos-http", daemon=True)
     thread.start()
     log.info("http server on %s:%d", settings.http_host, server.server_address[1],

@@ -57,3 +57,48 @@ STATEMENT_DURATION = Histogram(
 IN_FLIGHT = Gauge(
     "chronos_in_flight_messages", "Messages this node holds claimed, waiting to fire or confirm"
 )
+
+# -- backlog and lag gauges (chronos.backlog) --------------------------------------------------
+# Cluster-wide values measured from the shared table: every node reports the same numbers, so
+# aggregate them with max(), not sum(). Refreshed every few seconds from indexes and the
+# planner's estimate, never by a table scan (see the ``backlog`` query).
+WAITING = Gauge(
+    "chronos_waiting_messages",
+    "Rows waiting to be claimed (exact below 100k rows, above that the planner's estimate)",
+)
+CLAIMED = Gauge("chronos_claimed_messages", "Rows claimed by some node, waiting to fire or confirm")
+PARKED = Gauge(
+    "chronos_parked_messages",
+    "Rows whose publish failed so often that they are never claimed again (capped at 10000)",
+)
+OVERDUE = Gauge(
+    "chronos_overdue_messages",
+    "Waiting rows past their deadline and not yet claimed (capped at 10000)",
+)
+OLDEST_OVERDUE = Gauge(
+    "chronos_oldest_overdue_message_age_seconds",
+    "Now minus the deadline of the oldest overdue unclaimed row (0 when none is overdue)",
+)
+BACKLOG_EXACT = Gauge(
+    "chronos_backlog_exact",
+    "1 when chronos_waiting_messages is an exact count, 0 when it is an estimate",
+)
+BACKLOG_UPDATED = Gauge(
+    "chronos_backlog_last_success_timestamp_seconds",
+    "When the backlog gauges were last refreshed successfully (Unix time)",
+)
+HEARTBEAT_UPDATED = Gauge(
+    "chronos_heartbeat_last_success_timestamp_seconds",
+    "When this node last wrote its heartbeat row successfully (Unix time)",
+)
+# Per node: the lag of the input-topic partitions assigned to this node (librdkafka statistics);
+# sum() over nodes is the consumer group's lag.
+CONSUMER_LAG = Gauge(
+    "chronos_consumer_lag_messages",
+    "Records of the input topic not yet consumed by this node, summed over its partitions",
+)
+CONSUMER_PARTITION_LAG = Gauge(
+    "chronos_consumer_partition_lag_messages",
+    "Records of one input-topic partition not yet consumed by this node",
+    ["topic", "partition"],
+)

@@ -78,3 +78,35 @@ Index(
     messages.c.readied_at,
     postgresql_where=messages.c.readied_at.isnot(None),
 )
+# "failed at least once": rows a publish attempt failed for are rare, so the parked rows (attempts
+# at the park threshold, never claimed again) are counted and listed through this small index.
+Index(
+    "chronos_messages_failed_idx",
+    messages.c.deadline,
+    messages.c.id,
+    postgresql_where=messages.c.attempts > 0,
+)
+
+# One row per running node, written by its heartbeat every second and deleted at graceful
+# shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).
+nodes = Table(
+    "chronos_nodes",
+    metadata,
+    Column("node_id", UUID(as_uuid=False), primary_key=True, comment="the node's UUID"),
+    Column(
+        "started_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when the node started",
+    ),
+    Column(
+        "heartbeat_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="the node's last heartbeat (DB clock)",
+    ),
+    Column("hostname", String(255), nullable=True, comment="host the node runs on"),
+    Column("version", String(64), nullable=True, comment="Chronos version of the node"),
+)

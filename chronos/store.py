@@ -188,7 +188,9 @@ class Store(Protocol):
         self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
     ) -> Backlog: ...
 
-    def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None: ...
+    def get_message(
+        self, message_id: str, *, include_value: bool = False
+    ) -> MessageRecord | None: ...
 
     def list_messages(
         self,
@@ -266,9 +268,7 @@ class PostgresStore:
                 cur.execute(query(name), params)  # type: ignore[arg-type]
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
-            if conn.closed or conn.broken or isinstance(exc, psycopg.OperationalError):
-                self._drop_connection(conn)
-            raise StoreError(f"{name} failed: {exc}") from exc
+            raise self._translate(conn, name, exc) from exc
 
     def _execute_tuples(
         self, name: str, params: dict[str, Any]
@@ -282,9 +282,20 @@ class PostgresStore:
                 arrived = time.monotonic()
                 return cur.fetchall(), arrived
         except psycopg.Error as exc:
-            if conn.closed or conn.broken or isinstance(exc, psycopg.OperationalError):
-                self._drop_connection(conn)
-            raise StoreError(f"{name} failed: {exc}") from exc
+            raise self._translate(conn, name, exc) from exc
+
+    def _translate(
+        self, conn: psycopg.Connection[Any], name: str, exc: psycopg.Error
+    ) -> StoreError:
+        """Driver error -> StoreError; drop a broken connection so the next call reconnects."""
+        lost = conn.closed or conn.broken or isinstance(
+            exc, psycopg.OperationalError | psycopg.InterfaceError
+        )
+        if lost:
+            self._drop_connection(conn)
+        # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.
+        refused = not lost and (exc.sqlstate or "")[:2] in ("22", "23")
+        return StoreError(f"{name} failed: {exc}", retryable=not refused)
 
     def _drop_connection(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -310,16 +321,17 @@ class PostgresStore:
         """Insert a batch (ids must be distinct within the batch). One statement."""
         if not messages:
             return []
-        rows = self._execute(
+        rows, _ = self._execute_tuples(
             "enqueue_batch",
             {"batch": encode_batch(messages), "advance_ms": advance_ms},
         )
-        outcomes: list[Outcome] = []
-        for row in rows:
-            if row["due"]:
-                outcomes.append(Outcome.DUE_DUPLICATE if row["existed"] else Outcome.FIRE_NOW)
+        outcomes = [Outcome.INSERTED] * len(messages)
+        for ordinal, due, existed in rows:
+            if due:
+                outcome = Outcome.DUE_DUPLICATE if existed else Outcome.FIRE_NOW
             else:
-                outcomes.append(Outcome.INSERTED if row["inserted"] else Outcome.DUPLICATE)
+                outcome = Outcome.DUPLICATE
+            outcomes[ordinal - 1] = outcome
         return outcomes
 
     def claim(
@@ -499,6 +511,17 @@ class PostgresStore:
 
     def expire_nodes(self, retain_s: float) -> int:
         return len(self._execute("expire_nodes", {"retain_s": retain_s}))
+
+    def release_thread_connection(self) -> None:
+        """Close the calling thread's connection, if any: for short-lived threads (one HTTP
+        request each), which would otherwise leave one open connection behind apiece."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        try:
+            self._drop_connection(conn)
+        except psycopg.Error:
+            pass
 
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
         rows = self._execute("list_nodes", {"live_s": live_s, "include_dead": include_dead})

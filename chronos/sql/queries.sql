@@ -4,13 +4,15 @@
 
 -- name: enqueue_batch
 -- Insert a consumed batch in one statement: rows not yet due (deadline beyond now + advance) are
--- inserted (an id already waiting or ready is ignored); for every input row report whether it
--- was due, whether it was inserted, and whether its id already existed (before this statement).
+-- inserted (an id already waiting or ready is ignored). Only the exceptions come back, by their
+-- 1-based position in the batch: rows that were due (with whether their id already existed,
+-- before this statement) and rows ignored as duplicates. A healthy batch returns no rows.
 -- The batch arrives as one JSON array (decoded by the server, not row by row by the driver):
 -- [{"i": id, "d": deadline, "k": base64 key|null, "v": base64 value|null, "h": headers|null}].
 WITH batch AS (
     SELECT b.ord, b.i AS id, b.d AS deadline, decode(b.k, 'base64') AS message_key,
-           decode(b.v, 'base64') AS message_value, b.h AS message_headers
+           decode(b.v, 'base64') AS message_value, b.h AS message_headers,
+           b.d <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due
     FROM ROWS FROM (
              jsonb_to_recordset(%(batch)s::jsonb) AS (i text, d timestamptz, k text, v text, h jsonb)
          ) WITH ORDINALITY AS b(i, d, k, v, h, ord)
@@ -18,17 +20,15 @@ WITH batch AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers)
     SELECT id, deadline, message_key, message_value, message_headers
     FROM batch
-    WHERE deadline > now() + make_interval(secs => %(advance_ms)s / 1000.0)
+    WHERE NOT due
     ORDER BY ord
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 )
-SELECT b.ord,
-       b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
-       i.id IS NOT NULL AS inserted,
+SELECT b.ord, b.due,
        EXISTS (SELECT 1 FROM chronos_messages m WHERE m.id = b.id) AS existed
 FROM batch b
-LEFT JOIN inserted i ON i.id = b.id
+WHERE b.due OR NOT EXISTS (SELECT 1 FROM inserted i WHERE i.id = b.id)
 ORDER BY b.ord;
 
 -- name: claim_due
@@ -123,15 +123,20 @@ WITH est AS (
     FROM pg_class c
     LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
     WHERE c.oid = 'chronos_messages'::regclass
+), claimed AS (
+    SELECT count(*) AS n, min(deadline) AS oldest, max(deadline) AS newest
+    FROM chronos_messages
+    WHERE readied_at IS NOT NULL
 )
 SELECT now() AS now,
        (SELECT n FROM est) AS estimated_rows,
        CASE WHEN coalesce((SELECT n FROM est), 0) < %(exact_below)s THEN (
            SELECT count(*) FROM (
-               SELECT 1 FROM chronos_messages WHERE readied_at IS NULL LIMIT %(exact_below)s
+               SELECT 1 FROM chronos_messages WHERE readied_at IS NULL
+               ORDER BY deadline LIMIT %(exact_below)s
            ) u
        ) END AS unclaimed_bounded,
-       (SELECT count(*) FROM chronos_messages WHERE readied_at IS NOT NULL) AS claimed,
+       (SELECT n FROM claimed) AS claimed,
        (SELECT count(*) FROM (
            SELECT 1 FROM chronos_messages
            WHERE attempts > 0 AND attempts >= %(park_attempts)s AND readied_at IS NULL
@@ -140,7 +145,7 @@ SELECT now() AS now,
        (SELECT count(*) FROM (
            SELECT 1 FROM chronos_messages
            WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
-           LIMIT %(count_limit)s
+           ORDER BY deadline LIMIT %(count_limit)s
        ) o) AS overdue_bounded,
        (SELECT deadline FROM chronos_messages
         WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
@@ -148,12 +153,12 @@ SELECT now() AS now,
        least(
            (SELECT deadline FROM chronos_messages WHERE readied_at IS NULL
             ORDER BY deadline LIMIT 1),
-           (SELECT min(deadline) FROM chronos_messages WHERE readied_at IS NOT NULL)
+           (SELECT oldest FROM claimed)
        ) AS oldest_deadline,
        greatest(
            (SELECT deadline FROM chronos_messages WHERE readied_at IS NULL
             ORDER BY deadline DESC LIMIT 1),
-           (SELECT max(deadline) FROM chronos_messages WHERE readied_at IS NOT NULL)
+           (SELECT newest FROM claimed)
        ) AS newest_deadline;
 
 -- name: get_message

@@ -1,0 +1,226 @@
+"""A node's monitor: its heartbeat, the backlog gauges and the input topic's consumer lag.
+
+A thread started by the node (not one of the three loops: it never touches a message) that
+
+* writes the node's heartbeat row (``chronos_nodes``) every second, deletes it at graceful
+  shutdown, and forgets nodes silent for an hour (killed, never shut down). A node is *live*
+  while its heartbeat is younger than ``LIVENESS_WINDOW_S`` (10 s, on the database clock); the
+  lowest live node id is the leader (nothing acts on that yet);
+* refreshes the backlog gauges every ``BACKLOG_INTERVAL_S`` (5 s) with one statement that never
+  scans the table (see the ``backlog`` query): claimed rows through the claimed index, the
+  oldest overdue deadline through the due index, parked rows through the failed-publish index,
+  and waiting rows counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW``
+  (100k), the estimate above. Every node runs it: it costs a few index probes, and the gauges
+  do not depend on which nodes are up. They describe the shared table, so every node reports
+  the same values: aggregate them with ``max()``, not ``sum()``.
+
+The consumer lag comes from librdkafka's statistics (``statistics.interval.ms``, see
+``chronos.kafka.make_consumer``): ``record_consumer_stats`` publishes, for the partitions
+assigned to this node, the records not yet durably handled (high watermark minus the stored
+offset, else minus the committed offset). ``sum()`` over nodes is the consumer group's lag.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+from chronos import __version__, metrics
+from chronos.settings import Settings
+from chronos.store import Backlog, Store
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 1.0
+BACKLOG_INTERVAL_S = 5.0
+LIVENESS_WINDOW_S = 10.0
+NODE_RETENTION_S = 3600.0
+EXACT_COUNT_BELOW = 100_000
+COUNT_LIMIT = 10_000
+CONSUMER_STATS_INTERVAL_MS = 5000
+_WARN_EVERY_S = 30.0
+
+
+def park_attempts(settings: Settings) -> int:
+    """Failed publishes after which a row is parked: never claimed again (see claim_due)."""
+    return settings.max_publish_attempts * 2
+
+
+class Monitor:
+    """Heartbeat and backlog gauges of one node, on a thread of their own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        backlog_interval: float = BACKLOG_INTERVAL_S,
+    ):
+        self.settings = settings
+        self.store = store
+        self.node_id = settings.node_id
+        self.heartbeat_interval = heartbeat_interval
+        self.backlog_interval = backlog_interval
+        self.hostname = socket.gethostname()[:255]
+        self.last_backlog: Backlog | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned_at: dict[str, float] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="chronos-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the thread, which deletes this node's heartbeat row as it ends (the node leaves
+        the live nodes). Waits at most ``timeout`` s: a hung database never delays shutdown."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        next_backlog = 0.0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.beat()
+            if started >= next_backlog:
+                self.refresh_backlog()
+                self.expire_nodes()
+                next_backlog = started + self.backlog_interval
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self.heartbeat_interval - elapsed))
+        self.leave()
+
+    # -- the work ------------------------------------------------------------------------------
+
+    def beat(self) -> bool:
+        try:
+            self.store.heartbeat(self.node_id, hostname=self.hostname, version=__version__)
+        except Exception as exc:
+            self._failed("heartbeat", exc)
+            return False
+        metrics.HEARTBEAT_UPDATED.set(time.time())
+        return True
+
+    def refresh_backlog(self) -> Backlog | None:
+        started = time.perf_counter()
+        try:
+            backlog = self.store.backlog(
+                park_attempts(self.settings),
+                exact_below=EXACT_COUNT_BELOW,
+                count_limit=COUNT_LIMIT,
+            )
+        except Exception as exc:
+            self._failed("backlog", exc)
+            return None
+        metrics.STATEMENT_DURATION.labels("backlog").observe(time.perf_counter() - started)
+        publish_backlog(backlog)
+        self.last_backlog = backlog
+        return backlog
+
+    def leave(self) -> None:
+        try:
+            self.store.remove_node(self.node_id)
+        except Exception as exc:
+            log.warning(
+                "could not delete the heartbeat of node %s (it is no longer live after %.0f s): %s",
+                self.node_id,
+                LIVENESS_WINDOW_S,
+                exc,
+                extra={"event": "database_error"},
+            )
+            return
+        log.info("node %s left the live nodes", self.node_id, extra={"event": "node_left"})
+
+    def expire_nodes(self) -> None:
+        try:
+            expired = self.store.expire_nodes(NODE_RETENTION_S)
+        except Exception as exc:
+            self._failed("expire_nodes", exc)
+            return
+        if expired:
+            log.info(
+                "forgot %d nodes silent for over %.0f s",
+                expired,
+                NODE_RETENTION_S,
+                extra={"event": "nodes_expired"},
+            )
+
+    def _failed(self, operation: str, exc: Exception) -> None:
+        metrics.DATABASE_ERRORS.labels(operation).inc()
+        now = time.monotonic()
+        if now - self._warned_at.get(operation, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned_at[operation] = now
+            log.warning(
+                "%s failed: %s",
+                operation,
+                exc,
+                extra={"event": "database_error", "operation": operation},
+            )
+
+
+def publish_backlog(backlog: Backlog) -> None:
+    metrics.WAITING.set(backlog.waiting)
+    metrics.CLAIMED.set(backlog.claimed)
+    metrics.PARKED.set(backlog.parked)
+    metrics.OVERDUE.set(backlog.overdue)
+    metrics.OLDEST_OVERDUE.set(backlog.oldest_overdue_seconds)
+    metrics.BACKLOG_EXACT.set(1 if backlog.unclaimed_exact else 0)
+    metrics.BACKLOG_UPDATED.set(time.time())
+
+
+# -- consumer lag (librdkafka statistics) -------------------------------------------------------
+
+_lag_lock = threading.Lock()
+_lag_labels: set[tuple[str, str]] = set()
+
+# A partition this consumer fetches (assigned); "none"/"stopping"/"stopped" are not.
+_FETCHING = frozenset({"offset-query", "offset-wait", "active"})
+
+
+def partition_lags(stats: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """Lag per (topic, partition) assigned to this consumer, from one statistics document.
+
+    High watermark minus the stored offset (records not yet durably handled), else minus the
+    committed offset; partitions whose lag librdkafka does not know (-1) are left out.
+    """
+    lags: dict[tuple[str, str], int] = {}
+    for topic, topic_stats in (stats.get("topics") or {}).items():
+        for partition, p in (topic_stats.get("partitions") or {}).items():
+            if partition == "-1" or not p.get("desired", True):
+                continue
+            if p.get("fetch_state") not in _FETCHING:
+                continue
+            lag = p.get("consumer_lag_stored", -1)
+            if not isinstance(lag, int) or lag < 0:
+                lag = p.get("consumer_lag", -1)
+            if isinstance(lag, int) and lag >= 0:
+                lags[(topic, str(partition))] = lag
+    return lags
+
+
+def record_consumer_stats(stats_json: str) -> None:
+    """librdkafka ``stats_cb``: publish the consumer lag gauges (runs in the consumer's poll)."""
+    try:
+        lags = partition_lags(json.loads(stats_json))
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.debug("unreadable consumer statistics: %s", exc)
+        return
+    with _lag_lock:
+        for labels in _lag_labels - lags.keys():
+            try:
+                metrics.CONSUMER_PARTITION_LAG.remove(*labels)
+            except KeyError:
+                pass
+        for (topic, partition), lag in lags.items():
+            metrics.CONSUMER_PARTITION_LAG.labels(topic, partition).set(lag)
+        _lag_labels.clear()
+        _lag_labels.update(lags.keys())
+        metrics.CONSUMER_LAG.set(sum(lags.values()))
