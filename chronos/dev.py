@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -252,6 +253,16 @@ def run_dev(
             print(f"chronos dev: output topic     {settings.output_topic}", flush=True)
             print(
                 f"chronos dev: dead-letter topic {settings.dead_letter_topic or '(none)'}",
+                flush=True,
+            )
+            if not settings.admin_token:
+                # The admin API is off without a token; in development, make one up and say it.
+                token = secrets.token_urlsafe(24)
+                settings = settings.replace(admin_token=chronos_settings.Secret(token))
+                print(f"chronos dev: admin token      {token}", flush=True)
+            print(
+                f"chronos dev: metrics          http://{host}:{args.http_port_base}/metrics "
+                f"(node i on port {args.http_port_base} + i)",
                 flush=True,
             )
             per_node = [
