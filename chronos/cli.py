@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from chronos import __version__, logs, settings
 from chronos.errors import ChronosError, ConfigError
@@ -188,9 +189,9 @@ def _tail(config: settings.Settings, args: argparse.Namespace) -> int:
             if record is None or record.error() is not None:
                 continue
             seen += 1
+            pairs = cast(list[tuple[str, bytes | None]], record.headers() or [])
             headers = ", ".join(
-                f"{k}={v.decode(errors='replace') if v is not None else None}"
-                for k, v in record.headers() or []
+                f"{k}={v.decode(errors='replace') if v is not None else None}" for k, v in pairs
             )
             key = record.key()
             value = record.value()

@@ -73,8 +73,18 @@ def broker_reachable(settings: Settings) -> tuple[bool, str]:
         conf = {
             k: v
             for k, v in producer_config(settings, "health").items()
-            if not k.startswith(("enable.idempotence", "acks", "delivery", "partitioner",
-                                 "linger", "batch", "queue", "request"))
+            if not k.startswith(
+                (
+                    "enable.idempotence",
+                    "acks",
+                    "delivery",
+                    "partitioner",
+                    "linger",
+                    "batch",
+                    "queue",
+                    "request",
+                )
+            )
         }
         metadata = AdminClient(conf).list_topics(topic=settings.output_topic, timeout=2)
         topic = metadata.topics.get(settings.output_topic)
@@ -174,6 +184,10 @@ def start_http_server(settings: Settings, state: Any, store: Store) -> ChronosHT
     server.routes = [core_routes(Health(settings, state, store)), admin_routes(settings, store)]
     thread = threading.Thread(target=server.serve_forever, name="chronos-http", daemon=True)
     thread.start()
-    log.info("http server on %s:%d", settings.http_host, server.server_address[1],
-             extra={"event": "http_started"})
+    log.info(
+        "http server on %s:%d",
+        settings.http_host,
+        server.server_address[1],
+        extra={"event": "http_started"},
+    )
     return server

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -143,12 +144,19 @@ class IntakeLoop(Loop):
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error: %s", err, extra={"event": "consume_error"})
                 continue
-            topic, partition, offset = record.topic(), record.partition(), record.offset()
+            topic = cast(str, record.topic())
+            partition = cast(int, record.partition())
+            offset = cast(int, record.offset())
             offsets[(topic, partition)] = max(offsets.get((topic, partition), -1), offset)
             consumed += 1
-            headers = record.headers()
+            # A consumed record's headers are a list of (str, bytes | None) pairs, or None.
+            headers = cast(Headers | None, record.headers())
             parsed = parse_record(
-                record.key(), record.value(), headers, now=now, max_delay=self.max_delay
+                record.key(),
+                record.value(),
+                headers,
+                now=now,
+                max_delay=self.max_delay,
             )
             if isinstance(parsed, Rejection):
                 dl = self._dead_letter(record, headers, parsed, f"{topic}/{partition}/{offset}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
@@ -113,7 +113,11 @@ class KafkaPublisher:
         while True:
             try:
                 self._producer.produce(
-                    topic, value=value, key=key, headers=headers or None, on_delivery=report
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=cast(list[tuple[str, str | bytes | None]], headers) or None,
+                    on_delivery=report,
                 )
                 return
             except BufferError:

@@ -10,7 +10,9 @@ PUBLISHED_DIRECTLY = Counter(
     "chronos_published_directly_messages_total",
     "Messages whose deadline had lapsed on arrival, published without enqueueing",
 )
-FIRED = Counter("chronos_fired_messages_total", "Messages fired (delivery confirmed) from the table")
+FIRED = Counter(
+    "chronos_fired_messages_total", "Messages fired (delivery confirmed) from the table"
+)
 DEAD_LETTERED = Counter(
     "chronos_dead_lettered_messages_total", "Records sent to the dead-letter topic", ["reason"]
 )
@@ -26,9 +28,7 @@ SUSPECTED_FAILURES = Counter(
     "chronos_suspected_failures_total",
     "Claimed messages reset because their claim outlived the hold time",
 )
-PUBLISH_ERRORS = Counter(
-    "chronos_publish_errors_total", "Failed delivery reports", ["topic_kind"]
-)
+PUBLISH_ERRORS = Counter("chronos_publish_errors_total", "Failed delivery reports", ["topic_kind"])
 DATABASE_ERRORS = Counter(
     "chronos_database_errors_total", "Failed database statements", ["operation"]
 )
@@ -39,8 +39,28 @@ FENCED_DELETES = Counter(
 LATENESS = Histogram(
     "chronos_fire_lateness_seconds",
     "Fire time minus deadline (negative: fired within the timing advance)",
-    buckets=(-0.1, -0.05, -0.025, -0.01, -0.005, 0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-             1, 2.5, 5, 10, 30, 60, 300),
+    buckets=(
+        -0.1,
+        -0.05,
+        -0.025,
+        -0.01,
+        -0.005,
+        0,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+        30,
+        60,
+        300,
+    ),
 )
 BATCH_SIZE = Histogram(
     "chronos_batch_size_messages",

@@ -55,8 +55,12 @@ class Node:
         consumer_factory: Callable[..., Any] | None = None,
     ):
         self.settings = settings
-        self.store = store if store is not None else PostgresStore(
-            settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
+        self.store = (
+            store
+            if store is not None
+            else PostgresStore(
+                settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
+            )
         )
         self._publisher_factory = publisher_factory or (
             lambda purpose: kafka.make_publisher(settings, purpose)
@@ -75,7 +79,9 @@ class Node:
     def build_loops(self) -> list[Loop]:
         return [
             IntakeLoop(
-                self.settings, self.store, self._publisher_factory("intake"),
+                self.settings,
+                self.store,
+                self._publisher_factory("intake"),
                 self._consumer_factory,
             ),
             FiringLoop(self.settings, self.store, self._publisher_factory("firing")),
@@ -106,8 +112,11 @@ class Node:
             from chronos.http import start_http_server
 
             self.http = start_http_server(self.settings, self.state, self.store)
-        log.info("chronos node %s started", self.settings.node_id,
-                 extra={"event": "node_started", "node": self.settings.node_id})
+        log.info(
+            "chronos node %s started",
+            self.settings.node_id,
+            extra={"event": "node_started", "node": self.settings.node_id},
+        )
 
     def _run_loop(self, loop: Loop) -> None:
         try:
@@ -132,8 +141,9 @@ class Node:
 
     def shutdown(self) -> int:
         self.state.stopping = True
-        log.info("chronos node %s stopping", self.settings.node_id,
-                 extra={"event": "node_stopping"})
+        log.info(
+            "chronos node %s stopping", self.settings.node_id, extra={"event": "node_stopping"}
+        )
         deadline = time.monotonic() + self.settings.shutdown_timeout_ms / 1000
         self.monitor.stop()  # leave the live nodes first (deletes this node's heartbeat row)
         # Intake first (no new direct publishes), then firing (drains), then recovery.
@@ -150,8 +160,11 @@ class Node:
             self.http.shutdown()
         self.store.close()
         if self._failed:
-            log.error("chronos node %s stopped after failure of %s",
-                      self.settings.node_id, ", ".join(sorted(set(self._failed))))
+            log.error(
+                "chronos node %s stopped after failure of %s",
+                self.settings.node_id,
+                ", ".join(sorted(set(self._failed))),
+            )
             return 1
         log.info("chronos node %s stopped", self.settings.node_id, extra={"event": "node_stopped"})
         return 0

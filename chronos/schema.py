@@ -25,11 +25,15 @@ metadata = MetaData()
 messages = Table(
     "chronos_messages",
     metadata,
-    Column("id", String(128), primary_key=True, comment="chronosMessageId: unique among waiting/ready"),
+    Column(
+        "id", String(128), primary_key=True, comment="chronosMessageId: unique among waiting/ready"
+    ),
     Column("deadline", DateTime(timezone=True), nullable=False, comment="when the message is due"),
     Column("readied_at", DateTime(timezone=True), nullable=True, comment="claim time (DB clock)"),
     Column("readied_by", UUID(as_uuid=False), nullable=True, comment="node that claimed it"),
-    Column("message_key", LargeBinary, nullable=True, comment="original key, byte-exact; NULL kept"),
+    Column(
+        "message_key", LargeBinary, nullable=True, comment="original key, byte-exact; NULL kept"
+    ),
     Column("message_value", LargeBinary, nullable=True, comment="original value; NULL = tombstone"),
     Column("message_headers", JSONB, nullable=True, comment='[{"name": base64|null}, ...]'),
     Column(

@@ -231,7 +231,9 @@ def libpq_url(url: str) -> str:
 class PostgresStore:
     """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 5.0, application_name: str = "chronos"):
+    def __init__(
+        self, url: str, *, connect_timeout: float = 5.0, application_name: str = "chronos"
+    ):
         self._url = libpq_url(url)
         self._connect_timeout = connect_timeout
         self._application_name = application_name
@@ -265,7 +267,7 @@ class PostgresStore:
         conn = self._conn()
         try:
             with conn.cursor() as cur:
-                cur.execute(query(name), params)  # type: ignore[arg-type]
+                cur.execute(query(name), params)
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
             raise self._translate(conn, name, exc) from exc
@@ -278,7 +280,7 @@ class PostgresStore:
         conn = self._conn()
         try:
             with conn.cursor(row_factory=tuple_row, binary=True) as cur:
-                cur.execute(query(name), params)  # type: ignore[arg-type]
+                cur.execute(query(name), params)
                 arrived = time.monotonic()
                 return cur.fetchall(), arrived
         except psycopg.Error as exc:
@@ -288,13 +290,16 @@ class PostgresStore:
         self, conn: psycopg.Connection[Any], name: str, exc: psycopg.Error
     ) -> StoreError:
         """Driver error -> StoreError; drop a broken connection so the next call reconnects."""
-        lost = conn.closed or conn.broken or isinstance(
-            exc, psycopg.OperationalError | psycopg.InterfaceError
+        lost = (
+            conn.closed
+            or conn.broken
+            or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
         )
         if lost:
             self._drop_connection(conn)
         # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.
-        refused = not lost and (exc.sqlstate or "")[:2] in ("22", "23")
+        # Class 54 (program limit exceeded: e.g. a batch over the JSON size limit) too.
+        refused = not lost and (exc.sqlstate or "")[:2] in ("22", "23", "54")
         return StoreError(f"{name} failed: {exc}", retryable=not refused)
 
     def _drop_connection(self, conn: psycopg.Connection[Any]) -> None:
@@ -321,17 +326,18 @@ class PostgresStore:
         """Insert a batch (ids must be distinct within the batch). One statement."""
         if not messages:
             return []
-        rows, _ = self._execute_tuples(
-            "enqueue_batch",
-            {"batch": encode_batch(messages), "advance_ms": advance_ms},
-        )
         outcomes = [Outcome.INSERTED] * len(messages)
-        for ordinal, due, existed in rows:
-            if due:
-                outcome = Outcome.DUE_DUPLICATE if existed else Outcome.FIRE_NOW
-            else:
-                outcome = Outcome.DUPLICATE
-            outcomes[ordinal - 1] = outcome
+        for start, end in _chunks_by_size(messages, ENQUEUE_CHUNK_BYTES):
+            rows, _ = self._execute_tuples(
+                "enqueue_batch",
+                {"batch": encode_batch(messages[start:end]), "advance_ms": advance_ms},
+            )
+            for ordinal, due, existed in rows:
+                if due:
+                    outcome = Outcome.DUE_DUPLICATE if existed else Outcome.FIRE_NOW
+                else:
+                    outcome = Outcome.DUPLICATE
+                outcomes[start + ordinal - 1] = outcome
         return outcomes
 
     def claim(
@@ -348,8 +354,17 @@ class PostgresStore:
         )
         return [
             ClaimedRow(
-                r[0], r[1], r[2], _bytes(r[3]), _bytes(r[4]), decode_headers(r[5]), r[6], r[7],
-                r[8], r[9], arrived,
+                r[0],
+                r[1],
+                r[2],
+                _bytes(r[3]),
+                _bytes(r[4]),
+                decode_headers(r[5]),
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                arrived,
             )
             for r in rows
         ]
@@ -539,6 +554,26 @@ class PostgresStore:
             )
             for r in rows
         ]
+
+
+ENQUEUE_CHUNK_BYTES = 32 * 1024 * 1024
+"""A consumed batch is written in statements of at most about this much JSON (Postgres limits a
+JSON document to 256 MB); an ordinary batch is one statement."""
+
+
+def _chunks_by_size(messages: Sequence[ScheduledMessage], limit: int) -> list[tuple[int, int]]:
+    """[start, end) ranges whose estimated encoded size stays under ``limit`` (at least 1 each)."""
+    ranges: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for index, m in enumerate(messages):
+        estimate = 200 + (len(m.key or b"") + len(m.value or b"")) * 4 // 3
+        estimate += sum(len(n) + len(v or b"") * 4 // 3 + 16 for n, v in m.headers)
+        if index > start and size + estimate > limit:
+            ranges.append((start, index))
+            start, size = index, 0
+        size += estimate
+    ranges.append((start, len(messages)))
+    return ranges
 
 
 def _b64(value: bytes | None) -> str | None:

@@ -1,4 +1,4 @@
-"""Alembic environment: the target metadata is chronos.schema; the URL comes from Chronos settings."""
+"""Alembic environment: target metadata from chronos.schema; the URL from Chronos settings."""
 
 from __future__ import annotations
 

@@ -1,0 +1,787 @@
+"""In-memory test doubles of the Store, the Publisher and the input consumer.
+
+``InMemoryStore`` implements :class:`chronos.store.Store` with the semantics of the named SQL in
+``chronos/sql/queries.sql`` (deadlines and claims compared on an injectable clock, claims fenced
+by ``readied_by`` and ``readied_at``, the column limits of the schema enforced as ``StoreError``).
+``FakePublisher`` implements :class:`chronos.kafka.Publisher`: it records every produced record
+and lets a test decide whether each delivery succeeds or fails, and when its report arrives.
+``FakeConsumer`` feeds records to the intake loop and records the offsets it stores.
+``ManualClock`` gives the store (wall clock) and the firing loop (monotonic clock) one time line
+that only moves when the test says so.
+
+The loops take these in place of Postgres and Kafka, so their behaviour can be tested quickly and
+deterministically; the integration tests re-run the same behaviours against the real services.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from chronos.errors import StoreError
+from chronos.kafka import DeliveryCallback
+from chronos.protocol import (
+    MAX_ID_LENGTH,
+    Headers,
+    ScheduledMessage,
+    decode_headers,
+    encode_headers,
+)
+from chronos.store import (
+    LIST_QUERIES,
+    Backlog,
+    CancelOutcome,
+    Claim,
+    ClaimedRow,
+    MessageRecord,
+    NodeRecord,
+    Outcome,
+    StuckRow,
+)
+
+__all__ = [
+    "FakeConsumer",
+    "FakePublisher",
+    "InMemoryStore",
+    "ManualClock",
+    "ProducedRecord",
+    "StoredRow",
+    "make_record",
+]
+
+_LAST_ERROR_LENGTH = 500  # chronos_messages.last_error is varchar(500)
+
+
+# ------------------------------------------------------------------------------------ clock
+
+
+class ManualClock:
+    """A wall clock and a monotonic clock that advance together, only when told to.
+
+    Time is kept in whole microseconds (the database's resolution), so many small steps add up
+    exactly.
+    """
+
+    def __init__(self, start: datetime | None = None, monotonic_start: float = 1000.0):
+        self._start = start if start is not None else datetime(2030, 1, 1, tzinfo=UTC)
+        if self._start.tzinfo is None:
+            raise ValueError("ManualClock needs a timezone-aware start")
+        self._mono_start_us = round(monotonic_start * 1_000_000)
+        self._elapsed_us = 0
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._start + timedelta(microseconds=self._elapsed_us)
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return (self._mono_start_us + self._elapsed_us) / 1_000_000
+
+    def advance(self, ms: float) -> None:
+        if ms < 0:
+            raise ValueError("time only moves forward")
+        with self._lock:
+            self._elapsed_us += round(ms * 1000)
+
+    def __call__(self) -> datetime:
+        return self.now()
+
+
+# ------------------------------------------------------------------------------------ store
+
+
+@dataclass(slots=True)
+class StoredRow:
+    """One row of ``chronos_messages`` as the in-memory store keeps it."""
+
+    id: str
+    deadline: datetime
+    key: bytes | None
+    value: bytes | None
+    headers_json: str | None  # as stored: the encoded header list (None when no headers)
+    enqueued_at: datetime
+    readied_at: datetime | None = None
+    readied_by: str | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    target_topic: str | None = None
+
+    @property
+    def headers(self) -> Headers:
+        return decode_headers(self.headers_json)
+
+
+@dataclass(slots=True)
+class _NodeRow:
+    started_at: datetime
+    heartbeat_at: datetime
+    hostname: str | None
+    version: str | None
+
+
+def _refused(message: str) -> StoreError:
+    """The database refused the data itself (a data exception): retrying cannot succeed."""
+    return StoreError(message, retryable=False)
+
+
+def _check_uuid(value: str, what: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        raise _refused(f"{what} failed: invalid input syntax for type uuid: {value!r}") from None
+
+
+class InMemoryStore:
+    """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock.
+
+    ``clock`` returns the "database" time (timezone-aware); every comparison the SQL makes with
+    ``now()`` is made with it. ``monotonic`` is the claiming process's monotonic clock, stamped on
+    each claimed row as its result arrives (a ``ManualClock`` supplies both). Thread-safe: the
+    node runs its loops on threads.
+    ``fail_next(n)`` makes the next ``n`` statements raise a retryable ``StoreError`` (an outage);
+    data the schema cannot hold raises a ``StoreError`` that is not retryable, as Postgres does.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] | None = None,
+    ):
+        if isinstance(clock, ManualClock):
+            self.clock: Callable[[], datetime] = clock.now
+            self.monotonic: Callable[[], float] = monotonic or clock.monotonic
+        else:
+            self.clock = clock or (lambda: datetime.now(UTC))
+            self.monotonic = monotonic or time.monotonic
+        self._rows: dict[str, StoredRow] = {}
+        self._nodes: dict[str, _NodeRow] = {}
+        self._lock = threading.RLock()
+        self._failures: list[tuple[str | None, StoreError]] = []
+        self.closed = False
+        self.statements: list[str] = []  # names of the statements run, in order
+
+    # -- test conveniences ---------------------------------------------------------------------
+
+    def fail_next(self, count: int = 1, operation: str | None = None, message: str = "") -> None:
+        """Make the next ``count`` statements (of ``operation``, if given) raise StoreError."""
+        with self._lock:
+            for _ in range(count):
+                error = StoreError(message or f"{operation or 'statement'} failed: injected")
+                self._failures.append((operation, error))
+
+    def rows(self) -> dict[str, StoredRow]:
+        """A snapshot (copies) of every row, by id."""
+        with self._lock:
+            return {k: replace(v) for k, v in self._rows.items()}
+
+    def get(self, message_id: str) -> StoredRow | None:
+        with self._lock:
+            row = self._rows.get(message_id)
+            return replace(row) if row is not None else None
+
+    def claimed(self) -> list[StoredRow]:
+        with self._lock:
+            return [replace(r) for r in self._rows.values() if r.readied_at is not None]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def __contains__(self, message_id: object) -> bool:
+        with self._lock:
+            return message_id in self._rows
+
+    def _statement(self, name: str) -> datetime:
+        """Bookkeeping shared by every statement; returns ``now()`` for the statement."""
+        if self.closed:
+            raise StoreError(f"{name} failed: the store is closed")
+        self.statements.append(name)
+        for index, (operation, error) in enumerate(self._failures):
+            if operation is None or operation == name:
+                del self._failures[index]
+                raise error
+        now = self.clock()
+        if now.tzinfo is None:
+            raise ValueError("the store clock must return timezone-aware datetimes")
+        return now
+
+    # -- the Store interface -------------------------------------------------------------------
+
+    def enqueue(self, messages: Sequence[ScheduledMessage], advance_ms: int) -> list[Outcome]:
+        if not messages:
+            return []
+        ids = [m.id for m in messages]
+        if len(set(ids)) != len(ids):
+            raise ValueError("enqueue: ids must be distinct within a batch")
+        with self._lock:
+            now = self._statement("enqueue_batch")
+            for m in messages:
+                if len(m.id) > MAX_ID_LENGTH:
+                    raise _refused(
+                        "enqueue_batch failed: value too long for type character varying(128)"
+                    )
+                if "\x00" in m.id:
+                    raise _refused("enqueue_batch failed: invalid byte sequence (NUL)")
+                if m.deadline.tzinfo is None:
+                    raise _refused("enqueue_batch failed: naive deadline")
+            threshold = now + timedelta(milliseconds=advance_ms)
+            existed_before = {m.id for m in messages if m.id in self._rows}
+            outcomes: list[Outcome] = []
+            for m in messages:
+                due = m.deadline <= threshold
+                if due:
+                    outcomes.append(
+                        Outcome.DUE_DUPLICATE if m.id in existed_before else Outcome.FIRE_NOW
+                    )
+                    continue
+                if m.id in self._rows:
+                    outcomes.append(Outcome.DUPLICATE)
+                    continue
+                self._rows[m.id] = StoredRow(
+                    id=m.id,
+                    deadline=m.deadline,
+                    key=None if m.key is None else bytes(m.key),
+                    value=None if m.value is None else bytes(m.value),
+                    headers_json=encode_headers(m.headers),
+                    enqueued_at=now,
+                )
+                outcomes.append(Outcome.INSERTED)
+            return outcomes
+
+    def claim(
+        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+    ) -> list[ClaimedRow]:
+        with self._lock:
+            now = self._statement("claim_due")
+            node = _check_uuid(node_id, "claim_due")
+            horizon = now + timedelta(milliseconds=horizon_ms)
+            due = [
+                r
+                for r in self._rows.values()
+                if r.readied_at is None and r.deadline <= horizon and r.attempts < park_attempts
+            ]
+            due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
+            claimed: list[ClaimedRow] = []
+            arrived = self.monotonic()
+            for row in due[: max(0, limit)]:
+                row.readied_at = now
+                row.readied_by = node
+                claimed.append(
+                    ClaimedRow(
+                        id=row.id,
+                        deadline=row.deadline.timestamp(),
+                        readied_at=now,
+                        key=row.key,
+                        value=row.value,
+                        headers=row.headers,
+                        attempts=row.attempts,
+                        last_error=row.last_error,
+                        target_topic=row.target_topic,
+                        remaining_ms=(row.deadline - now).total_seconds() * 1000,
+                        claimed_monotonic=arrived,
+                    )
+                )
+            return claimed
+
+    def _fenced(self, node: str, claim: Claim) -> StoredRow | None:
+        row = self._rows.get(claim[0])
+        if row is None or row.readied_by != node or row.readied_at != claim[1]:
+            return None
+        return row
+
+    def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
+        if not claims:
+            return set()
+        with self._lock:
+            self._statement("delete_fired")
+            node = _check_uuid(node_id, "delete_fired")
+            deleted: set[str] = set()
+            for claim in claims:
+                if self._fenced(node, claim) is not None:
+                    del self._rows[claim[0]]
+                    deleted.add(claim[0])
+            return deleted
+
+    def release(
+        self,
+        node_id: str,
+        claims: Sequence[Claim],
+        *,
+        failed: bool,
+        errors: Sequence[str] | None = None,
+    ) -> dict[str, int]:
+        if not claims:
+            return {}
+        with self._lock:
+            self._statement("release_claims")
+            node = _check_uuid(node_id, "release_claims")
+            padded: list[str | None] = list(errors) if errors is not None else []
+            padded += [None] * (len(claims) - len(padded))
+            for error in padded:
+                if error is not None and len(error) > _LAST_ERROR_LENGTH:
+                    raise _refused(
+                        "release_claims failed: value too long for type character varying(500)"
+                    )
+            released: dict[str, int] = {}
+            for claim, error in zip(claims, padded, strict=False):
+                row = self._fenced(node, claim)
+                if row is None:
+                    continue
+                row.readied_at = None
+                row.readied_by = None
+                if failed:
+                    row.attempts += 1
+                if error is not None:
+                    row.last_error = error
+                released[row.id] = row.attempts
+            return released
+
+    def release_node(self, node_id: str) -> int:
+        with self._lock:
+            self._statement("release_node")
+            node = _check_uuid(node_id, "release_node")
+            count = 0
+            for row in self._rows.values():
+                if row.readied_by == node:
+                    row.readied_at = None
+                    row.readied_by = None
+                    count += 1
+            return count
+
+    def find_stuck(self, hold_ms: int, limit: int) -> list[StuckRow]:
+        with self._lock:
+            now = self._statement("find_stuck")
+            cutoff = now - timedelta(milliseconds=hold_ms)
+            stuck = [
+                r for r in self._rows.values() if r.readied_at is not None and r.readied_at < cutoff
+            ]
+            stuck.sort(key=lambda r: r.readied_at or now)
+            return [
+                StuckRow(r.id, r.readied_by or "", r.readied_at or now)
+                for r in stuck[: max(0, limit)]
+            ]
+
+    def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]:
+        if not rows:
+            return []
+        with self._lock:
+            self._statement("reset_stuck")
+            reset: list[tuple[str, str]] = []
+            for stuck in rows:
+                node = _check_uuid(stuck.readied_by, "reset_stuck")
+                row = self._rows.get(stuck.id)
+                if row is None or row.readied_by != node or row.readied_at != stuck.readied_at:
+                    continue
+                row.readied_at = None
+                row.readied_by = None
+                reset.append((row.id, node))
+            return reset
+
+    def ping(self) -> datetime:
+        with self._lock:
+            return self._statement("ping")
+
+    def close(self) -> None:
+        self.closed = True
+
+    # -- admin and monitoring ------------------------------------------------------------------
+
+    def backlog(
+        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
+    ) -> Backlog:
+        with self._lock:
+            now = self._statement("backlog")
+            rows = list(self._rows.values())
+            unclaimed = [r for r in rows if r.readied_at is None]
+            claimed = [r for r in rows if r.readied_at is not None]
+            parked = [r for r in unclaimed if 0 < r.attempts and r.attempts >= park_attempts]
+            overdue = [r for r in unclaimed if r.deadline < now and r.attempts < park_attempts]
+            exact = len(rows) < exact_below and len(unclaimed) < exact_below
+            deadlines = [r.deadline for r in rows]
+            return Backlog(
+                now=now,
+                estimated_rows=len(rows),
+                unclaimed=len(unclaimed) if exact else max(len(rows) - len(claimed), 0),
+                unclaimed_exact=exact,
+                claimed=len(claimed),
+                parked=min(len(parked), count_limit),
+                parked_capped=len(parked) >= count_limit,
+                overdue=min(len(overdue), count_limit),
+                overdue_capped=len(overdue) >= count_limit,
+                oldest_overdue=min((r.deadline for r in overdue), default=None),
+                oldest_deadline=min(deadlines, default=None),
+                newest_deadline=max(deadlines, default=None),
+            )
+
+    @staticmethod
+    def _record(row: StoredRow, include_value: bool) -> MessageRecord:
+        return MessageRecord(
+            id=row.id,
+            deadline=row.deadline,
+            readied_at=row.readied_at,
+            readied_by=row.readied_by,
+            attempts=row.attempts,
+            last_error=row.last_error,
+            target_topic=row.target_topic,
+            enqueued_at=row.enqueued_at,
+            key=row.key,
+            headers=row.headers,
+            value_size=None if row.value is None else len(row.value),
+            value=row.value if include_value else None,
+        )
+
+    def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
+        with self._lock:
+            self._statement("get_message")
+            row = self._rows.get(message_id)
+            return None if row is None else self._record(row, include_value)
+
+    def list_messages(
+        self,
+        *,
+        state: str | None,
+        park_attempts: int,
+        limit: int,
+        deadline_from: datetime | None = None,
+        deadline_to: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[MessageRecord]:
+        if state not in LIST_QUERIES:
+            raise ValueError(f"unknown message state {state!r}")
+        with self._lock:
+            self._statement(LIST_QUERIES[state])
+
+            def wanted(r: StoredRow) -> bool:
+                if state == "waiting" and not (r.readied_at is None and r.attempts < park_attempts):
+                    return False
+                if state == "parked" and not (
+                    r.readied_at is None and 0 < r.attempts and r.attempts >= park_attempts
+                ):
+                    return False
+                if state == "claimed" and r.readied_at is None:
+                    return False
+                if deadline_from is not None and r.deadline < deadline_from:
+                    return False
+                if deadline_to is not None and r.deadline >= deadline_to:
+                    return False
+                return after is None or (r.deadline, r.id) > after
+
+            chosen = sorted(
+                (r for r in self._rows.values() if wanted(r)), key=lambda r: (r.deadline, r.id)
+            )
+            return [self._record(r, False) for r in chosen[: max(0, limit)]]
+
+    def cancel_message(self, message_id: str) -> CancelOutcome:
+        with self._lock:
+            self._statement("cancel_message")
+            row = self._rows.get(message_id)
+            if row is None:
+                return CancelOutcome.NOT_FOUND
+            if row.readied_at is not None:
+                return CancelOutcome.CLAIMED
+            del self._rows[message_id]
+            return CancelOutcome.CANCELLED
+
+    def heartbeat(
+        self,
+        node_id: str,
+        *,
+        started_at: datetime | None = None,
+        hostname: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        with self._lock:
+            now = self._statement("heartbeat")
+            node = _check_uuid(node_id, "heartbeat")
+            known = self._nodes.get(node)
+            self._nodes[node] = _NodeRow(
+                started_at=known.started_at if known else (started_at or now),
+                heartbeat_at=now,
+                hostname=hostname,
+                version=version,
+            )
+
+    def remove_node(self, node_id: str) -> bool:
+        with self._lock:
+            self._statement("remove_node")
+            return self._nodes.pop(_check_uuid(node_id, "remove_node"), None) is not None
+
+    def expire_nodes(self, retain_s: float) -> int:
+        with self._lock:
+            now = self._statement("expire_nodes")
+            cutoff = now - timedelta(seconds=retain_s)
+            gone = [n for n, row in self._nodes.items() if row.heartbeat_at < cutoff]
+            for node in gone:
+                del self._nodes[node]
+            return len(gone)
+
+    def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
+        with self._lock:
+            now = self._statement("list_nodes")
+            claims: dict[str, list[datetime]] = {}
+            for r in self._rows.values():
+                if r.readied_at is not None and r.readied_by is not None:
+                    claims.setdefault(r.readied_by, []).append(r.readied_at)
+            records = []
+            for node in sorted(set(self._nodes) | set(claims)):
+                beat = self._nodes.get(node)
+                held = claims.get(node, [])
+                live = beat is not None and beat.heartbeat_at > now - timedelta(seconds=live_s)
+                if not (live or held or include_dead):
+                    continue
+                records.append(
+                    NodeRecord(
+                        node_id=node,
+                        live=live,
+                        started_at=beat.started_at if beat else None,
+                        heartbeat_at=beat.heartbeat_at if beat else None,
+                        heartbeat_age_seconds=(
+                            (now - beat.heartbeat_at).total_seconds() if beat else None
+                        ),
+                        hostname=beat.hostname if beat else None,
+                        version=beat.version if beat else None,
+                        claimed=len(held),
+                        oldest_claim_at=min(held, default=None),
+                    )
+                )
+            return records
+
+
+# -------------------------------------------------------------------------------- publisher
+
+
+PENDING = "pending"
+DELIVERED = "delivered"
+FAILED = "failed"
+
+
+@dataclass(eq=False)
+class ProducedRecord:
+    """One ``produce`` call as the fake publisher saw it."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int  # the producer's wall clock at produce(), like a record's CreateTime
+    status: str = PENDING  # pending -> delivered | failed (decided), then reported
+    error: KafkaError | None = None
+    reported: bool = False  # whether its delivery callback has been served
+    on_delivery: DeliveryCallback | None = field(default=None, repr=False)
+
+
+Decision = Callable[[ProducedRecord], KafkaError | None]
+
+
+def _succeed(_record: ProducedRecord) -> KafkaError | None:
+    return None
+
+
+class FakePublisher:
+    """A ``Publisher`` that records what is produced; the test decides each delivery.
+
+    * ``auto=True`` (default): ``decide(record)`` is asked at ``produce`` time (default: success;
+      return a ``KafkaError`` to fail it) and the report is served by the next ``poll``/``flush``,
+      like a real producer's.
+    * ``auto=False``: every record stays pending until the test calls ``deliver(...)`` or
+      ``fail(...)``; ``poll`` then serves the report.
+    * ``fail_next(n, code)`` fails the next ``n`` produced records (either mode).
+
+    ``poll(timeout)`` waits up to ``timeout`` for a report to serve (so loops on threads do not
+    spin) and returns the number of callbacks served. ``delivered`` lists what a consumer of the
+    topics would now see.
+    """
+
+    def __init__(
+        self,
+        *,
+        auto: bool = True,
+        decide: Decision | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ):
+        self.auto = auto
+        self.decide = decide or _succeed
+        self.wall_clock = wall_clock
+        self.records: list[ProducedRecord] = []
+        self._fail_next: list[KafkaError] = []
+        self._cond = threading.Condition(threading.RLock())
+
+    # -- test controls ---------------------------------------------------------------------------
+
+    def fail_next(self, count: int = 1, code: int = KafkaError._MSG_TIMED_OUT) -> None:
+        with self._cond:
+            self._fail_next.extend(KafkaError(code) for _ in range(count))
+
+    def pending(self) -> list[ProducedRecord]:
+        with self._cond:
+            return [r for r in self.records if r.status == PENDING]
+
+    def deliver(self, records: Iterable[ProducedRecord] | None = None) -> int:
+        """Decide success for ``records`` (default: every pending one)."""
+        return self._settle(records, None)
+
+    def fail(
+        self, records: Iterable[ProducedRecord] | None = None, code: int = KafkaError._MSG_TIMED_OUT
+    ) -> int:
+        """Decide failure with ``code`` for ``records`` (default: every pending one)."""
+        return self._settle(records, KafkaError(code))
+
+    def _settle(self, records: Iterable[ProducedRecord] | None, error: KafkaError | None) -> int:
+        with self._cond:
+            chosen = list(records) if records is not None else self.pending()
+            count = 0
+            for record in chosen:
+                if record.status != PENDING:
+                    raise ValueError(f"record already {record.status}")
+                record.status, record.error = (
+                    (FAILED, error) if error is not None else (DELIVERED, None)
+                )
+                count += 1
+            self._cond.notify_all()
+            return count
+
+    def delivered(self, topic: str | None = None) -> list[ProducedRecord]:
+        with self._cond:
+            return [r for r in self.records if r.status == DELIVERED and topic in (None, r.topic)]
+
+    def produced(self, topic: str | None = None) -> list[ProducedRecord]:
+        with self._cond:
+            return [r for r in self.records if topic in (None, r.topic)]
+
+    # -- the Publisher interface -----------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_delivery: DeliveryCallback,
+    ) -> None:
+        record = ProducedRecord(
+            topic=topic,
+            key=key,
+            value=value,
+            headers=list(headers or ()),
+            timestamp_ms=math.floor(self.wall_clock() * 1000 + 1e-6),  # float noise, not time
+            on_delivery=on_delivery,
+        )
+        with self._cond:
+            self.records.append(record)
+            if self._fail_next:
+                record.status, record.error = FAILED, self._fail_next.pop(0)
+            elif self.auto:
+                error = self.decide(record)
+                record.status, record.error = (
+                    (FAILED, error) if error is not None else (DELIVERED, None)
+                )
+            self._cond.notify_all()
+
+    def _ready(self) -> list[ProducedRecord]:
+        return [r for r in self.records if r.status != PENDING and not r.reported]
+
+    def poll(self, timeout: float) -> int:
+        with self._cond:
+            if timeout > 0 and not self._ready():
+                self._cond.wait_for(lambda: bool(self._ready()), timeout)
+            ready = self._ready()
+            for record in ready:
+                record.reported = True
+        for record in ready:  # callbacks run outside the lock, like librdkafka's
+            if record.on_delivery is not None:
+                record.on_delivery(record.error)
+        return len(ready)
+
+    def flush(self, timeout: float) -> int:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            self.poll(0)
+            outstanding = len(self)
+            remaining = deadline - time.monotonic()
+            if outstanding == 0 or remaining <= 0:
+                return outstanding
+            self.poll(min(remaining, 0.05))
+
+    def __len__(self) -> int:
+        with self._cond:
+            return sum(1 for r in self.records if not r.reported)
+
+
+# --------------------------------------------------------------------------------- consumer
+
+
+def make_record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
+    *,
+    error: KafkaError | None = None,
+) -> Message:
+    """A consumed record, as the intake loop receives it from the consumer."""
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=value,
+        headers=list(headers) if headers is not None else None,
+        error=error,
+    )
+
+
+class FakeConsumer:
+    """The part of a confluent-kafka ``Consumer`` the intake loop uses, fed by the test.
+
+    ``feed(records)`` queues records; ``consume`` hands them out in order, at most
+    ``num_messages`` at a time, waiting up to ``timeout`` for some. ``stored`` holds the offsets
+    stored so far, by (topic, partition): the next offset to read, as Kafka commits them.
+    """
+
+    def __init__(self, **callbacks: Any):
+        self.callbacks = callbacks
+        self.subscribed: list[str] = []
+        self.stored: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self.closed = False
+        self._queue: list[Message] = []
+        self._cond = threading.Condition()
+
+    def feed(self, records: Iterable[Message]) -> None:
+        with self._cond:
+            self._queue.extend(records)
+            self._cond.notify_all()
+
+    def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
+        self.subscribed = list(topics)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        with self._cond:
+            if not self._queue and timeout != 0:
+                self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)
+            batch, self._queue = self._queue[:num_messages], self._queue[num_messages:]
+            return batch
+
+    def store_offsets(self, offsets: list[TopicPartition] | None = None, **_: Any) -> None:
+        for tp in offsets or ():
+            self.stored[(tp.topic, tp.partition)] = tp.offset
+
+    def commit(self, asynchronous: bool = True, **_: Any) -> None:
+        pending = {k: v for k, v in self.stored.items() if self.committed.get(k) != v}
+        if not pending:
+            raise KafkaException(KafkaError(KafkaError._NO_OFFSET))
+        self.committed.update(pending)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,162 @@
+"""The Store contract against PostgresStore on the real Postgres, and every named query PREPAREd."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from chronos.errors import StoreError
+from chronos.intake import IntakeLoop
+from chronos.protocol import ScheduledMessage
+from chronos.sql import queries
+from chronos.store import Outcome, PostgresStore
+from chronos.testing import FakeConsumer, FakePublisher, make_record
+from tests.support import Topics, make_settings
+from tests.unit.helpers import chronos_headers
+from tests.unit.store_contract import HORIZON, StoreContract, msg, node
+
+pytestmark = pytest.mark.integration
+
+
+class PostgresHarness:
+    def __init__(self, url: str) -> None:
+        self.store = PostgresStore(url)
+
+    def now(self) -> datetime:
+        return self.store.ping()
+
+    def advance(self, ms: int) -> None:
+        time.sleep(ms / 1000)  # the database clock cannot be moved: let the time pass
+
+
+@pytest.fixture
+def harness(migrated_database_url: str) -> Iterator[PostgresHarness]:
+    harness = PostgresHarness(migrated_database_url)
+    yield harness
+    harness.store.close()
+
+
+class TestPostgresStore(StoreContract):
+    pass
+
+
+# ---------------------------------------------------------------------------- named queries
+
+
+def _prepared_form(text: str) -> tuple[str, int]:
+    """``%(name)s`` placeholders as ``$n`` (one number per name), and how many there are."""
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match[1], len(numbers) + 1)}"
+
+    return re.sub(r"%\((\w+)\)s", number, text), len(numbers)
+
+
+@pytest.mark.parametrize("name", sorted(queries()))
+def test_every_named_query_parses_and_plans(name: str, migrated_database_url: str) -> None:
+    statement, _ = _prepared_form(queries()[name].strip().rstrip(";"))
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        # The statement is the trusted text of queries.sql; only the name is composed.
+        prepare = sql.SQL("PREPARE {} AS ").format(sql.Identifier(f"check_{name}"))
+        conn.execute(prepare + sql.SQL(statement))
+        (count,) = conn.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name = %s", (f"check_{name}",)
+        ).fetchone() or (0,)
+        assert count == 1
+
+
+# ---------------------------------------------------------------------------- Postgres only
+
+
+def test_deadlines_are_stored_as_instants_whatever_the_offset(migrated_database_url: str) -> None:
+    store = PostgresStore(migrated_database_url)
+    try:
+        base = store.ping() + timedelta(minutes=10)
+        offsets = [timedelta(0), timedelta(hours=2), timedelta(hours=-5, minutes=-30)]
+        messages = [
+            ScheduledMessage(f"o{i}", base.astimezone(timezone(off)), None, None, [])
+            for i, off in enumerate(offsets)
+        ]
+        assert store.enqueue(messages, 0) == [Outcome.INSERTED] * 3
+        for i in range(3):
+            stored = store.get_message(f"o{i}")
+            assert stored is not None
+            assert stored.deadline == base
+    finally:
+        store.close()
+
+
+def test_a_large_value_round_trips(migrated_database_url: str) -> None:
+    store = PostgresStore(migrated_database_url)
+    try:
+        value = bytes(range(256)) * 4096  # 1 MiB of every byte value
+        store.enqueue([msg("big", store.ping() + timedelta(milliseconds=300), value=value)], 0)
+        (row,) = store.claim(node(), HORIZON, 1, 5)
+        assert row.value == value
+    finally:
+        store.close()
+
+
+def test_driver_errors_become_store_errors() -> None:
+    store = PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout=1)
+    with pytest.raises(StoreError):
+        store.ping()
+
+
+def test_a_lost_connection_is_replaced(migrated_database_url: str) -> None:
+    store = PostgresStore(migrated_database_url, application_name="chronos-reconnect")
+    try:
+        store.ping()
+        with psycopg.connect(migrated_database_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'chronos-reconnect'"
+            )
+        with pytest.raises(StoreError):
+            store.ping()  # the statement on the dead connection fails...
+        assert store.ping()  # ...and the next one reconnects
+    finally:
+        store.close()
+
+
+def test_a_consumed_batch_of_large_messages_is_stored_without_stalling_intake(
+    migrated_database_url: str,
+) -> None:
+    """Kafka records go up to 1 MB by default and a consumed batch holds up to
+    consume_batch_size of them: ~200 MB of values in one batch (beyond what one JSON document
+    may hold in Postgres) must still be stored, not retried unchanged for ever."""
+    store = PostgresStore(migrated_database_url)
+    consumer = FakeConsumer()
+    loop = IntakeLoop(
+        make_settings(migrated_database_url, "127.0.0.1:1", Topics("in", "out", "dlq")),
+        store,
+        FakePublisher(),
+        lambda **_: consumer,
+    )
+    try:
+        later = store.ping() + timedelta(minutes=10)
+        value = b"\xab" * 900_000  # just under the default 1 MB record limit
+        records = [
+            make_record("in", 0, i, b"k", value, chronos_headers(f"large-{i}", later))
+            for i in range(230)  # ~207 MB
+        ]
+        done: list[bool] = []
+        worker = threading.Thread(target=lambda: done.append(loop.process_batch(consumer, records)))
+        worker.start()
+        worker.join(30)  # storing ~200 MB takes a few seconds here
+        if worker.is_alive():
+            loop.stop()
+            worker.join(30)
+        assert done == [True], "the batch was not stored"
+        assert consumer.stored == {("in", 0): 230}
+        assert store.get_message("large-229") is not None
+    finally:
+        store.close()

@@ -1,0 +1,74 @@
+"""Shared set-up of the unit tests: settings, a manual time line, the fakes wired together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from chronos.firing import FiringLoop
+from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
+from chronos.settings import Secret, Settings, load
+from chronos.testing import FakePublisher, InMemoryStore, ManualClock
+
+OUTPUT = "out"
+DEAD_LETTER = "dlq"
+INPUT = "in"
+
+
+def settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": Secret("postgresql://chronos@127.0.0.1:1/unit"),
+        "input_topic": INPUT,
+        "output_topic": OUTPUT,
+        "dead_letter_topic": DEAD_LETTER,
+        "http_port": 0,
+    }
+    values.update(overrides)
+    return load(environ={}, **values).validate()
+
+
+def chronos_headers(message_id: str, deadline: datetime) -> list[tuple[str, bytes | None]]:
+    return [
+        (MESSAGE_ID_HEADER, message_id.encode()),
+        (DEADLINE_HEADER, format_deadline(deadline).encode()),
+    ]
+
+
+@dataclass
+class Firing:
+    """A firing loop on a manual clock, driven step by step (no threads)."""
+
+    clock: ManualClock
+    store: InMemoryStore
+    publisher: FakePublisher
+    loop: FiringLoop
+    settings: Settings
+    fired_at_ms: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, *, auto: bool = True, **overrides: Any) -> Firing:
+        clock = ManualClock()
+        store = InMemoryStore(clock)
+        publisher = FakePublisher(auto=auto, wall_clock=lambda: clock.now().timestamp())
+        config = settings(**overrides)
+        loop = FiringLoop(config, store, publisher, monotonic=clock.monotonic)
+        return cls(clock, store, publisher, loop, config)
+
+    def tick(self, ms: float = 0) -> None:
+        """Let ``ms`` pass, then do what the two firing threads would do by now."""
+        if ms:
+            self.clock.advance(ms)
+        self.loop.step()  # claim if it is time, finish known outcomes
+        self.loop.dispatcher.fire_due()  # the dispatcher: publish due timers...
+        self.publisher.poll(0)  # ...and serve delivery reports
+        self.loop.finish(force=True)  # delete delivered rows at once
+
+    def run_for(self, ms: float, step_ms: float = 1) -> None:
+        elapsed = 0.0
+        while elapsed < ms:
+            self.tick(step_ms)
+            elapsed += step_ms
+
+    def at(self, ms: float) -> datetime:
+        return self.clock.now() + timedelta(milliseconds=ms)
