@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -23,6 +24,8 @@ def spark() -> Iterator[object]:
     session = spark_session("local[2]", driver_memory="1g", shuffle_partitions=2)
     yield session
     session.stop()
+    # py4j logs at INFO while the interpreter shuts down, after pytest closed its streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _free_port() -> int:
