@@ -109,6 +109,7 @@ class IntakeLoop(Loop):
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
+        metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         log.info(
             "assigned %s",
             [f"{p.topic}[{p.partition}]" for p in partitions],
@@ -117,6 +118,7 @@ class IntakeLoop(Loop):
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= {(p.topic, p.partition) for p in partitions}
+        metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         log.info(
             "revoked %s",
             [f"{p.topic}[{p.partition}]" for p in partitions],

@@ -122,3 +122,8 @@ CONSUMER_PARTITION_LAG = Gauge(
     "Records of one input-topic partition not yet consumed by this node",
     ["topic", "partition"],
 )
+
+ASSIGNED_PARTITIONS = Gauge(
+    "chronos_assigned_partitions",
+    "Input-topic partitions assigned to this node's consumer (0 until the group join completes)",
+)
