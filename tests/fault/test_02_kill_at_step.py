@@ -1,0 +1,142 @@
+"""Scenario 2 — ``kill -9`` of a node at each step boundary, while a peer keeps running.
+
+The victim runs with ``CHRONOS_FAULT_KILL_AT=<point>:1`` (chronos/faults.py): it SIGKILLs itself
+the first time it passes the point. Right after its death the test snapshots the rows it still
+holds claimed ("stranded": exactly its in-flight batch).
+
+Pass, for every point:
+
+* lost 0 and nothing early;
+* duplicates only where the step allows them, at most the victim's in-flight batch:
+  - ``after_claim``  (claim committed, nothing published): none;
+  - ``after_produce`` (handed to the producer, no report): at most the stranded rows;
+  - ``after_report`` (delivered, not deleted): at most the stranded rows — and at least one,
+    since the delivered batch is fired again (proof the kill hit the window);
+  - ``after_enqueue`` (batch committed to Postgres, offsets not stored): at most one consumed
+    batch (``consume_batch_size``), re-published when the peer replays the partition after
+    the rows already fired; the replay itself is idempotent on the id;
+* every stranded row fires again no earlier than its claim + hold time (no premature
+  take-over) and no later than claim + hold + failure-detection interval + poll interval
+  (+ ``SLACK_MS`` for a shared, noisy CI machine);
+* the survivor stays up and the table ends empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+
+from tests.support import Topics
+from tests.support.checker import (
+    ScenarioResult,
+    check,
+    due_in,
+    expectations,
+    record_result,
+    send,
+)
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+SLACK_MS = 1500
+BATCH = 50  # consume batch size: the in-flight batch of the intake step
+
+DESCRIPTION = {
+    "after_claim": "SIGKILL after the claim commits",
+    "after_produce": "SIGKILL after produce, before the delivery report",
+    "after_report": "SIGKILL after the report, before the delete",
+    "after_enqueue": "SIGKILL after the insert commits, before the offset is stored",
+}
+
+
+@pytest.mark.parametrize("point", list(DESCRIPTION))
+def test_kill_at_step_boundary(
+    point: str, make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics
+) -> None:
+    cluster = make_cluster(consume_batch_size=BATCH)
+    survivor = cluster.start("survivor")
+    victim = cluster.start("victim", env={"CHRONOS_FAULT_KILL_AT": f"{point}:1"})
+    cluster.wait_ready([survivor, victim])
+    hold = cluster.overrides["hold_time_ms"]
+    detection = cluster.overrides["failure_detection_interval_ms"]
+    poll = cluster.overrides["poll_interval_ms"]
+
+    # 400 messages due over 2..6 s: both nodes consume (keys spread them over the partitions)
+    # and both claim.
+    messages = [due_in(2 + i / 100) for i in range(400)]
+    send(kafka_bootstrap, topics.input, messages)
+
+    assert victim.wait_exit(30) == -9, f"the victim did not hit {point}:\n{victim.tail()}"
+    killed_at = time.time()
+    stranded: dict[str, datetime] = cluster.table.claims_of(victim.node_id)
+
+    report = check(
+        kafka_bootstrap,
+        topics.output,
+        topics.dead_letter,
+        expectations(messages),
+        advance_ms=cluster.overrides["timing_advance_ms"],
+        timeout=60,
+        quiet=2.0,
+    )
+    assert cluster.table.wait(lambda t: t.count() == 0, timeout=15), (
+        f"{cluster.table.count()} rows left, {cluster.table.claimed()} claimed"
+    )
+
+    # Recovery of the stranded rows: their last copy (the re-fire by the survivor).
+    last_copy: dict[str, int] = {}
+    for obs in report.observations:
+        if obs.track in stranded and not obs.dead_letter:
+            last_copy[obs.track] = max(obs.timestamp_ms, last_copy.get(obs.track, 0))
+    takeover_ms = {
+        track: last_copy[track] - stranded[track].timestamp() * 1000 for track in last_copy
+    }
+    if point == "after_enqueue":
+        # The victim's partitions are replayed by the survivor once the group notices the
+        # death (session timeout): recovery = the last message of the run.
+        recovery_s = max(report.fired_at.values()) / 1000 - killed_at
+    elif last_copy:
+        recovery_s = max(last_copy.values()) / 1000 - killed_at
+    else:
+        recovery_s = None
+
+    allowed = {
+        "after_claim": 0,
+        "after_produce": len(stranded),
+        "after_report": len(stranded),
+        "after_enqueue": BATCH + len(stranded),
+    }[point]
+    record_result(
+        ScenarioResult.of(
+            f"02-kill-{point.replace('_', '-')}",
+            DESCRIPTION[point],
+            report,
+            recovery_s,
+            stranded=len(stranded),
+            allowed_duplicates=allowed,
+            takeover_ms_max=max(takeover_ms.values(), default=None),
+        )
+    )
+
+    assert report.lost == [], report.summary()
+    assert report.misrouted == [], report.summary()
+    assert report.early == {}, report.summary()
+    assert report.duplicates <= allowed, (
+        f"{report.duplicates} duplicates, at most {allowed} allowed at {point} "
+        f"({len(stranded)} stranded): {report.summary()}"
+    )
+    if point == "after_report":
+        assert report.duplicates >= 1, "the kill did not hit a delivered, undeleted batch"
+    if point != "after_enqueue":
+        assert stranded, f"the victim held no claim when it died at {point}"
+    assert set(last_copy) == set(stranded), "some stranded rows never fired"
+    early_takeover = {t: ms for t, ms in takeover_ms.items() if ms < hold - 5}
+    assert not early_takeover, f"stranded rows taken over before the hold time: {early_takeover}"
+    bound = hold + detection + poll + SLACK_MS
+    slow = {t: round(ms) for t, ms in takeover_ms.items() if ms > bound}
+    assert not slow, f"stranded rows fired later than claim + {bound} ms: {slow}"
+    assert survivor.alive(), survivor.tail()

@@ -1,0 +1,233 @@
+"""Scenario 6 — the broker unavailable for longer than the hold time, while messages come due.
+
+* **stopped and restarted**: the embedded broker keeps its records in memory only, so a restart
+  loses every topic, record and committed offset. What can be checked honestly around that:
+  before the stop, all messages of wave A (due during the outage) are in the table; while the
+  broker is down, no row is deleted (a row goes only after its delivery report, and no report
+  can succeed), no row is parked (an outage is not a publish attempt), and no node spins; after
+  the restart (topics re-created) every message of wave A appears on the new output topic,
+  nothing early, and a new wave B sent after the restart fires too (intake recovered). The
+  output produced before the stop is gone with the old broker, so the check covers what was due
+  during the outage and after it, plus the table.
+* **hung** (SIGSTOP of the broker process just before a burst of 2,000 messages fires, then
+  SIGCONT after twice the hold time): every record of the burst is produced into the frozen
+  broker. The broker keeps its state, so the whole run can be checked: lost 0, nothing early,
+  every row deleted while it hangs was really delivered, and full recovery — everything fires
+  within ``RECOVERY_BOUND_S`` of the broker's return.
+
+Pass (both): the nodes stay up, use less than ``MAX_CPU_SHARE`` of a core while the broker is
+away, and recover fully.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from chronos.embedded import EmbeddedBroker, create_topics
+from tests.support import Topics
+from tests.support.checker import (
+    ScenarioResult,
+    check,
+    due_in,
+    expectations,
+    record_result,
+    scheduled,
+    send,
+)
+from tests.support.cluster import Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MAX_CPU_SHARE = 0.5
+RECOVERY_BOUND_S = 15.0  # longest client backoffs (claim 5 s, librdkafka reconnect) + hold
+
+
+def watch_table(cluster: Cluster, seconds: float, expected: int) -> dict[str, int]:
+    """Sample the table for ``seconds``: the fewest rows seen and the most attempts."""
+    fewest, most_attempts = expected, 0
+    limit = time.monotonic() + seconds
+    while time.monotonic() < limit:
+        count, attempts = cluster.table.rows(
+            "SELECT count(*), coalesce(max(attempts), 0) FROM chronos_messages"
+        )[0]
+        fewest, most_attempts = min(fewest, count), max(most_attempts, attempts)
+        time.sleep(0.2)
+    return {"fewest_rows": fewest, "most_attempts": most_attempts}
+
+
+def drained_after(cluster: Cluster, ids: list[str], since: float) -> float | None:
+    """Seconds from ``since`` until none of ``ids`` is left in the table (each row goes only
+    once its delivery report succeeded): the full recovery; None if not within the bound."""
+    limit = since + RECOVERY_BOUND_S + 5
+    while time.time() < limit:
+        left = cluster.table.scalar(
+            "SELECT count(*) FROM chronos_messages WHERE id = ANY(%s)", (ids,)
+        )
+        if left == 0:
+            return time.time() - since
+        time.sleep(0.1)
+    return None
+
+
+def cpu_shares(cluster: Cluster, before: dict[str, float], seconds: float) -> dict[str, float]:
+    return {n.name: (n.cpu_seconds() - before[n.name]) / seconds for n in cluster.live()}
+
+
+def test_broker_stopped_longer_than_hold_time(
+    make_cluster: Callable[..., Cluster],
+    kafka_bootstrap: str,
+    topics: Topics,
+    embedded_broker: EmbeddedBroker,
+) -> None:
+    cluster = make_cluster()
+    nodes = cluster.start_many(2)
+    cluster.wait_ready()
+    hold = cluster.overrides["hold_time_ms"] / 1000
+    down_s = 2 * hold + 1
+
+    start = datetime.now(UTC)
+    wave_a = [scheduled(start + timedelta(seconds=3 + i / 100)) for i in range(300)]
+    send(kafka_bootstrap, topics.input, wave_a)
+    assert cluster.table.wait(lambda t: t.count() == len(wave_a), timeout=10)
+    assert datetime.now(UTC) < start + timedelta(seconds=2.5), "wave A enqueued too late"
+
+    embedded_broker.stop()
+    stopped_at = time.time()
+    cpu_before = {n.name: n.cpu_seconds() for n in nodes}
+    seen = watch_table(cluster, down_s, len(wave_a))
+    cpu = cpu_shares(cluster, cpu_before, time.time() - stopped_at)
+    claimed_at_return = cluster.table.claimed()
+    embedded_broker.start()
+    create_topics(kafka_bootstrap, {name: topics.partitions for name in topics.names})
+    back_at = time.time()
+
+    wave_b = [due_in(2 + i / 100) for i in range(100)]
+    send(kafka_bootstrap, topics.input, wave_b)
+    recovery = drained_after(cluster, [m.track for m in wave_a], back_at)
+    report = check(
+        kafka_bootstrap,
+        topics.output,
+        topics.dead_letter,
+        expectations(wave_a + wave_b),
+        advance_ms=cluster.overrides["timing_advance_ms"],
+        timeout=RECOVERY_BOUND_S + 10,
+        quiet=2.0,
+    )
+    emptied = cluster.table.wait(lambda t: t.count() == 0, 5 if report.lost else 20)
+    table_left = cluster.table.count() if not emptied else 0
+    record_result(
+        ScenarioResult.of(
+            "06-broker-stopped",
+            f"broker stopped {down_s:.0f} s (> hold), restarted empty",
+            report,
+            recovery,
+            cpu_share_while_down=cpu,
+            claimed_at_return=claimed_at_return,
+            **seen,
+        )
+    )
+    assert seen["fewest_rows"] == len(wave_a), "a row was deleted while no report could succeed"
+    assert seen["most_attempts"] == 0, "the outage was counted as publish attempts"
+    assert all(n.alive() for n in nodes), cluster.logs()
+    assert not {n: c for n, c in cpu.items() if c > MAX_CPU_SHARE}, f"CPU share: {cpu}"
+    lost = set(report.lost)
+    lost_a = [m.track for m in wave_a if m.track in lost]
+    lost_b = [m.track for m in wave_b if m.track in lost]
+    errors = [e["message"][:200] for e in cluster.events("publish_failed")[-2:]]
+    assert not lost_a, (
+        f"{len(lost_a)} of {len(wave_a)} messages due during the outage never fired after the "
+        f"broker returned; last publish errors: {errors}"
+    )
+    assert not lost_b, f"{len(lost_b)} of {len(wave_b)} messages sent after the return lost"
+    assert report.misrouted == [], report.summary()
+    assert report.early == {}, report.summary()
+    assert report.duplicates <= claimed_at_return, report.summary()
+    assert table_left == 0, "rows left in the table"
+    assert recovery is not None and recovery <= RECOVERY_BOUND_S, f"recovery {recovery} s"
+
+
+def test_broker_hung_longer_than_hold_time(
+    make_cluster: Callable[..., Cluster],
+    kafka_bootstrap: str,
+    topics: Topics,
+    embedded_broker: EmbeddedBroker,
+) -> None:
+    cluster = make_cluster()
+    nodes = cluster.start_many(2)
+    cluster.wait_ready()
+    hold = cluster.overrides["hold_time_ms"] / 1000
+    hung_s = 2 * hold + 1
+
+    # A burst due at one instant; the broker freezes once the nodes have claimed it and just
+    # before they fire it, so every record of the burst is produced into the frozen broker.
+    due = datetime.now(UTC) + timedelta(seconds=4)
+    burst = [scheduled(due, value=b"x" * 1000) for _ in range(2000)]
+    send(kafka_bootstrap, topics.input, burst)
+    assert cluster.table.wait(lambda t: t.count() == len(burst), timeout=15)
+    freeze_at = due - timedelta(milliseconds=cluster.overrides["timing_advance_ms"] + 150)
+    time.sleep(max(0.0, (freeze_at - datetime.now(UTC)).total_seconds()))
+
+    pid = embedded_broker.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        hung_at = time.time()
+        cpu_before = {n.name: n.cpu_seconds() for n in nodes}
+        ids_at_hang = cluster.table.ids()
+        time.sleep(hung_s)
+        ids_at_return = cluster.table.ids()
+        cpu = cpu_shares(cluster, cpu_before, time.time() - hung_at)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    back_at = time.time()
+
+    after = [due_in(1 + i / 100) for i in range(100)]
+    send(kafka_bootstrap, topics.input, after)
+    recovery = drained_after(cluster, [m.track for m in burst], back_at)
+    report = check(
+        kafka_bootstrap,
+        topics.output,
+        topics.dead_letter,
+        expectations(burst + after),
+        advance_ms=cluster.overrides["timing_advance_ms"],
+        timeout=RECOVERY_BOUND_S + 10,
+        quiet=2.0,
+    )
+    left = cluster.table.count()
+    record_result(
+        ScenarioResult.of(
+            "06-broker-hung",
+            f"broker SIGSTOPped {hung_s:.0f} s (> hold) while firing",
+            report,
+            recovery,
+            cpu_share_while_hung=cpu,
+            rows_at_hang=len(ids_at_hang),
+            deleted_while_hung=len(ids_at_hang - ids_at_return),
+            rows_left=left,
+            producer_fenced_errors=sum(
+                "PRODUCER_FENCED" in e.get("message", "") for e in cluster.events("publish_failed")
+            ),
+        )
+    )
+    # Acknowledgements already on their way when the broker froze may still be read: a row
+    # deleted meanwhile must be one the broker had really taken.
+    undelivered = {
+        t
+        for t in ids_at_hang - ids_at_return
+        if t not in report.fired_at or report.fired_at[t] > back_at * 1000
+    }
+    assert not undelivered, f"{len(undelivered)} rows deleted without a delivered record"
+    assert all(n.alive() for n in nodes), cluster.logs()
+    assert not {n: c for n, c in cpu.items() if c > MAX_CPU_SHARE}, f"CPU share: {cpu}"
+    errors = [e["message"][:200] for e in cluster.events("publish_failed")[-2:]]
+    assert report.lost == [] and report.misrouted == [], (
+        f"{report.summary()}; {left} rows still in the table; last publish errors: {errors}"
+    )
+    assert report.early == {}, report.summary()
+    assert recovery is not None and recovery <= RECOVERY_BOUND_S, f"recovery {recovery} s"

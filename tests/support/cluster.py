@@ -1,0 +1,446 @@
+"""Real Chronos nodes as separate OS processes, and the table they share, for the fault suite.
+
+``Cluster`` starts ``python -m chronos run`` processes configured through their ``CHRONOS_*``
+environment (``chronos.settings.as_environment``), each logging JSON lines to its own file, and
+lets a test signal them (SIGKILL, SIGSTOP/SIGCONT, SIGTERM), restart them, read their events
+and metrics, and watch their CPU time and memory. ``close()`` resumes any stopped process and
+stops every process it started, by its own handle, never by name.
+
+``Table`` is a thin read (and, for fault injection, write) view of ``chronos_messages`` with a
+new connection per call, so it survives a Postgres restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import psycopg
+
+from chronos.embedded import free_port
+from chronos.settings import Settings, as_environment
+from tests.support.kafka import Topics
+from tests.support.settings import make_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Each node runs ``python -m chronos run`` through this launcher, which first asks Linux to
+# SIGKILL it if the test process dies (so no node outlives a crashed test run), then execs the
+# node. (A preexec_fn would do the same, but is unsafe in a process that runs threads.) With
+# CHRONOS_TEST_INJECT=module:function it calls that function first, in the node process, to
+# install a test-only fault (see tests/fault/injections.py), then runs the node.
+_LAUNCHER = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+if os.getppid() != int(sys.argv[1]):
+    os._exit(70)
+inject = os.environ.get("CHRONOS_TEST_INJECT", "")
+if not inject:
+    os.execv(sys.executable, [sys.executable, "-m", "chronos", "run"])
+import importlib
+module, _, function = inject.partition(":")
+getattr(importlib.import_module(module), function)()
+from chronos.cli import main
+raise SystemExit(main(["run"]))
+"""
+
+# Short timings so faults resolve in seconds. Start-up requires hold > lookahead + delivery
+# timeout + poll interval (500 + 1000 + 100 < 3000).
+FAST_TIMINGS: dict[str, Any] = {
+    "hold_time_ms": 3000,
+    "lookahead_ms": 500,
+    "delivery_timeout_ms": 1000,
+    "poll_interval_ms": 100,
+    "failure_detection_interval_ms": 250,
+    "timing_advance_ms": 50,
+    "shutdown_timeout_ms": 8000,
+    "log_format": "json",
+}
+
+_PARTITION_RE = re.compile(r"'([^'\[\]]+)\[(\d+)\]'")
+
+
+@dataclass
+class NodeProcess:
+    """One ``chronos run`` process."""
+
+    name: str
+    settings: Settings
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started_at: float = field(default_factory=time.monotonic)
+    paused: bool = False
+    _offset: int = 0
+    _events: list[dict[str, Any]] = field(default_factory=list)
+    _lines: list[str] = field(default_factory=list)
+    _partial: bytes = b""
+
+    @property
+    def node_id(self) -> str:
+        return self.settings.node_id
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def _read_log(self) -> None:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return
+        if not chunk:
+            return
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *complete, self._partial = data.split(b"\n")
+        for raw in complete:
+            line = raw.decode("utf-8", errors="replace")
+            self._lines.append(line)
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    self._events.append(json.loads(line))
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        self._read_log()
+        return [e for e in self._events if name is None or e.get("event") == name]
+
+    def lines(self) -> list[str]:
+        self._read_log()
+        return list(self._lines)
+
+    def tail(self, count: int = 40) -> str:
+        return "\n".join(self.lines()[-count:])
+
+    def wait_event(
+        self,
+        name: str,
+        timeout: float,
+        predicate: Callable[[dict[str, Any]], bool] | None = None,
+        after: int = 0,
+    ) -> dict[str, Any] | None:
+        """The first event ``name`` (index >= ``after``) matching ``predicate``, or None."""
+        limit = time.monotonic() + timeout
+        while True:
+            for event in self.events(name)[after:]:
+                if predicate is None or predicate(event):
+                    return event
+            if time.monotonic() >= limit or not self.alive():
+                return None
+            time.sleep(0.05)
+
+    def assignment(self) -> set[tuple[str, int]]:
+        """Input partitions this node holds now, from its assigned/revoked events."""
+        held: set[tuple[str, int]] = set()
+        for event in self.events():
+            kind = event.get("event")
+            if kind not in ("partitions_assigned", "partitions_revoked"):
+                continue
+            parts = {(t, int(p)) for t, p in _PARTITION_RE.findall(event.get("message", ""))}
+            if kind == "partitions_assigned":
+                held |= parts
+            else:
+                held -= parts
+        return held
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus samples (name{labels} -> value) from the node's HTTP server."""
+        port = self.settings.http_port
+        if not port:
+            raise RuntimeError(f"node {self.name} runs without an HTTP port")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        samples: dict[str, float] = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                samples[name] = float(value)
+        return samples
+
+    def metric(self, name: str, default: float = 0.0) -> float:
+        return self.metrics().get(name, default)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def send(self, sig: signal.Signals) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(sig)
+
+    def kill(self) -> int:
+        """SIGKILL; returns once the process is gone."""
+        self.resume()
+        self.send(signal.SIGKILL)
+        return self.process.wait(30)
+
+    def pause(self) -> None:
+        self.send(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.send(signal.SIGCONT)
+            self.paused = False
+
+    def terminate(self, timeout: float | None = None) -> int:
+        """SIGTERM (graceful drain) and wait; SIGKILL if it outlives ``timeout``."""
+        self.resume()
+        self.send(signal.SIGTERM)
+        wait = timeout if timeout is not None else self.settings.shutdown_timeout_ms / 1000 + 10
+        try:
+            return self.process.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(30)
+            raise
+
+    def wait_exit(self, timeout: float) -> int | None:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class Cluster:
+    """Chronos node processes sharing one database and one set of topics."""
+
+    def __init__(
+        self,
+        database_url: str,
+        bootstrap: str,
+        topics: Topics,
+        workdir: Path,
+        *,
+        http: bool = True,
+        **overrides: Any,
+    ) -> None:
+        self.database_url = database_url
+        self.bootstrap = bootstrap
+        self.topics = topics
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.http = http
+        self.overrides = {**FAST_TIMINGS, **overrides}
+        self.nodes: list[NodeProcess] = []
+        self.table = Table(database_url)
+        self._count = 0
+
+    def settings(self, **overrides: Any) -> Settings:
+        values = {**self.overrides, **overrides}
+        values.setdefault("node_id", str(uuid.uuid4()))
+        if self.http and "http_port" not in values:
+            values["http_port"] = free_port()
+        values.setdefault("http_host", "127.0.0.1")
+        return make_settings(self.database_url, self.bootstrap, self.topics, **values)
+
+    def start(
+        self, name: str | None = None, *, env: dict[str, str] | None = None, **overrides: Any
+    ) -> NodeProcess:
+        """Start one node process (settings: the cluster's, then ``overrides``)."""
+        self._count += 1
+        name = name or f"node{self._count}"
+        settings = self.settings(**overrides)
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")}
+        base.pop("LD_PRELOAD", None)
+        full_env = {**base, **as_environment(settings), "PYTHONUNBUFFERED": "1", **(env or {})}
+        log_path = self.workdir / f"{name}-{self._count}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _LAUNCHER, str(os.getpid())],
+                cwd=REPO,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        node = NodeProcess(name, settings, process, log_path)
+        self.nodes.append(node)
+        return node
+
+    def start_many(self, count: int, **overrides: Any) -> list[NodeProcess]:
+        return [self.start(**overrides) for _ in range(count)]
+
+    def live(self) -> list[NodeProcess]:
+        return [n for n in self.nodes if n.alive()]
+
+    def wait_started(self, nodes: Sequence[NodeProcess], timeout: float = 60.0) -> None:
+        for node in nodes:
+            if node.wait_event("node_started", timeout) is None:
+                raise AssertionError(f"{node.name} did not start:\n{node.tail()}")
+
+    def wait_assigned(
+        self,
+        nodes: Sequence[NodeProcess] | None = None,
+        timeout: float = 60.0,
+        stable: float = 0.5,
+    ) -> None:
+        """Wait until ``nodes`` (default: the live ones) share every input partition, each
+        holding some (when there are enough partitions), unchanged for ``stable`` seconds."""
+        nodes = list(nodes) if nodes is not None else self.live()
+        wanted = {(self.topics.input, p) for p in range(self.topics.partitions)}
+        limit = time.monotonic() + timeout
+        settled_since: float | None = None
+        last: list[set[tuple[str, int]]] | None = None
+        while True:
+            dead = [n for n in nodes if not n.alive()]
+            if dead:
+                raise AssertionError(f"{dead[0].name} exited:\n{dead[0].tail()}")
+            held = [n.assignment() for n in nodes]
+            union = set().union(*held) if held else set()
+            disjoint = sum(len(h) for h in held) == len(union)
+            everyone = all(held) or len(nodes) > len(wanted)
+            good = union == wanted and disjoint and everyone
+            now = time.monotonic()
+            if good and held == last:
+                settled_since = settled_since or now
+                if now - settled_since >= stable:
+                    return
+            else:
+                settled_since = None
+            last = held
+            if now > limit:
+                detail = {n.name: sorted(p for _, p in h) for n, h in zip(nodes, held, strict=True)}
+                raise AssertionError(f"group did not settle in {timeout:.0f} s: {detail}")
+            time.sleep(0.1)
+
+    def wait_ready(self, nodes: Sequence[NodeProcess] | None = None, timeout: float = 60.0) -> None:
+        nodes = list(nodes) if nodes is not None else self.live()
+        self.wait_started(nodes, timeout)
+        self.wait_assigned(nodes, timeout)
+
+    def close(self) -> None:
+        """Resume stopped nodes, SIGTERM the rest (in parallel), SIGKILL what outlives it."""
+        for node in self.nodes:
+            node.resume()
+        for node in self.nodes:
+            node.send(signal.SIGTERM)
+        limit = time.monotonic() + 15
+        for node in self.nodes:
+            try:
+                node.process.wait(max(0.1, limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.process.kill()
+                node.process.wait(30)
+
+    def logs(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of every node's log (each cut at 300 characters)."""
+        return "\n\n".join(
+            f"--- {n.name} ({n.node_id}) ---\n"
+            + "\n".join(line[:300] for line in n.lines()[-lines:])
+            for n in self.nodes
+        )
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for n in self.nodes for e in n.events(name)]
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+class Table:
+    """``chronos_messages`` seen from the test (a new connection per call)."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+            yield conn
+
+    def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+        with self.connect() as conn:
+            row = conn.execute(cast(Any, sql), params).fetchone()
+        return None if row is None else row[0]
+
+    def rows(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list[Any]:
+        with self.connect() as conn:
+            return conn.execute(cast(Any, sql), params).fetchall()
+
+    def count(self) -> int:
+        return int(self.scalar("SELECT count(*) FROM chronos_messages"))
+
+    def claimed(self, node_id: str | None = None) -> int:
+        if node_id is None:
+            return int(
+                self.scalar("SELECT count(*) FROM chronos_messages WHERE readied_at IS NOT NULL")
+            )
+        return int(
+            self.scalar(
+                "SELECT count(*) FROM chronos_messages WHERE readied_by = %s::uuid", (node_id,)
+            )
+        )
+
+    def claims_of(self, node_id: str) -> dict[str, Any]:
+        """id -> readied_at of the rows ``node_id`` holds."""
+        return dict(
+            self.rows(
+                "SELECT id, readied_at FROM chronos_messages WHERE readied_by = %s::uuid",
+                (node_id,),
+            )
+        )
+
+    def ids(self) -> set[str]:
+        return {r[0] for r in self.rows("SELECT id FROM chronos_messages")}
+
+    def now(self) -> Any:
+        return self.scalar("SELECT now()")
+
+    def wait(self, condition: Callable[[Table], bool], timeout: float, every: float = 0.1) -> bool:
+        limit = time.monotonic() + timeout
+        while time.monotonic() < limit:
+            with contextlib.suppress(psycopg.Error):
+                if condition(self):
+                    return True
+            time.sleep(every)
+        return condition(self)
+
+
+def eventually(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:
+    limit = time.monotonic() + timeout
+    while time.monotonic() < limit:
+        if condition():
+            return True
+        time.sleep(every)
+    return condition()
+
+
+def database_errors(events: Iterable[dict[str, Any]]) -> int:
+    return sum(1 for e in events if e.get("event") == "database_error")
