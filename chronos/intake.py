@@ -13,6 +13,7 @@ One iteration handles one consumed batch:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,9 +21,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from chronos import metrics
+from chronos.backlog import record_consumer_stats
 from chronos.errors import StoreError
 from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
@@ -39,6 +48,8 @@ from chronos.store import Outcome, Store
 
 log = logging.getLogger(__name__)
 
+CLOCK_SYNC_S = 30.0
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -52,6 +63,7 @@ class _Pending:
     error: KafkaError | None = None
     done: bool = False
     refusals: int = 0  # permanent refusals so far
+    source: str = ""  # topic/partition/offset of the input record
 
 
 class IntakeLoop(Loop):
@@ -76,11 +88,14 @@ class IntakeLoop(Loop):
             timedelta(milliseconds=settings.max_delay_ms) if settings.max_delay_ms else None
         )
         self.assigned: set[tuple[str, int]] = set()
+        self.truncated: set[tuple[str, int]] = set()
+        self.clock_offset = timedelta(0)
+        self.clock_synced_at: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        consumer = self.consumer_factory(on_commit=self._on_commit)
+        consumer = self.consumer_factory(on_commit=self._on_commit, stats_cb=self._on_stats)
         self.consumer = consumer
         consumer.subscribe(
             [self.settings.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -94,6 +109,8 @@ class IntakeLoop(Loop):
                 )
                 if records:
                     self.process_batch(consumer, records)
+                if self.truncated:
+                    self._rewind(consumer)
         finally:
             self._close(consumer)
 
@@ -125,6 +142,59 @@ class IntakeLoop(Loop):
             extra={"event": "partitions_revoked"},
         )
 
+    def database_now(self) -> datetime:
+        """This node's clock corrected to the database clock (the one clock of Chronos), for the
+        maximum-delay check. The offset is measured with one cheap query at most every
+        CLOCK_SYNC_S, and only when a maximum delay is configured."""
+        local = self.clock()
+        if self.max_delay is None:
+            return local
+        if self.clock_synced_at is None or time.monotonic() - self.clock_synced_at > CLOCK_SYNC_S:
+            try:
+                before = self.clock()
+                db_now = self.store.ping()
+                after = self.clock()
+                self.clock_offset = db_now - (before + (after - before) / 2)
+                self.clock_synced_at = time.monotonic()
+            except StoreError as exc:
+                log.warning("could not read the database clock: %s", exc)
+        return local + self.clock_offset
+
+    def _on_stats(self, stats_json: str) -> None:
+        """Consumer statistics: publish the lag, and notice a partition whose log now ends before
+        our fetch position (its topic was recreated, or the broker lost its log): no record
+        would ever arrive there again, so it is rewound to its beginning (at-least-once)."""
+        record_consumer_stats(stats_json)
+        try:
+            topics = json.loads(stats_json).get("topics", {})
+            for topic, info in topics.items():
+                for key, part in info.get("partitions", {}).items():
+                    partition = int(key)
+                    if partition < 0 or (topic, partition) not in self.assigned:
+                        continue
+                    hi, fetch = part.get("hi_offset", -1), part.get("next_offset", -1)
+                    if hi >= 0 and fetch > hi:
+                        self.truncated.add((topic, partition))
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.debug("unreadable consumer statistics: %s", exc)
+
+    def _rewind(self, consumer: Consumer) -> None:
+        truncated, self.truncated = self.truncated, set()
+        for topic, partition in sorted(truncated):
+            if (topic, partition) not in self.assigned:
+                continue
+            log.warning(
+                "partition %s[%d] now ends before the consumer's position (recreated or "
+                "truncated log); reading it again from its beginning",
+                topic,
+                partition,
+                extra={"event": "partition_rewound"},
+            )
+            try:
+                consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING))
+            except KafkaException as exc:
+                log.warning("rewind of %s[%d] failed: %s", topic, partition, exc)
+
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None and err.code() != KafkaError._NO_OFFSET:
             log.warning("offset commit failed: %s", err, extra={"event": "commit_failed"})
@@ -138,7 +208,7 @@ class IntakeLoop(Loop):
         seen: set[str] = set()
         pending: list[_Pending] = []
         offsets: dict[tuple[str, int], int] = {}
-        now = self.clock()
+        now = self.database_now()
         consumed = duplicates = 0
         for record in records:
             err = record.error()
@@ -193,6 +263,7 @@ class IntakeLoop(Loop):
                 elif outcome is Outcome.INSERTED:
                     enqueued += 1
                 elif outcome is Outcome.FIRE_NOW:
+                    record = source[0]
                     pending.append(
                         _Pending(
                             self.settings.output_topic,
@@ -200,6 +271,7 @@ class IntakeLoop(Loop):
                             message.value,
                             message.headers,
                             "direct",
+                            source=f"{record.topic()}/{record.partition()}/{record.offset()}",
                         )
                     )
                 else:
@@ -260,6 +332,7 @@ class IntakeLoop(Loop):
             record.value(),
             dead_letter_headers(headers, rejection.reason, source),
             "dead_letter:" + rejection.code,
+            source=source,
         )
 
     def _publish_all(self, pending: list[_Pending]) -> bool:
@@ -302,15 +375,23 @@ class IntakeLoop(Loop):
 
     def _on_refusal(self, item: _Pending) -> _Pending | None:
         """What to retry after a failed publish. Outages: the same record. A record the broker
-        refuses for good (e.g. too large), max_publish_attempts times: a direct publish goes to
-        the dead-letter topic with the broker's error; a dead-letter record the broker refuses
-        for good is logged, counted and given up, so one record never stalls the partition."""
+        refuses for good (e.g. too large), max_publish_attempts times:
+
+        * a direct publish goes to the dead-letter topic with the broker's error;
+        * a dead-letter record goes again as a *reduced* dead letter — the value and any large
+          header left out, their sizes and the input record's topic/partition/offset given
+          instead — so the reason always reaches the dead-letter topic and the original can be
+          read back from the input topic;
+        * only if even that is refused is it logged, counted and given up, so that one record
+          never stalls the partition.
+        """
         if not is_permanent(item.error):
             return item
         item.refusals += 1
         if item.refusals < self.settings.max_publish_attempts:
             return item
-        if item.kind == "direct" and self.settings.dead_letter_topic:
+        dead_letter = self.settings.dead_letter_topic
+        if item.kind == "direct" and dead_letter:
             reason = f"publishing to {item.topic} failed {item.refusals} times: {item.error}"
             log.error(
                 "lapsed message refused by %s; dead-lettering it: %s",
@@ -319,18 +400,27 @@ class IntakeLoop(Loop):
                 extra={"event": "dead_lettered", "reason": "publish_failed"},
             )
             return _Pending(
-                self.settings.dead_letter_topic,
+                dead_letter,
                 item.key,
                 item.value,
-                dead_letter_headers(item.headers, reason, item.topic),
+                dead_letter_headers(item.headers, reason, item.source or item.topic),
                 "dead_letter:publish_failed",
+                source=item.source,
             )
+        if item.kind.startswith("dead_letter:") and dead_letter:
+            log.error(
+                "dead-letter record refused by the broker (%s); sending a reduced one",
+                item.error,
+                extra={"event": "dead_lettered", "reason": "reduced"},
+            )
+            return _reduced(item, dead_letter)
         metrics.DROPPED.labels("publish_refused").inc()
         log.error(
-            "the broker refuses record for %s for good (%s); giving up on it",
+            "the broker refuses record for %s for good (%s); giving up on it (input record %s)",
             item.topic,
             item.error,
-            extra={"event": "dropped", "reason": "publish_refused"},
+            item.source or "unknown",
+            extra={"event": "dropped", "reason": "publish_refused", "source": item.source},
         )
         return None
 
@@ -341,6 +431,38 @@ class IntakeLoop(Loop):
         except KafkaException as exc:
             # The partition was revoked meanwhile: its new owner replays from the last commit.
             log.info("could not store offsets (rebalance?): %s", exc)
+
+
+REDUCED_HEADER_LIMIT = 1024  # bytes of one header value kept in a reduced dead letter
+REDUCED_HEADERS_TOTAL = 16 * 1024
+
+
+def _reduced(item: _Pending, topic: str) -> _Pending:
+    """A dead letter that always fits: small headers kept (the reason and the source among
+    them), the value, a large key and large headers replaced by their sizes."""
+    kept: Headers = []
+    total = 0
+    dropped = 0
+    for name, value in item.headers:
+        size = len(name) + len(value or b"")
+        small = value is None or len(value) <= REDUCED_HEADER_LIMIT
+        if name.startswith("chronosDeadLetter") or (
+            small and total + size <= REDUCED_HEADERS_TOTAL
+        ):
+            kept.append((name, value))
+            total += size
+        else:
+            dropped += 1
+    key = item.key if item.key is None or len(item.key) <= REDUCED_HEADER_LIMIT else None
+    sizes = (
+        f"value {len(item.value) if item.value is not None else 'null'} bytes, "
+        f"key {len(item.key) if item.key is not None else 'null'} bytes, "
+        f"{dropped} headers left out"
+    )
+    kept.append(("chronosDeadLetterReduced", sizes.encode()))
+    return _Pending(
+        topic, key, None, kept, "dead_letter_reduced:publish_refused", source=item.source
+    )
 
 
 def _reporter(item: _Pending) -> Callable[[KafkaError | None], None]:

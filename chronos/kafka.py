@@ -9,6 +9,7 @@ a batch is durable, never before.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
@@ -93,11 +94,70 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
     return conf
 
 
+# Errors after which an (idempotent) producer never delivers again: it must be replaced.
+_PRODUCER_BROKEN_CODES = {
+    getattr(KafkaError, name)
+    for name in (
+        "_FATAL",
+        "PRODUCER_FENCED",
+        "_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "UNKNOWN_PRODUCER_ID",
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "INVALID_PRODUCER_ID_MAPPING",
+    )
+    if hasattr(KafkaError, name)
+}
+
+
+def breaks_producer(err: KafkaError | None) -> bool:
+    return err is not None and (err.fatal() or err.code() in _PRODUCER_BROKEN_CODES)
+
+
 class KafkaPublisher:
-    """A confluent-kafka Producer behind the Publisher interface."""
+    """A confluent-kafka Producer behind the Publisher interface.
+
+    An idempotent producer can fail for good (a fatal error after the broker lost its state, a
+    fenced epoch after timed-out requests): every later record would fail too. The publisher then
+    replaces its producer; the records of the old one are purged, so their callers see a failed
+    (transient) delivery and retry them through the new producer.
+    """
 
     def __init__(self, config: Mapping[str, Any]):
-        self._producer = Producer(dict(config))
+        self._config = dict(config)
+        self._config["error_cb"] = self._on_error
+        self._producer = Producer(self._config)
+        self._broken: KafkaError | None = None
+        self.replacements = 0
+        # No delivery success for this long while deliveries keep failing: a stuck producer
+        # (e.g. an idempotent producer whose broker lost its state) is replaced too.
+        self._stuck_after = 2 * int(self._config.get("delivery.timeout.ms", 300000)) / 1000
+        self._last_success = time.monotonic()
+
+    def _on_error(self, err: KafkaError) -> None:
+        if breaks_producer(err):
+            self._broken = err
+        else:
+            log.debug("producer error: %s", err)
+
+    def _renew_if_broken(self) -> None:
+        if self._broken is None:
+            return
+        old, cause = self._producer, self._broken
+        self._producer = Producer(self._config)
+        self._broken = None
+        self._last_success = time.monotonic()
+        self.replacements += 1
+        log.warning(
+            "producer failed for good (%s); replaced it",
+            cause,
+            extra={"event": "producer_replaced"},
+        )
+        try:
+            old.purge(in_queue=True, in_flight=True, blocking=False)
+        except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
+            log.debug("purge of the broken producer failed: %s", exc)
+        old.flush(0)  # serve the purged records' reports: their callers retry them
 
     def produce(
         self,
@@ -108,8 +168,15 @@ class KafkaPublisher:
         on_delivery: DeliveryCallback,
     ) -> None:
         def report(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                self._last_success = time.monotonic()
+            elif breaks_producer(err):
+                self._broken = err
+            elif time.monotonic() - self._last_success > self._stuck_after:
+                self._broken = err
             on_delivery(err)
 
+        self._renew_if_broken()
         while True:
             try:
                 self._producer.produce(
@@ -124,13 +191,18 @@ class KafkaPublisher:
                 # Local queue full: serve delivery reports until there is room.
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                on_delivery(exc.args[0] if exc.args else KafkaError(KafkaError._FAIL))
+                err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
+                if breaks_producer(err):
+                    self._broken = err
+                on_delivery(err)
                 return
 
     def poll(self, timeout: float) -> int:
+        self._renew_if_broken()
         return int(self._producer.poll(timeout))
 
     def flush(self, timeout: float) -> int:
+        self._renew_if_broken()
         return int(self._producer.flush(timeout))
 
     def __len__(self) -> int:
