@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test install lint typecheck clean
+.PHONY: dev test install lint typecheck clean reliability bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,16 @@ dev: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
+
+# The fault-injection suite alone (also part of `make test`), then the README's Reliability table.
+reliability: $(STAMP)
+	rm -rf .chronos/reliability
+	$(BIN)/python -m pytest tests/fault $(ARGS); status=$$?; \
+	$(BIN)/python -m tests.support.checker; exit $$status
+
+# The headline benchmark: ceiling, sustained, precision, burst, backlog; writes BENCHMARK.md.
+bench: $(STAMP)
+	$(BIN)/python -m loadtest bench $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check chronos tests loadtest
