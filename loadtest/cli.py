@@ -1,4 +1,4 @@
-"""Command line: ``python -m loadtest {run,analyze,synth,relay}``."""
+"""Command line: ``python -m loadtest {run,analyze,synth,relay,ceiling,bench}``."""
 
 from __future__ import annotations
 
@@ -173,6 +173,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kafka_options(relay)
     relay.add_argument("--timing-advance-ms", type=_non_negative_int, default=50)
     relay.add_argument("--start-from", choices=("end", "beginning"), default="end")
+
+    from loadtest import bench, ceiling
+
+    ceil = sub.add_parser(
+        "ceiling", help="the raw-SQL ceiling: the pipeline's statements alone on a Postgres"
+    )
+    ceiling.add_arguments(ceil)
+
+    bench_parser = sub.add_parser(
+        "bench",
+        help="the headline benchmark: own stack, ceiling, scenarios, BENCHMARK.md",
+        description="Bring up embedded Postgres and broker, measure the ceiling, run the "
+        "scenarios against Chronos node processes, write bench.json and BENCHMARK.md.",
+    )
+    bench.add_arguments(bench_parser)
     return parser
 
 
@@ -302,9 +317,30 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ceiling(args: argparse.Namespace) -> int:
+    from loadtest import ceiling
+
+    return ceiling.main(args)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from loadtest import bench
+
+    return bench.main(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "analyze": _cmd_analyze, "synth": _cmd_synth, "relay": _cmd_relay}
+    args.argv = argv
+    handlers = {
+        "run": _cmd_run,
+        "analyze": _cmd_analyze,
+        "synth": _cmd_synth,
+        "relay": _cmd_relay,
+        "ceiling": _cmd_ceiling,
+        "bench": _cmd_bench,
+    }
     try:
         return handlers[args.command](args)
     except RuntimeError as exc:
