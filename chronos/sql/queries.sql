@@ -59,9 +59,12 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
 -- readied_at), so a row a peer re-claimed is never deleted. Returns the ids actually deleted.
+-- (`m.id = ANY(...)` drives a primary-key index scan even before the table has statistics:
+-- a freshly filled table would otherwise be joined by a sequential scan.)
 DELETE FROM chronos_messages m
 USING unnest(%(ids)s::text[], %(readied_ats)s::timestamptz[]) AS f(id, readied_at)
-WHERE m.id = f.id
+WHERE m.id = ANY(%(ids)s::text[])
+  AND m.id = f.id
   AND m.readied_by = %(node_id)s::uuid
   AND m.readied_at = f.readied_at
 RETURNING m.id;
