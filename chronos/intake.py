@@ -43,6 +43,7 @@ from chronos.protocol import (
     dead_letter_headers,
     parse_record,
 )
+from chronos.quarantine import HeaderProbe
 from chronos.settings import Settings
 from chronos.store import Outcome, Store
 
@@ -91,6 +92,7 @@ class IntakeLoop(Loop):
         self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
+        self.probe = HeaderProbe()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -210,7 +212,10 @@ class IntakeLoop(Loop):
         offsets: dict[tuple[str, int], int] = {}
         now = self.database_now()
         consumed = duplicates = 0
-        for record in records:
+        started = time.perf_counter()
+        poison = {p.index: p.reason for p in self.probe.poison(records)}
+        metrics.HEADER_PROBE_DURATION.observe(time.perf_counter() - started)
+        for index, record in enumerate(records):
             err = record.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -221,6 +226,14 @@ class IntakeLoop(Loop):
             offset = cast(int, record.offset())
             offsets[(topic, partition)] = max(offsets.get((topic, partition), -1), offset)
             consumed += 1
+            if index in poison:  # never read its headers: that would crash this process
+                metrics.QUARANTINED.inc()
+                reason = f"{poison[index]}; its headers are left out of this dead letter"
+                rejection = Rejection("unreadable_headers", reason)
+                dl = self._dead_letter(record, None, rejection, f"{topic}/{partition}/{offset}")
+                if dl is not None:
+                    pending.append(dl)
+                continue
             # A consumed record's headers are a list of (str, bytes | None) pairs, or None.
             headers = cast(Headers | None, record.headers())
             parsed = parse_record(
@@ -338,6 +351,7 @@ class IntakeLoop(Loop):
     def _publish_all(self, pending: list[_Pending]) -> bool:
         """Publish every pending record and wait for all reports; retry failures with backoff."""
         backoff = Backoff()
+        give_up_at = time.monotonic() + self.settings.dead_letter_timeout_ms / 1000
         todo = pending
         while todo:
             for item in todo:
@@ -356,6 +370,8 @@ class IntakeLoop(Loop):
                     else:
                         metrics.DEAD_LETTERED.labels(item.kind.split(":", 1)[1]).inc()
             failed = [r for r in (self._on_refusal(item) for item in failed) if r is not None]
+            if time.monotonic() >= give_up_at:
+                failed = [item for item in failed if not self._park(item)]
             if not failed:
                 return True
             kind = "output" if failed[0].kind == "direct" else "dead_letter"
@@ -423,6 +439,28 @@ class IntakeLoop(Loop):
             extra={"event": "dropped", "reason": "publish_refused", "source": item.source},
         )
         return None
+
+    def _park(self, item: _Pending) -> bool:
+        """A dead letter the broker has refused for longer than ``dead_letter_timeout_ms`` (e.g.
+        no write access to the topic, or the topic was deleted): give up on it so that the
+        partition moves on, loudly — the input record stays in the input topic at the logged
+        topic/partition/offset, to be read again once the dead-letter topic accepts writes.
+        Direct publishes to the output topic are never parked: without the output topic
+        nothing can fire, and retrying them is the only way to deliver. True if parked."""
+        if item.kind == "direct":
+            return False
+        metrics.PARKED_INPUT.inc()
+        log.error(
+            "the dead-letter topic %s refused the dead letter of input record %s for more than "
+            "%d ms (%s); parking the record: it is skipped, and stays in the input topic at %s",
+            item.topic,
+            item.source or "unknown",
+            self.settings.dead_letter_timeout_ms,
+            item.error,
+            item.source or "unknown",
+            extra={"event": "input_parked", "source": item.source, "reason": item.kind},
+        )
+        return True
 
     def _store_offsets(self, consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
         tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]

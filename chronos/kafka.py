@@ -13,8 +13,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicCollection,
+)
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # AclOperation: no re-export
+    AclOperation,
+    AdminClient,
+)
 
 from chronos.backlog import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
 from chronos.errors import TopicMissingError
@@ -240,8 +250,62 @@ def check_topics(settings: Settings, timeout: float = 15.0) -> None:
     if settings.dead_letter_topic:
         wanted["CHRONOS_DEAD_LETTER_TOPIC"] = settings.dead_letter_topic
     for env, topic in wanted.items():
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
+        info = metadata.topics.get(topic)
+        if info is not None and info.error is not None and info.error.code() in _DENIED:
+            raise TopicMissingError(
+                f"topic {topic!r} ({env}): this node is not authorized to use it ({info.error})"
+            )
+        if info is None or info.error is not None:
             raise TopicMissingError(f"topic {topic!r} ({env}) does not exist on the broker")
+    check_access(admin, settings, timeout)
+
+
+_DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+
+
+def check_access(admin: AdminClient, settings: Settings, timeout: float) -> None:
+    """Where the broker reports the operations this client may perform on a topic (Kafka 2.3+
+    with an authorizer), refuse to start without READ on the input topic or WRITE on the output
+    and dead-letter topics: a dead-letter topic Chronos cannot write to would otherwise be found
+    only when the first malformed record arrives. Brokers that do not report (no authorizer,
+    or an older protocol) are not checked here; at run time a dead letter refused for longer
+    than ``dead_letter_timeout_ms`` parks its input record instead of stalling intake."""
+    needed = {
+        settings.input_topic: ("CHRONOS_INPUT_TOPIC", AclOperation.READ),
+        settings.output_topic: ("CHRONOS_OUTPUT_TOPIC", AclOperation.WRITE),
+    }
+    if settings.dead_letter_topic:
+        needed[settings.dead_letter_topic] = ("CHRONOS_DEAD_LETTER_TOPIC", AclOperation.WRITE)
+    try:
+        futures = admin.describe_topics(
+            TopicCollection(list(needed)),
+            request_timeout=timeout,
+            include_authorized_operations=True,
+        )
+    except (KafkaException, ValueError, TypeError) as exc:  # the call itself is unsupported
+        log.info("cannot ask the broker for topic permissions: %s", exc)
+        return
+    for topic, future in futures.items():
+        try:
+            allowed = future.result().authorized_operations
+        except KafkaException as exc:
+            log.info("cannot ask the broker for the permissions on %s: %s", topic, exc)
+            continue
+        env, operation = needed[topic]
+        if missing_operation(allowed, operation):
+            raise TopicMissingError(
+                f"topic {topic!r} ({env}): this node may not {operation.name} it "
+                f"(the broker allows only {', '.join(sorted(o.name for o in allowed or ()))})"
+            )
+
+
+def missing_operation(allowed: list[AclOperation] | None, operation: AclOperation) -> bool:
+    """True if the broker reported the allowed operations and ``operation`` is not among them.
+    None or an empty list means the broker did not report them (a client allowed nothing could
+    not have described the topic)."""
+    if not allowed:
+        return False
+    return operation not in allowed and AclOperation.ALL not in allowed
 
 
 # Broker refusals that retrying the same record cannot fix.

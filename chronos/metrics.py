@@ -32,6 +32,20 @@ PUBLISH_ERRORS = Counter("chronos_publish_errors_total", "Failed delivery report
 DATABASE_ERRORS = Counter(
     "chronos_database_errors_total", "Failed database statements", ["operation"]
 )
+QUARANTINED = Counter(
+    "chronos_quarantined_records_total",
+    "Input records whose headers the Kafka client cannot read (found by the header probe)",
+)
+HEADER_PROBE_DURATION = Histogram(
+    "chronos_header_probe_seconds",
+    "Time to read a consumed batch's headers in a sacrificial child process",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10),
+)
+PARKED_INPUT = Counter(
+    "chronos_parked_input_records_total",
+    "Input records skipped because the dead-letter topic refused them for longer than "
+    "dead_letter_timeout_ms (each is logged with its topic/partition/offset)",
+)
 FENCED_DELETES = Counter(
     "chronos_fenced_deletes_total",
     "Fired messages whose row was no longer claimed by this node at delete time",

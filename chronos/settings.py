@@ -190,6 +190,13 @@ OPTIONS: tuple[Option, ...] = (
         _positive_int,
     ),
     Option(
+        "dead_letter_timeout_ms",
+        60000,
+        "how long intake retries a dead letter the broker refuses before it parks the input "
+        "record (logged with its topic/partition/offset, counted) and moves on",
+        _positive_int,
+    ),
+    Option(
         "shutdown_timeout_ms",
         10000,
         "bound on the graceful drain at SIGTERM",
@@ -232,6 +239,7 @@ class Settings:
     max_in_flight: int
     max_delay_ms: int
     max_publish_attempts: int
+    dead_letter_timeout_ms: int
     shutdown_timeout_ms: int
     http_host: str
     http_port: int

@@ -247,3 +247,45 @@ def test_the_loop_consumes_until_stopped_and_commits_at_the_end() -> None:
     assert t.consumer.closed
     assert "l1" in t.store
     assert len(t.publisher.delivered(OUTPUT)) == 1
+
+
+def test_a_dead_letter_topic_that_refuses_writes_parks_the_record_after_the_timeout() -> None:
+    """No write access to the dead-letter topic (or it was deleted): the dead letter fails with
+    an error retrying does not fix. Intake retries it for dead_letter_timeout_ms, then parks the
+    record — counted, logged with its topic/partition/offset — and the partition moves on."""
+    t = Intake(dead_letter_timeout_ms=300)
+    t.publisher.decide = lambda r: (
+        KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED) if r.topic == DEAD_LETTER else None
+    )
+    parked_before = _parked()
+    done: list[bool] = []
+    bad = t.record(None, None, extra=[("no", b"chronos headers")])
+    good = t.record("next", 5000)
+    worker = threading.Thread(target=lambda: done.append(t.process(bad, good)))
+    worker.start()
+    worker.join(5)  # 300 ms of retries, a few 50 ms-5 s back-offs
+    if worker.is_alive():
+        t.loop.stop()  # unblock the retry loop so the test can end
+        worker.join(10)
+    assert done == [True], "intake still retrying a dead letter the broker refuses"
+    assert len(t.publisher.produced(DEAD_LETTER)) >= 2  # it was retried before parking
+    assert t.publisher.delivered(DEAD_LETTER) == []
+    assert _parked() - parked_before == 1
+    assert "next" in t.store
+    assert t.consumer.stored == {(INPUT, 0): 3}
+
+
+def test_a_dead_letter_outage_shorter_than_the_timeout_is_retried_not_parked() -> None:
+    t = Intake(dead_letter_timeout_ms=60_000)
+    t.publisher.fail_next(3, KafkaError._TRANSPORT)
+    parked_before = _parked()
+    assert t.process(t.record(None, None, extra=[("no", b"chronos headers")]))
+    assert len(t.publisher.delivered(DEAD_LETTER)) == 1
+    assert _parked() == parked_before
+    assert t.consumer.stored == {(INPUT, 0): 2}
+
+
+def _parked() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("chronos_parked_input_records_total") or 0.0
