@@ -100,6 +100,8 @@ def test_workload_arguments_and_windows() -> None:
         "60s",
         "--drain-timeout",
         "30s",
+        "--grace",
+        "60s",
     ]
     assert w.harness_args(rate=24_500)[1] == "24500"
     assert w.delay_bounds_s() == (3.0, 6.5, 10.0)
@@ -629,7 +631,7 @@ def test_loss_attributed_to_offset_holes() -> None:
     rec["summary"]["counts"]["lost"] = 361
     rec["output_gaps"] = {"missing": 361, "gaps": [], "gap_count": 2}
     row = next(r for r in bench.evaluate(data) if r["target"].startswith("no message lost"))
-    assert row["pass"] is False and row["measured"] == "sustained2: 361"
+    assert row["pass"] is False and row["measured"] == "sustained2: 361 lost"
     assert "361 lost are holes" in row["note"]
 
 
