@@ -262,8 +262,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     counts, late = summary["counts"], summary["lateness_ms"]
+    after = summary["delivery"]["late_after_window"]
     print(
-        f"sent {counts['sent']}, fired {counts['fired_distinct']}, lost {counts['lost']}, "
+        f"sent {counts['sent']}, fired {counts['fired_distinct']}, lost {counts['lost']} "
+        f"(never received), late after the window {after}, "
         f"duplicate ids {counts['duplicate_ids']}, dead-lettered {counts['dead_lettered']}; "
         f"lateness p50 {late['p50']} p99 {late['p99']} p99.9 {late['p99_9']} max {late['max']} ms; "
         f"analysed in {summary['analysis']['elapsed_s']} s",

@@ -41,7 +41,8 @@ class DrainWindow:
     def from_dict(cls, data: Mapping[str, Any] | None) -> DrainWindow | None:
         if not data:
             return None
-        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True, slots=True)
