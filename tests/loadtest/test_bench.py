@@ -512,6 +512,7 @@ def test_markdown_and_json_outputs(tmp_path: Path) -> None:
     assert "[report](precision/report.html)" in md
     assert "load average at start (1, 5, 15 min): 1.00, 2.00, 3.00" in md
     assert "Command: `python -m loadtest bench`" in md
+    assert "| sent | fired | lost | late after window | dup ids |" in md
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["headline"]["ratio_to_ceiling"] == 0.74
     assert saved["headline"]["targets_failed"] == 0
@@ -580,6 +581,9 @@ def test_bench_quick_smoke(tmp_path: Path) -> None:
     precision = data["scenarios"][1]
     counts = precision["summary"]["counts"]
     assert counts["sent"] == 10_000 and counts["lost"] == 0
+    delivery = precision["summary"]["delivery"]
+    assert delivery["sent"] == 10_000 and delivery["lost"] == 0
+    assert delivery["window_end_ms"] is not None
     assert precision["claim"]["count"] > 0 and precision["claim"]["mean_ms"] > 0
     assert 20 < precision["rss_max_mb"] < 1000
     assert precision["nodes_stats"][0]["exit_code"] == 0
