@@ -9,7 +9,11 @@ Definitions (all times are epoch milliseconds):
 * lost                sent, but seen on neither the output nor the dead-letter topic;
 * duplicates          ids with more than one output record (``duplicate_ids``) and the number
                       of records beyond the first (``duplicate_extra_copies``);
-* dead-lettered       distinct ids seen on the dead-letter topic.
+* dead-lettered       distinct ids seen on the dead-letter topic;
+* delivery            each sent id in one class (``loadtest.delivery``): on time or late
+                      (lateness above the jitter limit) within the recording window, late
+                      after the window (first output copy received during the grace that
+                      follows it), dead-lettered only, or lost (never received).
 
 Percentiles are exact (Spark ``percentile``: linear interpolation between the two closest ranks,
 the same definition as ``numpy.percentile``'s default). Only small aggregates reach the driver.
@@ -20,12 +24,14 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from loadtest.delivery import Delivery, DrainWindow
 from loadtest.events import PRODUCE_ERRORS_FILE, RECEIVED_FILE, RUN_FILE, SENT_FILE
 
 PERCENTILES = (0.5, 0.9, 0.99, 0.999)
@@ -111,6 +117,63 @@ def join_events(sent: DataFrame, received: DataFrame) -> DataFrame:
     )
 
 
+def delivery_columns(window_end_ms: int | None, late_limit_ms: int) -> list[Column]:
+    """Aggregates over ``join_events`` rows that classify every sent id (see
+    ``loadtest.delivery``); ``window_end_ms`` None (a run that recorded no window) puts every
+    received message within the window."""
+    was_sent = F.col("was_sent")
+    fired = was_sent & (F.col("out_copies") > 0)
+    late = F.col("lateness_ms")
+    if window_end_ms is None:
+        after = F.lit(False)
+    else:
+        after = fired & (F.col("receive_ms") > F.lit(window_end_ms))
+    within = fired & ~after
+    is_late = fired & (after | (late > F.lit(late_limit_ms)))
+
+    def count_if(cond: Column) -> Column:
+        return F.sum(F.when(cond, 1).otherwise(0))
+
+    def when(cond: Column, value: Column) -> Column:
+        return F.when(cond, value)
+
+    window_end = F.lit(window_end_ms if window_end_ms is not None else 0)
+    return [
+        count_if(within & (late <= F.lit(late_limit_ms))).alias("dl_on_time"),
+        count_if(within & (late > F.lit(late_limit_ms))).alias("dl_late_in_window"),
+        count_if(after).alias("dl_late_after_window"),
+        count_if(was_sent & (F.col("out_copies") == 0) & (F.col("dl_copies") > 0)).alias(
+            "dl_dead_lettered"
+        ),
+        F.max(when(is_late, late)).alias("dl_late_max"),
+        F.max(when(after, late)).alias("dl_after_late_max"),
+        F.min(when(after, late)).alias("dl_after_late_min"),
+        F.max(when(after, F.col("receive_ms") - window_end)).alias("dl_after_max"),
+    ]
+
+
+def delivery_from_row(
+    r: dict[str, Any], *, window_end_ms: int | None, late_limit_ms: int, lost: int
+) -> Delivery:
+    def opt(key: str) -> int | None:
+        return None if r[key] is None else int(r[key])
+
+    return Delivery(
+        sent=int(r["sent"] or 0),
+        on_time=int(r["dl_on_time"] or 0),
+        late_in_window=int(r["dl_late_in_window"] or 0),
+        late_after_window=int(r["dl_late_after_window"] or 0),
+        dead_lettered=int(r["dl_dead_lettered"] or 0),
+        lost=lost,
+        late_limit_ms=late_limit_ms,
+        window_end_ms=window_end_ms,
+        late_max_ms=opt("dl_late_max"),
+        after_window_lateness_max_ms=opt("dl_after_late_max"),
+        after_window_lateness_min_ms=opt("dl_after_late_min"),
+        after_window_max_ms=opt("dl_after_max"),
+    )
+
+
 def _distribution(df: DataFrame, column: str, lo: int | None, hi: int | None) -> dict[str, Any]:
     """Dense histogram with at most MAX_BUCKETS buckets of equal integer width."""
     if lo is None or hi is None:
@@ -181,6 +244,8 @@ def analyze(
         steps[name] = round(now - mark[0], 2)
         mark[0] = now
 
+    window = DrainWindow.from_dict(run.get("drain"))
+    window_end_ms = None if window is None else window.window_end_ms
     joined = join_events(sent, received).cache()
     late = F.col("lateness_ms")
     was_sent = F.col("was_sent")
@@ -221,6 +286,7 @@ def analyze(
         F.max(lag).alias("lag_max"),
         F.percentile(lag, [0.99]).alias("lag_p99"),
         F.sum(F.when(lag > behind_ms, 1).otherwise(0)).alias("lag_behind"),
+        *delivery_columns(window_end_ms, jitter_limit_ms),
     ).first()
     assert row is not None
     r = row.asDict()
@@ -243,6 +309,13 @@ def analyze(
     if counts["lost"]:
         lost_rows = joined.where(lost).select("id").orderBy("id").limit(LOST_SAMPLE).collect()
         lost_sample = [x["id"] for x in lost_rows]
+    delivery = delivery_from_row(
+        r, window_end_ms=window_end_ms, late_limit_ms=jitter_limit_ms, lost=counts["lost"]
+    )
+    if delivery.late_after_window and window_end_ms is not None:
+        after = was_sent & (F.col("out_copies") > 0) & (F.col("receive_ms") > window_end_ms)
+        rows = joined.where(after).select("id").orderBy("id").limit(LOST_SAMPLE).collect()
+        delivery = replace(delivery, after_window_sample=[x["id"] for x in rows])
     step("join_and_aggregate")
     counts["lost_sample"] = lost_sample
     if counts["dead_letter_records"]:
@@ -302,6 +375,7 @@ def analyze(
         "params": params,
         "timing_advance_ms": advance,
         "counts": counts,
+        "delivery": delivery.as_dict(),
         "lateness_ms": {"basis": "publish_ms - deadline_ms, first output copy", **lateness},
         "receive_lateness_ms": {
             "basis": "receive_ms - deadline_ms, first copy",

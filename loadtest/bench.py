@@ -55,6 +55,7 @@ from types import FrameType
 from typing import Any
 
 from loadtest import scenarios as sc
+from loadtest.delivery import Delivery, delivery_rows, late_text, locate_loss
 from loadtest.scenarios import Scenario, Workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -485,7 +486,12 @@ def _keeps_up(rec: dict[str, Any], rate: float) -> tuple[bool, str]:
     )
     backlog = {True: "grew", False: "flat", None: "n/a"}[growing]
     text = f"{_fmt(fired)} msg/s fired (steady), {_fmt(lost)} lost, backlog {backlog}"
-    return ok, text
+    return ok, _with_late(text, rec)
+
+
+def _with_late(text: str, rec: dict[str, Any]) -> str:
+    late = late_text(Delivery.from_dict(_get(rec, "summary", "delivery")))
+    return f"{text}, {late}" if late else text
 
 
 def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
@@ -591,7 +597,7 @@ def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
             _row(
                 name,
                 "zero early, zero lost",
-                f"{_fmt(early)} early, {_fmt(lost)} lost",
+                _with_late(f"{_fmt(early)} early, {_fmt(lost)} lost", rec),
                 early == 0 and lost == 0,
             )
         )
@@ -610,7 +616,10 @@ def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
             _row(
                 rec["name"],
                 target,
-                f"{_fmt(rate)} msg/s over {_fmt(drain.get('seconds'), 2)} s, {_fmt(lost)} lost",
+                _with_late(
+                    f"{_fmt(rate)} msg/s over {_fmt(drain.get('seconds'), 2)} s, {_fmt(lost)} lost",
+                    rec,
+                ),
                 rate is not None and rate >= sc.BURST_DRAIN_RATE and lost == 0,
                 note,
             )
@@ -638,24 +647,7 @@ def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
         for r in bench.get("scenarios", [])
         if _ok(r) and r.get("kind") not in ("ceiling", "saturate", "relay")
     ]
-    if checked:
-        lost = {r["name"]: _get(r, "summary", "counts", "lost") for r in checked}
-        bad = {k: v for k, v in lost.items() if v != 0}
-        gaps = {r["name"]: _get(r, "output_gaps", "missing") for r in checked}
-        held = {k: v for k, v in gaps.items() if k in bad and v}
-        rows.append(
-            _row(
-                "all",
-                "no message lost (saturate and relay excepted)",
-                "none lost" if not bad else ", ".join(f"{k}: {_fmt(v)}" for k, v in bad.items()),
-                not bad,
-                "; ".join(
-                    f"{k}: {_fmt(v)} lost are holes in the output topic's offsets (the broker "
-                    "acknowledged them to Chronos but never served them)"
-                    for k, v in held.items()
-                ),
-            )
-        )
+    rows.extend(row.as_dict() for row in delivery_rows(checked))
     return rows
 
 
@@ -905,10 +897,10 @@ def render_markdown(bench: dict[str, Any]) -> str:
         )
     lines += ["", "## Scenarios", ""]
     lines += [
-        "| scenario | nodes | load | sent | fired | lost | dup ids | lateness p50 / p99 / "
-        "p99.9 / max ms | early | steady fired/s | claim mean / p99 ms | node RSS max MB | "
-        "node CPU s | backlog |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | nodes | load | sent | fired | lost | late after window | dup ids | "
+        "lateness p50 / p99 / p99.9 / max ms | early | steady fired/s | claim mean / p99 ms | "
+        "node RSS max MB | node CPU s | backlog |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in bench.get("scenarios", []):
         if rec.get("kind") == "ceiling":
@@ -916,7 +908,7 @@ def render_markdown(bench: dict[str, Any]) -> str:
         if not _ok(rec):
             lines.append(
                 f"| {rec['name']} | {rec.get('nodes')} | {rec.get('load', '')} | "
-                f"{_md_escape(rec.get('error') or rec.get('status', ''))} |" + " |" * 10
+                f"{_md_escape(rec.get('error') or rec.get('status', ''))} |" + " |" * 11
             )
             continue
         counts = _get(rec, "summary", "counts") or {}
@@ -933,6 +925,7 @@ def render_markdown(bench: dict[str, Any]) -> str:
                     _fmt(counts.get("sent")),
                     _fmt(counts.get("fired_distinct")),
                     _fmt(counts.get("lost")),
+                    _fmt(_get(rec, "summary", "delivery", "late_after_window")),
                     _fmt(counts.get("duplicate_ids")),
                     " / ".join(_fmt(late.get(k)) for k in ("p50", "p99", "p99_9", "max")),
                     _fmt(_get(rec, "summary", "early", "early_count")),
@@ -1824,6 +1817,7 @@ def _summary_subset(summary: dict[str, Any]) -> dict[str, Any]:
             k: tp.get(k) for k in ("sent_mean_per_s", "fired_mean_per_s", "fired_peak_per_s")
         },
         "lost_sample": summary.get("counts", {}).get("lost_sample", [])[:5],
+        "delivery": summary.get("delivery"),
     }
 
 
@@ -2018,8 +2012,13 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     summary = json.loads((sdir / "summary.json").read_text())
     run = json.loads((events / "run.json").read_text())
     fill_from_summary(rec, scenario, summary, run, sampler.samples, rate)
-    if rec["summary"]["counts"].get("lost") and not run.get("consumer", {}).get("foreign_records"):
+    lost = int(rec["summary"]["counts"].get("lost") or 0)
+    if lost and not run.get("consumer", {}).get("foreign_records"):
         rec["output_gaps"] = _received_gaps(events / "received.parquet")
+    if lost:
+        rec["loss_location"] = locate_loss(
+            lost, stack.sql, str(run.get("run_id")), rec.get("output_gaps")
+        ).as_dict()
     rec["files"] = _files(scenario.name, sdir)
     _plot_stack(sdir / "stack.png", sampler.samples, run, scenario)
     if (sdir / "stack.png").exists():
@@ -2359,7 +2358,8 @@ def _one_line(rec: dict[str, Any]) -> str:
     counts = _get(rec, "summary", "counts") or {}
     parts = [
         f"sent {_fmt(counts.get('sent'))}, fired {_fmt(counts.get('fired_distinct'))}, "
-        f"lost {_fmt(counts.get('lost'))}",
+        f"lost {_fmt(counts.get('lost'))}, late after the window "
+        f"{_fmt(_get(rec, 'summary', 'delivery', 'late_after_window'))}",
         f"lateness p99 {_fmt(late.get('p99'))} p99.9 {_fmt(late.get('p99_9'))} ms",
     ]
     if rec.get("steady"):

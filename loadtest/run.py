@@ -12,6 +12,7 @@ from typing import Any
 
 from loadtest.consumer import OutputRecorder
 from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.delivery import DrainWindow
 from loadtest.events import RUN_FILE
 from loadtest.producer import LoadProducer, ProducerSettings
 from loadtest.progress import ProgressLine, Snapshot, percentile_of
@@ -35,6 +36,7 @@ class RunConfig:
     payload_bytes: int = 100
     keys: int | None = 1000
     drain_timeout_s: float = 30.0
+    grace_s: float = 60.0
     settle_s: float = 1.0
     timing_advance_ms: int = 50
     behind_threshold_ms: float = 10.0
@@ -131,6 +133,9 @@ def run_load(cfg: RunConfig) -> RunResult:
     started_ms = now_ms()
     interrupted = False
     complete = False
+    window_end_ms: int | None = None
+    grace_end_ms: int | None = None
+    received_at_window_end: int | None = None
     try:
         try:
             producer.run()
@@ -143,7 +148,11 @@ def run_load(cfg: RunConfig) -> RunResult:
         stats = producer.stats
         expected = stats.sent - stats.produce_errors - stats.unflushed
         last_deadline = stats.max_deadline_ms or now_ms()
-        drain_until = last_deadline + int(cfg.drain_timeout_s * 1000)
+        # The window ends drain_timeout after the last deadline; what arrives after it, during
+        # the bounded grace, is late (classified by the analysis), and only what never arrives
+        # is lost.
+        window_end_ms = last_deadline + int(cfg.drain_timeout_s * 1000)
+        grace_end_ms = window_end_ms + int(cfg.grace_s * 1000)
         complete_since: float | None = None
         while not interrupted:
             now = now_ms()
@@ -153,7 +162,10 @@ def run_load(cfg: RunConfig) -> RunResult:
                     complete_since = time.monotonic()
                 if time.monotonic() - complete_since >= cfg.settle_s:
                     break
-            if now >= drain_until or not recorder.is_alive():
+            if received_at_window_end is None and now >= window_end_ms:
+                received_at_window_end = recorder.stats.distinct_ids
+                phase[0] = "grace"
+            if now >= grace_end_ms or not recorder.is_alive():
                 break
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -173,6 +185,14 @@ def run_load(cfg: RunConfig) -> RunResult:
         "end": iso_utc(ended_ms),
         "complete": complete,
         "interrupted": interrupted,
+        "drain": DrainWindow(
+            window_end_ms=window_end_ms,
+            grace_end_ms=grace_end_ms,
+            grace_s=cfg.grace_s,
+            ended_ms=ended_ms,
+            received_at_window_end=received_at_window_end,
+            received_at_end=recorder.stats.distinct_ids,
+        ).as_dict(),
         "params": {
             "bootstrap": cfg.bootstrap,
             "input_topic": cfg.input_topic,
@@ -186,6 +206,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             "keys": cfg.keys,
             "timing_advance_ms": cfg.timing_advance_ms,
             "drain_timeout_s": cfg.drain_timeout_s,
+            "grace_s": cfg.grace_s,
             "behind_threshold_ms": cfg.behind_threshold_ms,
             "start_from": cfg.start_from,
             "seed": cfg.seed,

@@ -81,6 +81,7 @@ class Workload:
     duration_s: float | None = None
     count: int | None = None
     drain_timeout_s: float = 30.0
+    grace_s: float = 60.0  # after the window, while messages are missing: late, not lost
     rate_from_ceiling: bool = False  # offer SATURATE_FACTOR x the ceiling of the same run
 
     def __post_init__(self) -> None:
@@ -130,7 +131,13 @@ class Workload:
             args += ["--count", str(self.count)]
         else:
             args += ["--duration", f"{_num(self.duration_s or 0)}s"]
-        return [*args, "--drain-timeout", f"{_num(self.drain_timeout_s)}s"]
+        return [
+            *args,
+            "--drain-timeout",
+            f"{_num(self.drain_timeout_s)}s",
+            "--grace",
+            f"{_num(self.grace_s)}s",
+        ]
 
     def describe(self, rate: float | None = None) -> str:
         r = rate if rate is not None else self.rate
@@ -173,6 +180,7 @@ class Scenario:
                 "duration_s": w.duration_s,
                 "count": w.count,
                 "drain_timeout_s": w.drain_timeout_s,
+                "grace_s": w.grace_s,
             },
         }
 
@@ -186,20 +194,28 @@ def _rows_label(rows: int) -> str:
 
 
 def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
+    # The grace after each window only runs while messages are missing (what arrives then is
+    # late, not lost), so a generous one costs nothing when everything arrives in time.
     if quick:
-        seconds, delay, drain = 10.0, "uniform:2s-4s", 20.0
+        seconds, delay, drain, grace = 10.0, "uniform:2s-4s", 20.0, 60.0
         ceiling_s, warmup = 5.0, 1.0
-        burst = Workload(20_000, "burst:15s", count=100_000, drain_timeout_s=30.0)
+        burst = Workload(20_000, "burst:15s", count=100_000, drain_timeout_s=30.0, grace_s=grace)
         backlog_rows = 1_000_000
     else:
-        seconds, delay, drain = 60.0, "uniform:3s-10s", 30.0
+        seconds, delay, drain, grace = 60.0, "uniform:3s-10s", 30.0, 120.0
         ceiling_s, warmup = 20.0, 3.0
         # Sent at 20,000 msg/s (50 s), all due 150 s after the start: time enough for the
         # intake to store every message before the deadline.
-        burst = Workload(20_000, "burst:150s", count=BURST_COUNT, drain_timeout_s=300.0)
+        burst = Workload(
+            20_000, "burst:150s", count=BURST_COUNT, drain_timeout_s=300.0, grace_s=grace
+        )
         backlog_rows = BACKLOG_ROWS
-    sustained = Workload(SUSTAINED_RATE, delay, duration_s=seconds, drain_timeout_s=drain)
-    precision = Workload(PRECISION_RATE, delay, duration_s=seconds, drain_timeout_s=drain)
+    sustained = Workload(
+        SUSTAINED_RATE, delay, duration_s=seconds, drain_timeout_s=drain, grace_s=grace
+    )
+    precision = Workload(
+        PRECISION_RATE, delay, duration_s=seconds, drain_timeout_s=drain, grace_s=grace
+    )
     # Offered SATURATE_FACTOR x the measured ceiling: if the node cannot take it, its steady
     # fired rate is its capacity. The drain after sending may be long.
     saturate = replace(

@@ -100,6 +100,8 @@ def test_workload_arguments_and_windows() -> None:
         "60s",
         "--drain-timeout",
         "30s",
+        "--grace",
+        "60s",
     ]
     assert w.harness_args(rate=24_500)[1] == "24500"
     assert w.delay_bounds_s() == (3.0, 6.5, 10.0)
@@ -510,6 +512,7 @@ def test_markdown_and_json_outputs(tmp_path: Path) -> None:
     assert "[report](precision/report.html)" in md
     assert "load average at start (1, 5, 15 min): 1.00, 2.00, 3.00" in md
     assert "Command: `python -m loadtest bench`" in md
+    assert "| sent | fired | lost | late after window | dup ids |" in md
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["headline"]["ratio_to_ceiling"] == 0.74
     assert saved["headline"]["targets_failed"] == 0
@@ -578,6 +581,9 @@ def test_bench_quick_smoke(tmp_path: Path) -> None:
     precision = data["scenarios"][1]
     counts = precision["summary"]["counts"]
     assert counts["sent"] == 10_000 and counts["lost"] == 0
+    delivery = precision["summary"]["delivery"]
+    assert delivery["sent"] == 10_000 and delivery["lost"] == 0
+    assert delivery["window_end_ms"] is not None
     assert precision["claim"]["count"] > 0 and precision["claim"]["mean_ms"] > 0
     assert 20 < precision["rss_max_mb"] < 1000
     assert precision["nodes_stats"][0]["exit_code"] == 0
@@ -629,7 +635,7 @@ def test_loss_attributed_to_offset_holes() -> None:
     rec["summary"]["counts"]["lost"] = 361
     rec["output_gaps"] = {"missing": 361, "gaps": [], "gap_count": 2}
     row = next(r for r in bench.evaluate(data) if r["target"].startswith("no message lost"))
-    assert row["pass"] is False and row["measured"] == "sustained2: 361"
+    assert row["pass"] is False and row["measured"] == "sustained2: 361 lost"
     assert "361 lost are holes" in row["note"]
 
 

@@ -26,6 +26,8 @@ def test_run_options() -> None:
             "null",
             "--drain-timeout",
             "45s",
+            "--grace",
+            "2m",
             "--kafka-property",
             "security.protocol=SSL",
             "--kafka-property",
@@ -43,6 +45,7 @@ def test_run_options() -> None:
     assert args.payload_bytes == 1024
     assert args.keys is None
     assert args.drain_timeout == 45.0
+    assert args.grace == 120.0
     assert dict(args.kafka_property) == {"security.protocol": "SSL", "client.id": "x=y"}
     assert args.out == Path("/tmp/x")
     assert args.timing_advance_ms == 50
@@ -58,6 +61,7 @@ def test_run_defaults() -> None:
     )
     assert args.delay == FixedDelay(3000)
     assert args.keys == 1000
+    assert (args.drain_timeout, args.grace) == (30.0, 60.0)
 
 
 @pytest.mark.parametrize(

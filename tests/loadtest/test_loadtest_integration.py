@@ -105,3 +105,73 @@ def test_run_with_echo_relay(lt_broker: str, spark: Any, tmp_path: Path) -> None
     s2 = analyze_dir(spark, second, report=False)
     assert s2["counts"]["lost"] == 0 and s2["counts"]["dead_lettered"] == 20
     assert s2["counts"]["fired_distinct"] == 80
+
+
+@pytest.mark.integration
+def test_late_after_the_window_is_not_lost(lt_broker: str, spark: Any, tmp_path: Path) -> None:
+    """Nothing relays during the window (drain timeout 0): with a 1 s grace every message is
+    lost; when the relay starts during a longer grace, every message is late, none lost."""
+    topics = ["late-input", "late-output", "late-dead-letter"]
+    ensure_topics(lt_broker, topics, create_partitions=2)
+    names = ("--input-topic", topics[0], "--output-topic", topics[1])
+    load = ("--rate", "100", "--count", "50", "--delay", "fixed:1s", "--drain-timeout", "0s")
+    argv = [sys.executable, "-m", "loadtest", "run", "--bootstrap", lt_broker, *names]
+    argv += ["--dead-letter-topic", topics[2], "--seed", "1", *load]
+
+    lost_dir = tmp_path / "lost"
+    proc = subprocess.run(
+        [*argv, "--grace", "1s", "--no-progress", "--out", str(lost_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((lost_dir / "run.json").read_text())
+    assert run["complete"] is False and run["params"]["grace_s"] == 1.0
+    drain = run["drain"]
+    assert drain["grace_end_ms"] - drain["window_end_ms"] == 1000
+    assert drain["received_at_window_end"] == 0 and drain["received_at_end"] == 0
+    lost = analyze_dir(spark, lost_dir, report=False)
+    assert lost["counts"]["lost"] == 50 and lost["delivery"]["late_after_window"] == 0
+
+    late_dir = tmp_path / "late"
+    # Progress lines go to stderr every 10 s (not a terminal): the first one shows the phase,
+    # by then long past the window (the last deadline is about 1.5 s after sending starts).
+    harness = subprocess.Popen(
+        [*argv, "--grace", "60s", "--out", str(late_dir)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    relay = EchoRelay(
+        bootstrap=lt_broker,
+        input_topic=topics[0],
+        output_topic=topics[1],
+        dead_letter_topic=topics[2],
+        start_from="beginning",
+    )
+    try:
+        assert harness.stderr is not None
+        first = harness.stderr.readline()
+        assert "grace]" in first and "received 0 " in first, first
+        relay.prepare()
+        relay.start()
+        _, rest = harness.communicate(timeout=120)
+        assert harness.returncode == 0, rest
+    finally:
+        relay.stop()
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    run = json.loads((late_dir / "run.json").read_text())
+    assert run["complete"] is True
+    assert run["drain"]["received_at_window_end"] == 0 and run["drain"]["received_at_end"] == 50
+    summary = analyze_dir(spark, late_dir, report=False)
+    d = summary["delivery"]
+    assert summary["counts"]["lost"] == 0 and summary["sla"]["no_loss"] is True
+    assert (d["late_after_window"], d["on_time"], d["late_in_window"]) == (50, 0, 0)
+    # The relay started at least 8 s after the last deadline.
+    assert d["after_window_lateness_min_ms"] >= 8_000
+    assert 8_000 <= d["after_window_max_ms"] < 60_000
