@@ -234,7 +234,9 @@ def run_dev(
         print(f"chronos dev: {exc}", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir).absolute()
-    postgres = EmbeddedPostgres(data_dir / "postgres", args.pg_port, durable=True)
+    postgres = EmbeddedPostgres(
+        data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir
+    )
     broker = EmbeddedBroker(args.kafka_port, log_dir=data_dir)
     nodes: list[_Node] = []
     host = settings.http_host if settings.http_host not in ("", "0.0.0.0", "::") else "127.0.0.1"

@@ -98,9 +98,33 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "fetch.wait.max.ms": 100,
         }
     )
+    conf.update(failover_config(settings))
     conf.update(settings.consumer_properties)
     # At-least-once depends on these two; a passthrough must not silently break it.
     conf["enable.auto.offset.store"] = False
+    return conf
+
+
+# A dead node's input partitions move to a survivor after the session timeout (librdkafka's
+# default, 45 s, silenced a dead node's input for a minute); the cooperative assignor lets
+# survivors keep consuming their own partitions while the group rebalances.
+SESSION_TIMEOUT_MS = 6000  # the smallest a Kafka broker accepts by default
+HEARTBEAT_INTERVAL_MS = 1500
+
+
+def failover_config(settings: Settings) -> dict[str, Any]:
+    """Consumer-group settings for fast failover; any of them can be overridden by a
+    pass-through property (CHRONOS_CONSUMER__SESSION_TIMEOUT_MS=...)."""
+    conf: dict[str, Any] = {}
+    if settings.group_protocol == "consumer":
+        # KIP-848: the broker owns the session timeout, heartbeats and assignment.
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["session.timeout.ms"] = SESSION_TIMEOUT_MS
+        conf["heartbeat.interval.ms"] = HEARTBEAT_INTERVAL_MS
+        conf["partition.assignment.strategy"] = "cooperative-sticky"
+    if settings.group_instance_id:
+        conf["group.instance.id"] = settings.group_instance_id
     return conf
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from chronos import kafka
 from chronos.backlog import Monitor
+from chronos.errors import ConfigError
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
 from chronos.loop import Loop
@@ -100,6 +101,8 @@ class Node:
             self.settings.hold_time_ms,
             extra={"event": "node_starting", "node": self.settings.node_id},
         )
+        if self.settings.http_port:
+            self.http = self._listen()  # first: a port in use must stop start-up, not a node
         for loop in self.build_loops():
             thread = threading.Thread(
                 target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
@@ -108,15 +111,25 @@ class Node:
         for _, thread in self.state.loops.values():
             thread.start()
         self.monitor.start()
-        if self.settings.http_port:
-            from chronos.http import start_http_server
-
-            self.http = start_http_server(self.settings, self.state, self.store)
         log.info(
             "chronos node %s started",
             self.settings.node_id,
             extra={"event": "node_started", "node": self.settings.node_id},
         )
+
+    def _listen(self) -> Any:
+        from chronos.http import start_http_server
+
+        try:
+            return start_http_server(self.settings, self.state, self.store)
+        except OSError as exc:
+            where = f"{self.settings.http_host}:{self.settings.http_port}"
+            raise ConfigError(
+                f"CHRONOS_HTTP_PORT / --http-port: cannot listen on {where} ({exc.strerror or exc})"
+                "; another process (a second node on this host?) may be using the port: choose "
+                "another one with CHRONOS_HTTP_PORT, or 0 to run without the HTTP server "
+                "(CHRONOS_HTTP_HOST chooses the address)"
+            ) from None
 
     def _run_loop(self, loop: Loop) -> None:
         try:

@@ -130,6 +130,20 @@ OPTIONS: tuple[Option, ...] = (
         _optional_topic,
     ),
     Option("consumer_group", "chronos", "consumer group of the input topic", _non_empty),
+    Option(
+        "group_instance_id",
+        "",
+        "static consumer-group membership id, stable across restarts of this node (e.g. the pod "
+        "name): a restarted node gets its partitions back without a rebalance (empty: dynamic)",
+    ),
+    Option(
+        "group_protocol",
+        "classic",
+        "consumer-group protocol: classic (cooperative-sticky assignment, 6 s session timeout) "
+        "or consumer (the broker-driven protocol of KIP-848, where the broker supports it)",
+        str.lower,
+        choices=("classic", "consumer"),
+    ),
     Option("node_id", "", "node UUID (default: a new random UUID per process)", _uuid_or_random),
     Option(
         "timing_advance_ms",
@@ -227,6 +241,8 @@ class Settings:
     output_topic: str
     dead_letter_topic: str
     consumer_group: str
+    group_instance_id: str
+    group_protocol: str
     node_id: str
     timing_advance_ms: int
     hold_time_ms: int

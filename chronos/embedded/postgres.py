@@ -82,6 +82,23 @@ def _require_traversable(path: Path, what: str) -> None:
             )
 
 
+def _open_for_traversal(top: Path, path: Path) -> None:
+    """Make ``top`` and the directories between it and ``path`` searchable by others (o+x:
+    enter, not list), where they belong to us: the Postgres system user must reach ``path``."""
+    top = top.resolve()
+    chain = [top, *[p for p in path.resolve().parents if top in p.parents]]
+    for directory in chain:
+        info = directory.stat()
+        if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IXOTH:
+            directory.chmod(stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
+            log.info(
+                "made %s searchable for the Postgres system user %s",
+                directory,
+                POSTGRES_SYSTEM_USER,
+                extra={"event": "dev_data_dir_opened"},
+            )
+
+
 class EmbeddedPostgres:
     """A real PostgreSQL server on 127.0.0.1, its cluster in ``data_dir`` (created if needed).
 
@@ -92,9 +109,19 @@ class EmbeddedPostgres:
     """
 
     def __init__(
-        self, data_dir: Path, port: int = 0, *, durable: bool = True, die_with_parent: bool = True
+        self,
+        data_dir: Path,
+        port: int = 0,
+        *,
+        durable: bool = True,
+        die_with_parent: bool = True,
+        workspace: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
+        # A directory of ours above data_dir (chronos dev's --data-dir): as root, it is made
+        # searchable (o+x, not readable) for the Postgres system user if it is not, e.g. a
+        # directory made by mktemp -d (mode 0700).
+        self.workspace = Path(workspace).absolute() if workspace is not None else None
         self._port = port
         self.durable = durable
         self.die_with_parent = die_with_parent
@@ -204,6 +231,8 @@ class EmbeddedPostgres:
             return
         self._user = _system_user(POSTGRES_SYSTEM_USER)
         _require_traversable(self._bin / "postgres", "the PostgreSQL binary")
+        if self.workspace is not None:
+            _open_for_traversal(self.workspace, self.data_dir)
         _require_traversable(self.data_dir, "the data directory")
         if self.data_dir.stat().st_uid != self._user.pw_uid:
             for path in [self.data_dir, *self.data_dir.rglob("*")]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -173,3 +176,24 @@ def test_broker_restart_keeps_the_port(embedded_broker: EmbeddedBroker) -> None:
     _produce(bootstrap, "chronos-restart-probe", [{"value": b"after restart"}])
     (record,) = consume(bootstrap, "chronos-restart-probe", 1)
     assert record.value() == b"after restart"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the system-user path is taken as root only")
+def test_dev_data_dir_made_by_mktemp_works_as_root() -> None:
+    """``chronos dev --data-dir "$(mktemp -d)"`` as root (containers, CI): the directory is
+    0700, and the Postgres system user must still reach the cluster below it."""
+    import shutil
+    import tempfile
+
+    workspace = Path(tempfile.mkdtemp(prefix="chronos-dev-"))  # as mktemp -d: 0700, root's
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
+    server = EmbeddedPostgres(workspace / "postgres", durable=False, workspace=workspace)
+    try:
+        url = server.start()
+        with psycopg.connect(url, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert workspace.stat().st_mode & stat.S_IXOTH  # searchable, ...
+        assert not workspace.stat().st_mode & stat.S_IROTH  # ... not listable
+    finally:
+        server.stop()
+        shutil.rmtree(workspace, ignore_errors=True)
