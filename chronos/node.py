@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from chronos import kafka
+from chronos import kafka, metrics
 from chronos.backlog import Monitor
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
@@ -62,6 +62,8 @@ class Node:
                 settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
             )
         )
+        if isinstance(self.store, PostgresStore):
+            metrics.RUNNING_STATEMENT_AGE.set_function(self.store.longest_running_s)
         self._publisher_factory = publisher_factory or (
             lambda purpose: kafka.make_publisher(settings, purpose)
         )

@@ -59,28 +59,42 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
 -- readied_at), so a row a peer re-claimed is never deleted. Returns the ids actually deleted.
--- (`m.id = ANY(...)` drives a primary-key index scan even before the table has statistics:
--- a freshly filled table would otherwise be joined by a sequential scan.)
+-- Like every batch write: the table is reached only through `id = ANY(ids)` (primary key, in
+-- any plan, statistics or not), each row's fence is looked up in a JSON object keyed by id (no
+-- join with the input list, which a generic plan turns into ids x rows comparisons), and the
+-- rows are locked in id order (two batch writes on overlapping rows cannot deadlock).
+-- `fence`: {"<id>": ["<readied_at>"], ...}.
+WITH target AS (
+    SELECT m.id
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)s::text[])
+      AND m.readied_by = %(node_id)s::uuid
+      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+    ORDER BY m.id
+    FOR UPDATE
+)
 DELETE FROM chronos_messages m
-USING unnest(%(ids)s::text[], %(readied_ats)s::timestamptz[]) AS f(id, readied_at)
-WHERE m.id = ANY(%(ids)s::text[])
-  AND m.id = f.id
-  AND m.readied_by = %(node_id)s::uuid
-  AND m.readied_at = f.readied_at
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id;
 
 -- name: release_claims
 -- Give claimed rows back (shutdown, or a failed publish to retry), fenced by this node's claim;
 -- `failed` adds one to the attempt counter; a non-null error is remembered as last_error.
+-- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, error]}.
+WITH target AS (
+    SELECT m.id
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)s::text[])
+      AND m.readied_by = %(node_id)s::uuid
+      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+    ORDER BY m.id
+    FOR UPDATE
+)
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
     attempts = m.attempts + CASE WHEN %(failed)s THEN 1 ELSE 0 END,
-    last_error = coalesce(r.error, m.last_error)
-FROM unnest(%(ids)s::text[], %(readied_ats)s::timestamptz[], %(errors)s::text[])
-     AS r(id, readied_at, error)
-WHERE m.id = r.id
-  AND m.readied_by = %(node_id)s::uuid
-  AND m.readied_at = r.readied_at
+    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error)
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, m.attempts;
 
 -- name: release_node
@@ -102,14 +116,20 @@ LIMIT %(limit)s;
 -- name: reset_stuck
 -- Failure detection, query 2: compare-and-set reset of the rows found, only where the claim is
 -- still the one observed. Returns the rows actually reset and the node suspected.
+-- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, by]}.
+WITH target AS (
+    SELECT m.id
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)s::text[])
+      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+      AND m.readied_by = (%(fence)s::jsonb -> m.id ->> 1)::uuid
+    ORDER BY m.id
+    FOR UPDATE
+)
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
-FROM unnest(%(ids)s::text[], %(readied_bys)s::uuid[], %(readied_ats)s::timestamptz[])
-     AS s(id, readied_by, readied_at)
-WHERE m.id = s.id
-  AND m.readied_by = s.readied_by
-  AND m.readied_at = s.readied_at
-RETURNING m.id, s.readied_by::text AS readied_by;
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+RETURNING m.id, (%(fence)s::jsonb -> m.id ->> 1) AS readied_by;
 
 -- name: exists_ids
 -- Which of these ids are waiting or ready.
