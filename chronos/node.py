@@ -16,11 +16,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from chronos import kafka, metrics
-from chronos.backlog import Monitor
+from chronos import __version__, kafka, metrics
+from chronos.backlog import LIVENESS_WINDOW_S, Monitor
+from chronos.errors import ConfigError
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
 from chronos.loop import Loop
@@ -75,6 +77,7 @@ class Node:
         self._failed: list[str] = []
         self.http: Any = None
         self.monitor = Monitor(settings, self.store)  # heartbeat and backlog gauges
+        self.claims_since: datetime | None = None  # set by start(): this process's claim fence
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -86,8 +89,13 @@ class Node:
                 self._publisher_factory("intake"),
                 self._consumer_factory,
             ),
-            FiringLoop(self.settings, self.store, self._publisher_factory("firing")),
-            RecoveryLoop(self.settings, self.store),
+            FiringLoop(
+                self.settings,
+                self.store,
+                self._publisher_factory("firing"),
+                claims_since=self.claims_since,
+            ),
+            RecoveryLoop(self.settings, self.store, claims_since=self.claims_since),
         ]
 
     def start(self) -> None:
@@ -102,6 +110,7 @@ class Node:
             self.settings.hold_time_ms,
             extra={"event": "node_starting", "node": self.settings.node_id},
         )
+        self.register()
         for loop in self.build_loops():
             thread = threading.Thread(
                 target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
@@ -119,6 +128,22 @@ class Node:
             self.settings.node_id,
             extra={"event": "node_started", "node": self.settings.node_id},
         )
+
+    def register(self) -> None:
+        """Take the node id in chronos_nodes, refusing it while a live node holds it (two
+        processes sharing an id would release and fence each other's claims)."""
+        self.claims_since = self.store.register_node(
+            self.settings.node_id,
+            LIVENESS_WINDOW_S,
+            hostname=self.monitor.hostname,
+            version=__version__,
+        )
+        if self.claims_since is None:
+            raise ConfigError(
+                f"node id {self.settings.node_id} is held by a live node (heartbeat within "
+                f"{LIVENESS_WINDOW_S:.0f} s): give each node its own CHRONOS_NODE_ID / "
+                "--node-id, or leave it unset for a random one"
+            )
 
     def _run_loop(self, loop: Loop) -> None:
         try:

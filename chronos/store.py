@@ -176,9 +176,11 @@ class Store(Protocol):
         errors: Sequence[str] | None = None,
     ) -> dict[str, int]: ...
 
-    def release_node(self, node_id: str) -> int: ...
+    def release_node(self, node_id: str, since: datetime | None = None) -> int: ...
 
-    def find_stuck(self, hold_ms: int, limit: int) -> list[StuckRow]: ...
+    def find_stuck(
+        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
+    ) -> list[StuckRow]: ...
 
     def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]: ...
 
@@ -217,6 +219,10 @@ class Store(Protocol):
         hostname: str | None = None,
         version: str | None = None,
     ) -> None: ...
+
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None: ...
 
     def remove_node(self, node_id: str) -> bool: ...
 
@@ -465,11 +471,23 @@ class PostgresStore:
         rows = self._execute("release_claims", params)
         return {r["id"]: r["attempts"] for r in rows}
 
-    def release_node(self, node_id: str) -> int:
-        return len(self._execute("release_node", {"node_id": node_id}))
+    def release_node(self, node_id: str, since: datetime | None = None) -> int:
+        """Release the claims of ``node_id`` made at or after ``since`` (None: all)."""
+        return len(self._execute("release_node", {"node_id": node_id, "since": since}))
 
-    def find_stuck(self, hold_ms: int, limit: int) -> list[StuckRow]:
-        rows = self._execute("find_stuck", {"hold_ms": hold_ms, "limit": limit})
+    def find_stuck(
+        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
+    ) -> list[StuckRow]:
+        """Claims older than the hold time, except ``own`` (node id, since: this process's)."""
+        rows = self._execute(
+            "find_stuck",
+            {
+                "hold_ms": hold_ms,
+                "limit": limit,
+                "own_node": own[0] if own else None,
+                "own_since": own[1] if own else None,
+            },
+        )
         return [StuckRow(r["id"], r["readied_by"], r["readied_at"]) for r in rows]
 
     def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]:
@@ -573,6 +591,17 @@ class PostgresStore:
                 "version": version,
             },
         )
+
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None:
+        """Take ``node_id`` for this process unless a live node holds it; returns the start
+        of this process on the database clock (the fence of its claims), None if taken."""
+        rows = self._execute(
+            "register_node",
+            {"node_id": node_id, "live_s": live_s, "hostname": hostname, "version": version},
+        )
+        return rows[0]["started_at"] if rows else None
 
     def remove_node(self, node_id: str) -> bool:
         return bool(self._execute("remove_node", {"node_id": node_id}))

@@ -98,18 +98,32 @@ WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, m.attempts;
 
 -- name: release_node
--- Give back every row still claimed by this node (the end of a graceful shutdown).
+-- Give back every row still claimed by this node process (the end of a graceful shutdown):
+-- fenced by the process's start on the database clock (`since`; NULL: every claim of the id),
+-- so a process sharing the node id never releases another's claims; claimed_by index.
+WITH target AS (
+    SELECT id
+    FROM chronos_messages
+    WHERE readied_by = %(node_id)s::uuid
+      AND readied_at >= coalesce(%(since)s::timestamptz, '-infinity')
+    ORDER BY id
+    FOR UPDATE
+)
 UPDATE chronos_messages
 SET readied_at = NULL, readied_by = NULL
-WHERE readied_by = %(node_id)s::uuid
+WHERE id = ANY(ARRAY(SELECT id FROM target))
 RETURNING id;
 
 -- name: find_stuck
--- Failure detection, query 1: rows claimed longer ago than the hold time (oldest first).
+-- Failure detection, query 1: rows claimed longer ago than the hold time (oldest first), except
+-- the claims of this very process (`own_node` since `own_since`; NULL since: every claim of
+-- that node id): a node never suspects itself; its firing loop gives its expired claims back.
 SELECT id, readied_by::text AS readied_by, readied_at
 FROM chronos_messages
 WHERE readied_at IS NOT NULL
   AND readied_at < now() - make_interval(secs => %(hold_ms)s / 1000.0)
+  AND (%(own_node)s::uuid IS NULL OR readied_by <> %(own_node)s::uuid
+       OR readied_at < coalesce(%(own_since)s::timestamptz, '-infinity'))
 ORDER BY readied_at
 LIMIT %(limit)s;
 
@@ -291,6 +305,18 @@ VALUES (%(node_id)s::uuid, coalesce(%(started_at)s::timestamptz, now()), now(),
         %(hostname)s, %(version)s)
 ON CONFLICT (node_id) DO UPDATE
 SET heartbeat_at = now(), hostname = EXCLUDED.hostname, version = EXCLUDED.version;
+
+-- name: register_node
+-- A node process starts: take its node id unless a live node holds it (heartbeat within
+-- `live_s`). Returns the process's start on the database clock (the fence of its claims), or
+-- no row when the id is taken.
+INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version)
+VALUES (%(node_id)s::uuid, now(), now(), %(hostname)s, %(version)s)
+ON CONFLICT (node_id) DO UPDATE
+SET started_at = now(), heartbeat_at = now(), hostname = EXCLUDED.hostname,
+    version = EXCLUDED.version
+WHERE chronos_nodes.heartbeat_at < now() - make_interval(secs => %(live_s)s)
+RETURNING started_at;
 
 -- name: remove_node
 -- A node leaves at graceful shutdown: delete its heartbeat row.

@@ -127,6 +127,7 @@ def test_repeated_batches_through_the_store_stay_fast(filled: tuple[str, Postgre
         slowest = max(slowest, time.perf_counter() - started)
     for _ in range(8):
         rows = store.claim(node_id, 0, BATCH, 10)
+        assert len(rows) == BATCH
         started = time.perf_counter()
         assert len(store.delete_fired(node_id, [(r.id, r.readied_at) for r in rows])) == BATCH
         slowest = max(slowest, time.perf_counter() - started)
