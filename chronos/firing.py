@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from confluent_kafka import KafkaError
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 DELETE_BATCH = 2000
 DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
+DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
 
 
 @dataclass(order=True, slots=True)
@@ -140,7 +142,7 @@ class Dispatcher:
         for timer in due:
             if now - timer.row.claimed_monotonic >= self.hold:
                 # Held past the hold time (e.g. this process was paused): a peer may already
-                # have taken it over, so leave it to the failure detector rather than fire twice.
+                # have taken it over, so give it back (fenced) rather than fire it twice.
                 with self.cond:
                     self.expired.append(timer)
                 continue
@@ -205,12 +207,16 @@ class FiringLoop(Loop):
         store: Store,
         publisher: Publisher,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        claims_since: datetime | None = None,
     ):
         super().__init__()
         self.settings = settings
         self.store = store
         self.monotonic = monotonic
         self.node_id = settings.node_id
+        self.claims_since = claims_since  # this process's start (DB clock): its claims' fence
+        self.unreleased: list[tuple[list[Claim], bool, list[str] | None]] = []
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
         self.dispatcher = Dispatcher(settings, publisher, monotonic)
         self.pending_delete: list[_Timer] = []
@@ -305,11 +311,31 @@ class FiringLoop(Loop):
         if failed:
             self._handle_failed(failed)
         if expired:
+            # The failure detector never resets this node's own claims: give them back.
             log.warning(
-                "%d claims expired before firing (paused?); leaving them to the failure detector",
+                "%d claims expired before firing (paused or slow?); giving them back",
                 len(expired),
                 extra={"event": "claim_expired"},
             )
+            self._release([(t.row.id, t.row.readied_at) for t in expired], False, None)
+        if self.unreleased and not expired and not failed:
+            retry, self.unreleased = self.unreleased, []
+            for claims, failed_, errors in retry:
+                self._release(claims, failed_, errors)
+
+    def _release(self, claims: list[Claim], failed: bool, errors: list[str] | None) -> None:
+        """Give claims back; on a database error keep them to try again (no peer would)."""
+        try:
+            self.store.release(self.node_id, claims, failed=failed, errors=errors)
+        except Exception as exc:
+            metrics.DATABASE_ERRORS.labels("release").inc()
+            log.warning(
+                "release of %d claims failed: %s (tried again later)",
+                len(claims),
+                exc,
+                extra={"event": "database_error"},
+            )
+            self.unreleased.append((claims, failed, errors))
 
     def _delete_delivered(self) -> None:
         batch, self.pending_delete = self.pending_delete, []
@@ -319,15 +345,18 @@ class FiringLoop(Loop):
         try:
             deleted = self.store.delete_fired(self.node_id, claims)
         except Exception as exc:
-            # The rows stay claimed; the failure detector resets them after the hold time and
-            # they fire again (a duplicate, never a loss).
+            # The rows stay claimed by this process (no peer resets them while it lives): try
+            # the delete again a little later; if the node dies first, a peer resets them after
+            # the hold time and they fire again (a duplicate, never a loss).
             metrics.DATABASE_ERRORS.labels("delete").inc()
             log.warning(
-                "delete of %d fired rows failed: %s",
+                "delete of %d fired rows failed: %s (tried again later)",
                 len(batch),
                 exc,
                 extra={"event": "database_error"},
             )
+            self.pending_delete = batch + self.pending_delete
+            self.pending_since = self.monotonic() + DELETE_RETRY_DELAY
             return
         metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
         metrics.BATCH_SIZE.labels("delete").observe(len(batch))
@@ -359,12 +388,7 @@ class FiringLoop(Loop):
             if not items:
                 continue
             claims = [(t.row.id, t.row.readied_at) for t, _ in items]
-            errors = [str(err)[:500] for _, err in items]
-            try:
-                self.store.release(self.node_id, claims, failed=failed, errors=errors)
-            except Exception as exc:
-                metrics.DATABASE_ERRORS.labels("release").inc()
-                log.warning("release failed: %s (the failure detector will reset them)", exc)
+            self._release(claims, failed, [str(err)[:500] for _, err in items])
         if transient:
             # The broker is unreachable or overloaded: back off before claiming again.
             self.claim_backoff = min(5.0, max(0.2, self.claim_backoff * 2))
@@ -384,7 +408,7 @@ class FiringLoop(Loop):
         self.dispatcher.drain(self.settings.shutdown_timeout_ms / 1000 / 2)
         self.finish(force=True)
         try:
-            released = self.store.release_node(self.node_id)
+            released = self.store.release_node(self.node_id, self.claims_since)
         except Exception as exc:
             log.warning("could not release this node's remaining claims: %s", exc)
             released = 0

@@ -141,3 +141,17 @@ ASSIGNED_PARTITIONS = Gauge(
     "chronos_assigned_partitions",
     "Input-topic partitions assigned to this node's consumer (0 until the group join completes)",
 )
+SLOW_STATEMENTS = Counter(
+    "chronos_slow_statements_total",
+    "Database statements that ran longer than the slow-statement threshold (1 s)",
+    ["statement"],
+)
+DEADLOCK_RETRIES = Counter(
+    "chronos_deadlock_retries_total",
+    "Statements Postgres aborted to break a deadlock, run again",
+    ["statement"],
+)
+RUNNING_STATEMENT_AGE = Gauge(
+    "chronos_running_statement_age_seconds",
+    "Age of the oldest database statement this node is running now (0: none)",
+)

@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from chronos import kafka
-from chronos.backlog import Monitor
+from chronos import __version__, kafka, metrics
+from chronos.backlog import LIVENESS_WINDOW_S, Monitor
 from chronos.errors import ConfigError
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
@@ -63,6 +64,8 @@ class Node:
                 settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
             )
         )
+        if isinstance(self.store, PostgresStore):
+            metrics.RUNNING_STATEMENT_AGE.set_function(self.store.longest_running_s)
         self._publisher_factory = publisher_factory or (
             lambda purpose: kafka.make_publisher(settings, purpose)
         )
@@ -74,6 +77,7 @@ class Node:
         self._failed: list[str] = []
         self.http: Any = None
         self.monitor = Monitor(settings, self.store)  # heartbeat and backlog gauges
+        self.claims_since: datetime | None = None  # set by start(): this process's claim fence
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -85,8 +89,13 @@ class Node:
                 self._publisher_factory("intake"),
                 self._consumer_factory,
             ),
-            FiringLoop(self.settings, self.store, self._publisher_factory("firing")),
-            RecoveryLoop(self.settings, self.store),
+            FiringLoop(
+                self.settings,
+                self.store,
+                self._publisher_factory("firing"),
+                claims_since=self.claims_since,
+            ),
+            RecoveryLoop(self.settings, self.store, claims_since=self.claims_since),
         ]
 
     def start(self) -> None:
@@ -103,6 +112,7 @@ class Node:
         )
         if self.settings.http_port:
             self.http = self._listen()  # first: a port in use must stop start-up, not a node
+        self.register()
         for loop in self.build_loops():
             thread = threading.Thread(
                 target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
@@ -130,6 +140,22 @@ class Node:
                 "another one with CHRONOS_HTTP_PORT, or 0 to run without the HTTP server "
                 "(CHRONOS_HTTP_HOST chooses the address)"
             ) from None
+
+    def register(self) -> None:
+        """Take the node id in chronos_nodes, refusing it while a live node holds it (two
+        processes sharing an id would release and fence each other's claims)."""
+        self.claims_since = self.store.register_node(
+            self.settings.node_id,
+            LIVENESS_WINDOW_S,
+            hostname=self.monitor.hostname,
+            version=__version__,
+        )
+        if self.claims_since is None:
+            raise ConfigError(
+                f"node id {self.settings.node_id} is held by a live node (heartbeat within "
+                f"{LIVENESS_WINDOW_S:.0f} s): give each node its own CHRONOS_NODE_ID / "
+                "--node-id, or leave it unset for a random one"
+            )
 
     def _run_loop(self, loop: Loop) -> None:
         try:

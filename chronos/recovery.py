@@ -5,6 +5,11 @@ database clock), then reset each only if its claim is still the one observed (co
 ``readied_by`` and ``readied_at``), logging "suspected failure of {node} for message {id}". Rows
 another node reset meanwhile, or that their owner finished, are left alone. It repeats while it
 finds full batches, so any number of stuck rows is reset in one sweep.
+
+A node never suspects itself: the claims this very process made (its node id, claimed since it
+started on the database clock) are skipped. A slow statement of its own firing loop is no
+failure; its firing loop gives back the claims it held past the hold time (fenced), and rows it
+already produced are deleted when delivered.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from datetime import datetime
 
 from chronos import metrics
 from chronos.loop import Loop
@@ -26,9 +32,17 @@ SWEEP_BATCH = 5000
 class RecoveryLoop(Loop):
     name = "recovery"
 
-    def __init__(self, settings: Settings, store: Store, batch: int = SWEEP_BATCH):
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        batch: int = SWEEP_BATCH,
+        *,
+        claims_since: datetime | None = None,
+    ):
         super().__init__()
         self.settings = settings
+        self.own = (settings.node_id, claims_since)  # None: every claim of this node id
         self.store = store
         self.batch = batch
 
@@ -52,7 +66,7 @@ class RecoveryLoop(Loop):
         """One sweep; returns how many rows were reset."""
         total = 0
         while not self.stopping.is_set():
-            stuck = self.store.find_stuck(self.settings.hold_time_ms, self.batch)
+            stuck = self.store.find_stuck(self.settings.hold_time_ms, self.batch, self.own)
             if not stuck:
                 break
             reset = self.store.reset_stuck(stuck)

@@ -82,6 +82,13 @@ Index(
     messages.c.readied_at,
     postgresql_where=messages.c.readied_at.isnot(None),
 )
+# "claimed by this node process": release_node at shutdown (fenced by the process's start).
+Index(
+    "chronos_messages_claimed_by_idx",
+    messages.c.readied_by,
+    messages.c.readied_at,
+    postgresql_where=messages.c.readied_at.isnot(None),
+)
 # "failed at least once": rows a publish attempt failed for are rare, so the parked rows (attempts
 # at the park threshold, never claimed again) are counted and listed through this small index.
 Index(

@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from binascii import b2a_base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 
+from chronos import metrics
 from chronos.errors import StoreError
 from chronos.protocol import Headers, ScheduledMessage, decode_headers, header_items
 from chronos.sql import query
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class Outcome(Enum):
@@ -172,9 +176,11 @@ class Store(Protocol):
         errors: Sequence[str] | None = None,
     ) -> dict[str, int]: ...
 
-    def release_node(self, node_id: str) -> int: ...
+    def release_node(self, node_id: str, since: datetime | None = None) -> int: ...
 
-    def find_stuck(self, hold_ms: int, limit: int) -> list[StuckRow]: ...
+    def find_stuck(
+        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
+    ) -> list[StuckRow]: ...
 
     def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]: ...
 
@@ -214,11 +220,32 @@ class Store(Protocol):
         version: str | None = None,
     ) -> None: ...
 
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None: ...
+
     def remove_node(self, node_id: str) -> bool: ...
 
     def expire_nodes(self, retain_s: float) -> int: ...
 
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]: ...
+
+
+SLOW_STATEMENT_S = 1.0
+"""A statement running longer than this is counted (chronos_slow_statements_total) and logged."""
+DEADLOCK_DETECTED = "40P01"
+DEADLOCK_RETRIES = 5
+SESSION_SETTINGS = "-c plan_cache_mode=force_custom_plan -c TimeZone=UTC"
+"""Every node session: plan each execution with its actual parameters and the table's current
+size (a generic plan is cached from whatever the table looked like when first executed, and
+estimates every array at 10 elements); and UTC, so no deadline is ever rendered in a local time
+zone (year 9999 east of UTC is year 10000). Sent in the start-up packet: no extra round trip."""
+
+
+def session_options(url: str) -> str:
+    """libpq ``options`` for a node session: the URL's own, then SESSION_SETTINGS."""
+    own = str(conninfo_to_dict(url).get("options") or "")
+    return f"{own} {SESSION_SETTINGS}".strip()
 
 
 def libpq_url(url: str) -> str:
@@ -232,11 +259,18 @@ class PostgresStore:
     """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
 
     def __init__(
-        self, url: str, *, connect_timeout: float = 5.0, application_name: str = "chronos"
+        self,
+        url: str,
+        *,
+        connect_timeout: float = 5.0,
+        application_name: str = "chronos",
+        slow_statement_s: float = SLOW_STATEMENT_S,
     ):
         self._url = libpq_url(url)
         self._connect_timeout = connect_timeout
         self._application_name = application_name
+        self._slow_statement_s = slow_statement_s
+        self._running: dict[object, float] = {}  # statements under way: their start (monotonic)
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
@@ -254,6 +288,7 @@ class PostgresStore:
                 connect_timeout=max(1, int(self._connect_timeout)),
                 application_name=self._application_name,
                 row_factory=dict_row,
+                options=session_options(self._url),
             )
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to Postgres: {exc}") from exc
@@ -264,27 +299,73 @@ class PostgresStore:
         return conn
 
     def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        conn = self._conn()
-        try:
+        def run(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             with conn.cursor() as cur:
                 cur.execute(query(name), params)
                 return cur.fetchall() if cur.description is not None else []
-        except psycopg.Error as exc:
-            raise self._translate(conn, name, exc) from exc
+
+        return self._run(name, run)[0]
 
     def _execute_tuples(
         self, name: str, params: dict[str, Any]
     ) -> tuple[list[tuple[Any, ...]], float]:
         """Hot-path variant: binary results, plain tuples (no per-row dict), and the monotonic
         time the result arrived (before any row is converted)."""
-        conn = self._conn()
-        try:
+
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             with conn.cursor(row_factory=tuple_row, binary=True) as cur:
                 cur.execute(query(name), params)
-                arrived = time.monotonic()
-                return cur.fetchall(), arrived
-        except psycopg.Error as exc:
-            raise self._translate(conn, name, exc) from exc
+                return cur.fetchall()
+
+        return self._run(name, run)
+
+    def _run(self, name: str, run: Callable[[psycopg.Connection[Any]], _T]) -> tuple[_T, float]:
+        """Run one statement: time it (a slow one is counted and logged, a running one shows
+        in a gauge), retry it when Postgres broke a deadlock by aborting it (the statement is
+        its own transaction, so running it again is safe). Returns the result and the
+        monotonic time it arrived."""
+        attempt = 0
+        while True:
+            conn = self._conn()
+            token = object()
+            started = time.monotonic()
+            self._running[token] = started
+            try:
+                result = run(conn)
+            except psycopg.Error as exc:
+                if exc.sqlstate == DEADLOCK_DETECTED and attempt < DEADLOCK_RETRIES:
+                    attempt += 1
+                    metrics.DEADLOCK_RETRIES.labels(name).inc()
+                    log.warning(
+                        "%s was chosen as a deadlock victim; retrying (%d/%d)",
+                        name,
+                        attempt,
+                        DEADLOCK_RETRIES,
+                        extra={"event": "deadlock_retry", "statement": name},
+                    )
+                    time.sleep(random.uniform(0.001, 0.01) * attempt)
+                    continue
+                raise self._translate(conn, name, exc) from exc
+            finally:
+                del self._running[token]
+                self._observe(name, time.monotonic() - started)
+            return result, time.monotonic()
+
+    def _observe(self, name: str, seconds: float) -> None:
+        if seconds < self._slow_statement_s:
+            return
+        metrics.SLOW_STATEMENTS.labels(name).inc()
+        log.warning(
+            "statement %s took %.3f s",
+            name,
+            seconds,
+            extra={"event": "slow_statement", "statement": name, "seconds": round(seconds, 3)},
+        )
+
+    def longest_running_s(self) -> float:
+        """Age of the oldest statement running now on any of this store's connections."""
+        oldest = min(self._running.values(), default=None)
+        return 0.0 if oldest is None else max(0.0, time.monotonic() - oldest)
 
     def _translate(
         self, conn: psycopg.Connection[Any], name: str, exc: psycopg.Error
@@ -372,14 +453,7 @@ class PostgresStore:
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
         if not claims:
             return set()
-        rows = self._execute(
-            "delete_fired",
-            {
-                "node_id": node_id,
-                "ids": [c[0] for c in claims],
-                "readied_ats": [c[1] for c in claims],
-            },
-        )
+        rows = self._execute("delete_fired", statement_params("delete_fired", node_id, claims))
         return {r["id"] for r in rows}
 
     def release(
@@ -393,36 +467,33 @@ class PostgresStore:
         """Give claims back; returns the attempts count of each row released."""
         if not claims:
             return {}
-        rows = self._execute(
-            "release_claims",
-            {
-                "node_id": node_id,
-                "ids": [c[0] for c in claims],
-                "readied_ats": [c[1] for c in claims],
-                "failed": failed,
-                "errors": list(errors) if errors is not None else [None] * len(claims),
-            },
-        )
+        params = statement_params("release_claims", node_id, claims, failed=failed, errors=errors)
+        rows = self._execute("release_claims", params)
         return {r["id"]: r["attempts"] for r in rows}
 
-    def release_node(self, node_id: str) -> int:
-        return len(self._execute("release_node", {"node_id": node_id}))
+    def release_node(self, node_id: str, since: datetime | None = None) -> int:
+        """Release the claims of ``node_id`` made at or after ``since`` (None: all)."""
+        return len(self._execute("release_node", {"node_id": node_id, "since": since}))
 
-    def find_stuck(self, hold_ms: int, limit: int) -> list[StuckRow]:
-        rows = self._execute("find_stuck", {"hold_ms": hold_ms, "limit": limit})
+    def find_stuck(
+        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
+    ) -> list[StuckRow]:
+        """Claims older than the hold time, except ``own`` (node id, since: this process's)."""
+        rows = self._execute(
+            "find_stuck",
+            {
+                "hold_ms": hold_ms,
+                "limit": limit,
+                "own_node": own[0] if own else None,
+                "own_since": own[1] if own else None,
+            },
+        )
         return [StuckRow(r["id"], r["readied_by"], r["readied_at"]) for r in rows]
 
     def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]:
         if not rows:
             return []
-        result = self._execute(
-            "reset_stuck",
-            {
-                "ids": [r.id for r in rows],
-                "readied_bys": [r.readied_by for r in rows],
-                "readied_ats": [r.readied_at for r in rows],
-            },
-        )
+        result = self._execute("reset_stuck", _reset_params(rows))
         return [(r["id"], r["readied_by"]) for r in result]
 
     def ping(self) -> datetime:
@@ -521,6 +592,17 @@ class PostgresStore:
             },
         )
 
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None:
+        """Take ``node_id`` for this process unless a live node holds it; returns the start
+        of this process on the database clock (the fence of its claims), None if taken."""
+        rows = self._execute(
+            "register_node",
+            {"node_id": node_id, "live_s": live_s, "hostname": hostname, "version": version},
+        )
+        return rows[0]["started_at"] if rows else None
+
     def remove_node(self, node_id: str) -> bool:
         return bool(self._execute("remove_node", {"node_id": node_id}))
 
@@ -554,6 +636,35 @@ class PostgresStore:
             )
             for r in rows
         ]
+
+
+def statement_params(
+    name: str,
+    node_id: str,
+    claims: Sequence[Claim],
+    *,
+    failed: bool = False,
+    errors: Sequence[str | None] | None = None,
+) -> dict[str, Any]:
+    """The parameters of a batch write on ``claims`` of ``node_id`` (``delete_fired``,
+    ``release_claims`` or ``reset_stuck``), as the store sends them (the plan tests too): the
+    ids, and each claim's fence in a JSON object keyed by id (see delete_fired)."""
+    ids = [c[0] for c in claims]
+    if name == "delete_fired":
+        fence = {i: [at.isoformat()] for i, at in claims}
+        return {"node_id": node_id, "ids": ids, "fence": json.dumps(fence)}
+    if name == "release_claims":
+        errs = list(errors) if errors is not None else [None] * len(claims)
+        entries = {c[0]: [c[1].isoformat(), e] for c, e in zip(claims, errs, strict=True)}
+        return {"node_id": node_id, "ids": ids, "failed": failed, "fence": json.dumps(entries)}
+    if name == "reset_stuck":
+        return _reset_params([StuckRow(i, node_id, at) for i, at in claims])
+    raise ValueError(f"not a batch write: {name}")
+
+
+def _reset_params(rows: Sequence[StuckRow]) -> dict[str, Any]:
+    fence = {r.id: [r.readied_at.isoformat(), r.readied_by] for r in rows}
+    return {"ids": [r.id for r in rows], "fence": json.dumps(fence)}
 
 
 ENQUEUE_CHUNK_BYTES = 32 * 1024 * 1024

@@ -345,24 +345,36 @@ class InMemoryStore:
                 released[row.id] = row.attempts
             return released
 
-    def release_node(self, node_id: str) -> int:
+    def release_node(self, node_id: str, since: datetime | None = None) -> int:
         with self._lock:
             self._statement("release_node")
             node = _check_uuid(node_id, "release_node")
             count = 0
             for row in self._rows.values():
-                if row.readied_by == node:
+                if row.readied_by == node and (
+                    since is None or (row.readied_at is not None and row.readied_at >= since)
+                ):
                     row.readied_at = None
                     row.readied_by = None
                     count += 1
             return count
 
-    def find_stuck(self, hold_ms: int, limit: int) -> list[StuckRow]:
+    def find_stuck(
+        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
+    ) -> list[StuckRow]:
         with self._lock:
             now = self._statement("find_stuck")
             cutoff = now - timedelta(milliseconds=hold_ms)
+
+            def own_claim(r: StoredRow) -> bool:
+                if own is None or r.readied_by != own[0] or r.readied_at is None:
+                    return False
+                return own[1] is None or r.readied_at >= own[1]
+
             stuck = [
-                r for r in self._rows.values() if r.readied_at is not None and r.readied_at < cutoff
+                r
+                for r in self._rows.values()
+                if r.readied_at is not None and r.readied_at < cutoff and not own_claim(r)
             ]
             stuck.sort(key=lambda r: r.readied_at or now)
             return [
@@ -509,6 +521,20 @@ class InMemoryStore:
                 hostname=hostname,
                 version=version,
             )
+
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None:
+        with self._lock:
+            now = self._statement("register_node")
+            node = _check_uuid(node_id, "register_node")
+            known = self._nodes.get(node)
+            if known is not None and known.heartbeat_at >= now - timedelta(seconds=live_s):
+                return None
+            self._nodes[node] = _NodeRow(
+                started_at=now, heartbeat_at=now, hostname=hostname, version=version
+            )
+            return now
 
     def remove_node(self, node_id: str) -> bool:
         with self._lock:

@@ -59,57 +59,91 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
 -- readied_at), so a row a peer re-claimed is never deleted. Returns the ids actually deleted.
--- (`m.id = ANY(...)` drives a primary-key index scan even before the table has statistics:
--- a freshly filled table would otherwise be joined by a sequential scan.)
+-- Like every batch write: the table is reached only through `id = ANY(ids)` (primary key, in
+-- any plan, statistics or not), each row's fence is looked up in a JSON object keyed by id (no
+-- join with the input list, which a generic plan turns into ids x rows comparisons), and the
+-- rows are locked in id order (two batch writes on overlapping rows cannot deadlock).
+-- `fence`: {"<id>": ["<readied_at>"], ...}.
+WITH target AS (
+    SELECT m.id
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)s::text[])
+      AND m.readied_by = %(node_id)s::uuid
+      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+    ORDER BY m.id
+    FOR UPDATE
+)
 DELETE FROM chronos_messages m
-USING unnest(%(ids)s::text[], %(readied_ats)s::timestamptz[]) AS f(id, readied_at)
-WHERE m.id = ANY(%(ids)s::text[])
-  AND m.id = f.id
-  AND m.readied_by = %(node_id)s::uuid
-  AND m.readied_at = f.readied_at
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id;
 
 -- name: release_claims
 -- Give claimed rows back (shutdown, or a failed publish to retry), fenced by this node's claim;
 -- `failed` adds one to the attempt counter; a non-null error is remembered as last_error.
+-- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, error]}.
+WITH target AS (
+    SELECT m.id
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)s::text[])
+      AND m.readied_by = %(node_id)s::uuid
+      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+    ORDER BY m.id
+    FOR UPDATE
+)
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
     attempts = m.attempts + CASE WHEN %(failed)s THEN 1 ELSE 0 END,
-    last_error = coalesce(r.error, m.last_error)
-FROM unnest(%(ids)s::text[], %(readied_ats)s::timestamptz[], %(errors)s::text[])
-     AS r(id, readied_at, error)
-WHERE m.id = r.id
-  AND m.readied_by = %(node_id)s::uuid
-  AND m.readied_at = r.readied_at
+    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error)
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, m.attempts;
 
 -- name: release_node
--- Give back every row still claimed by this node (the end of a graceful shutdown).
+-- Give back every row still claimed by this node process (the end of a graceful shutdown):
+-- fenced by the process's start on the database clock (`since`; NULL: every claim of the id),
+-- so a process sharing the node id never releases another's claims; claimed_by index.
+WITH target AS (
+    SELECT id
+    FROM chronos_messages
+    WHERE readied_by = %(node_id)s::uuid
+      AND readied_at >= coalesce(%(since)s::timestamptz, '-infinity')
+    ORDER BY id
+    FOR UPDATE
+)
 UPDATE chronos_messages
 SET readied_at = NULL, readied_by = NULL
-WHERE readied_by = %(node_id)s::uuid
+WHERE id = ANY(ARRAY(SELECT id FROM target))
 RETURNING id;
 
 -- name: find_stuck
--- Failure detection, query 1: rows claimed longer ago than the hold time (oldest first).
+-- Failure detection, query 1: rows claimed longer ago than the hold time (oldest first), except
+-- the claims of this very process (`own_node` since `own_since`; NULL since: every claim of
+-- that node id): a node never suspects itself; its firing loop gives its expired claims back.
 SELECT id, readied_by::text AS readied_by, readied_at
 FROM chronos_messages
 WHERE readied_at IS NOT NULL
   AND readied_at < now() - make_interval(secs => %(hold_ms)s / 1000.0)
+  AND (%(own_node)s::uuid IS NULL OR readied_by <> %(own_node)s::uuid
+       OR readied_at < coalesce(%(own_since)s::timestamptz, '-infinity'))
 ORDER BY readied_at
 LIMIT %(limit)s;
 
 -- name: reset_stuck
 -- Failure detection, query 2: compare-and-set reset of the rows found, only where the claim is
 -- still the one observed. Returns the rows actually reset and the node suspected.
+-- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, by]}.
+WITH target AS (
+    SELECT m.id
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)s::text[])
+      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+      AND m.readied_by = (%(fence)s::jsonb -> m.id ->> 1)::uuid
+    ORDER BY m.id
+    FOR UPDATE
+)
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
-FROM unnest(%(ids)s::text[], %(readied_bys)s::uuid[], %(readied_ats)s::timestamptz[])
-     AS s(id, readied_by, readied_at)
-WHERE m.id = s.id
-  AND m.readied_by = s.readied_by
-  AND m.readied_at = s.readied_at
-RETURNING m.id, s.readied_by::text AS readied_by;
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+RETURNING m.id, (%(fence)s::jsonb -> m.id ->> 1) AS readied_by;
 
 -- name: exists_ids
 -- Which of these ids are waiting or ready.
@@ -271,6 +305,18 @@ VALUES (%(node_id)s::uuid, coalesce(%(started_at)s::timestamptz, now()), now(),
         %(hostname)s, %(version)s)
 ON CONFLICT (node_id) DO UPDATE
 SET heartbeat_at = now(), hostname = EXCLUDED.hostname, version = EXCLUDED.version;
+
+-- name: register_node
+-- A node process starts: take its node id unless a live node holds it (heartbeat within
+-- `live_s`). Returns the process's start on the database clock (the fence of its claims), or
+-- no row when the id is taken.
+INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version)
+VALUES (%(node_id)s::uuid, now(), now(), %(hostname)s, %(version)s)
+ON CONFLICT (node_id) DO UPDATE
+SET started_at = now(), heartbeat_at = now(), hostname = EXCLUDED.hostname,
+    version = EXCLUDED.version
+WHERE chronos_nodes.heartbeat_at < now() - make_interval(secs => %(live_s)s)
+RETURNING started_at;
 
 -- name: remove_node
 -- A node leaves at graceful shutdown: delete its heartbeat row.

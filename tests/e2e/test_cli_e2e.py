@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ from chronos.protocol import (
     format_deadline,
     parse_deadline,
 )
+from chronos.store import PostgresStore
 from tests.support import Topics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -326,3 +328,22 @@ def test_an_empty_consumer_group_is_refused_at_start_up(
     result = chronos("run", env=env, timeout=60)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "CONSUMER_GROUP" in result.stderr.upper().replace("-", "_")
+
+
+def test_a_node_id_held_by_a_live_node_is_refused_at_start_up(
+    migrated_database_url: str, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """Two processes sharing a node id would release each other's claims: the second one
+    stops with status 2 naming CHRONOS_NODE_ID, without a traceback."""
+    node_id = str(uuid.uuid4())
+    store = PostgresStore(migrated_database_url)
+    try:
+        store.heartbeat(node_id, hostname="elsewhere", version="x")  # a live node holds it
+        env = node_env(migrated_database_url, kafka_bootstrap, topics)
+        env["CHRONOS_NODE_ID"] = node_id
+        result = chronos("run", env=env, timeout=60)
+    finally:
+        store.close()
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "CHRONOS_NODE_ID" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -30,6 +30,7 @@ import psycopg
 import pytest
 
 from chronos.sql import query
+from chronos.store import statement_params
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
@@ -162,11 +163,7 @@ def test_late_delete_never_removes_a_row_a_peer_reclaimed(
         # The peer: the failure detector's compare-and-set reset, then a fresh claim.
         reset = peer.execute(
             query("reset_stuck"),
-            {
-                "ids": [c[0] for c in claims],
-                "readied_bys": [c[1] for c in claims],
-                "readied_ats": [c[2] for c in claims],
-            },
+            statement_params("reset_stuck", str(node.node_id), [(c[0], c[2]) for c in claims]),
         ).fetchall()
         assert len(reset) == len(claims)
         reclaimed: dict[str, datetime] = dict(

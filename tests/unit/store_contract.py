@@ -323,7 +323,55 @@ class StoreContract:
         claimed = store.list_messages(state="claimed", park_attempts=5, limit=10)
         assert [(m.id, m.readied_by) for m in claimed] == [("r3", peer)]
 
+    def test_release_node_is_fenced_by_the_process_start(self, harness: Harness) -> None:
+        """Two processes sharing a node id: the later one's release leaves the earlier claims."""
+        store = harness.store
+        me = node()
+        store.enqueue(
+            [msg(f"f{i}", harness.now() + timedelta(milliseconds=500)) for i in range(4)], 0
+        )
+        earlier = store.claim(me, HORIZON, 2, 5)
+        harness.advance(50)
+        since = store.register_node(me, 10.0, hostname="h", version="v")
+        assert since is not None
+        later = store.claim(me, HORIZON, 2, 5)
+        assert store.release_node(me, since) == 2
+        claimed = store.list_messages(state="claimed", park_attempts=5, limit=10)
+        assert sorted(m.id for m in claimed) == sorted(r.id for r in earlier)
+        assert {r.id for r in later}.isdisjoint(m.id for m in claimed)
+
+    def test_a_node_id_held_by_a_live_node_is_refused(self, harness: Harness) -> None:
+        store = harness.store
+        me = node()
+        first = store.register_node(me, 10.0, hostname="a", version="v")
+        assert first is not None
+        assert store.register_node(me, 10.0, hostname="b", version="v") is None
+        harness.advance(300)
+        # Once its heartbeat is older than the liveness window, the id may be taken again.
+        again = store.register_node(me, 0.2, hostname="b", version="v")
+        assert again is not None and again > first
+        assert store.register_node(node(), 10.0, hostname="c", version="v") is not None
+
     # -------------------------------------------------------------------- failure detection
+
+    def test_a_node_never_finds_its_own_claims_stuck(self, harness: Harness) -> None:
+        store = harness.store
+        me, dead = node(), node()
+        store.enqueue(
+            [msg(f"o{i}", harness.now() + timedelta(milliseconds=500)) for i in range(3)], 0
+        )
+        before_start = store.claim(me, HORIZON, 1, 5)  # an earlier process with the same id
+        harness.advance(50)
+        since = store.register_node(me, 10.0, hostname="h", version="v")
+        mine = store.claim(me, HORIZON, 1, 5)
+        theirs = store.claim(dead, HORIZON, 1, 5)
+        harness.advance(300)
+        assert {s.id for s in store.find_stuck(200, 10)} == {
+            r.id for r in before_start + mine + theirs
+        }
+        own = {s.id for s in store.find_stuck(200, 10, (me, since))}
+        assert own == {r.id for r in before_start + theirs}
+        assert {s.id for s in store.find_stuck(200, 10, (me, None))} == {r.id for r in theirs}
 
     def test_only_claims_older_than_the_hold_time_are_stuck(self, harness: Harness) -> None:
         store = harness.store

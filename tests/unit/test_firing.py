@@ -119,8 +119,11 @@ def test_permanent_error_codes() -> None:
     assert not is_permanent(None)
 
 
-def test_a_claim_held_past_the_hold_time_is_not_fired(caplog: pytest.LogCaptureFixture) -> None:
-    """A paused node must not fire what a peer may already have taken over."""
+def test_a_claim_held_past_the_hold_time_is_not_fired_but_given_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A paused node must not fire what a peer may already have taken over; as no failure
+    detector resets a node's own claims, it gives them back itself (fenced)."""
     f = Firing.create(hold_time_ms=3000, lookahead_ms=1000, delivery_timeout_ms=1000)
     _schedule(f, "p", 500)
     f.tick()
@@ -129,8 +132,13 @@ def test_a_claim_held_past_the_hold_time_is_not_fired(caplog: pytest.LogCaptureF
     with caplog.at_level(logging.WARNING):
         f.tick()
     assert f.publisher.records == []
-    assert f.store.claimed()  # left for the failure detector of any node
+    assert not f.store.claimed()  # given back: waiting again, for any node to claim
+    assert len(f.store) == 1
     assert "expired" in caplog.text
+    f.tick()
+    f.clock.advance(1000)
+    f.tick()
+    assert [r.status for r in f.publisher.records] == ["delivered"]  # fired once, later
 
 
 def test_a_row_taken_over_by_a_peer_is_not_deleted(caplog: pytest.LogCaptureFixture) -> None:
@@ -179,13 +187,15 @@ def test_claim_errors_back_off_and_recover() -> None:
     assert len(f.store) == 0
 
 
-def test_delete_error_leaves_the_row_claimed_for_the_detector() -> None:
+def test_a_failed_delete_is_tried_again_by_the_node_itself() -> None:
+    """No failure detector resets a node's own claims: a failed delete is retried."""
     f = Firing.create()
     _schedule(f, "z", 50)
     f.store.fail_next(1, "delete_fired")
     f.run_for(100)
     assert len(f.publisher.records) == 1
-    assert [r.id for r in f.store.claimed()] == ["z"]  # a duplicate later, never a loss
+    assert f.store.statements.count("delete_fired") == 2
+    assert len(f.store) == 0  # delivered once, deleted on the second try
 
 
 def test_drain_gives_back_unfired_rows_and_deletes_delivered_ones() -> None:

@@ -1,0 +1,179 @@
+"""Batch writes under concurrency, slow statements and the session time zone, on real Postgres
+(issue 8: deadlocks, a long statement made visible, a deadline in year 9999)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+from psycopg import sql
+
+from chronos.store import PostgresStore, StuckRow
+from tests.unit.store_contract import msg
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(migrated_database_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(migrated_database_url)
+    yield store
+    store.close()
+
+
+def _sample(name: str, statement: str) -> float:
+    return REGISTRY.get_sample_value(name, {"statement": statement}) or 0.0
+
+
+def _claim_all(store: PostgresStore, node_id: str, count: int) -> list[tuple[str, datetime]]:
+    rows = store.claim(node_id, 1_000, count, 10)
+    assert len(rows) == count
+    return [(r.id, r.readied_at) for r in rows]
+
+
+def test_delete_and_reset_in_opposite_orders_never_deadlock(
+    migrated_database_url: str, store: PostgresStore
+) -> None:
+    """One session deletes fired rows while another resets the same rows as stuck, each given
+    the ids in the opposite order: rows are locked in id order, so no deadlock, ever."""
+    other = PostgresStore(migrated_database_url)
+    failures: list[BaseException] = []
+    before = _sample("chronos_deadlock_retries_total", "delete_fired") + _sample(
+        "chronos_deadlock_retries_total", "reset_stuck"
+    )
+    try:
+        for iteration in range(30):
+            node_id = str(uuid.uuid4())
+            due = store.ping() + timedelta(milliseconds=200)
+            store.enqueue([msg(f"d{iteration}-{i:03d}", due) for i in range(200)], 0)
+            claims = sorted(_claim_all(store, node_id, 200))
+            stuck = [StuckRow(i, node_id, at) for i, at in reversed(claims)]
+            barrier = threading.Barrier(2)
+
+            def delete(
+                claims: list[tuple[str, datetime]] = claims,
+                node_id: str = node_id,
+                barrier: threading.Barrier = barrier,
+            ) -> None:
+                barrier.wait()
+                try:
+                    store.delete_fired(node_id, claims)
+                except BaseException as exc:
+                    failures.append(exc)
+
+            def reset(stuck: list[StuckRow] = stuck, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                try:
+                    other.reset_stuck(stuck)
+                except BaseException as exc:
+                    failures.append(exc)
+
+            threads = [threading.Thread(target=delete), threading.Thread(target=reset)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+        assert failures == []
+        after = _sample("chronos_deadlock_retries_total", "delete_fired") + _sample(
+            "chronos_deadlock_retries_total", "reset_stuck"
+        )
+        assert after == before  # not even a retried deadlock: the lock order rules them out
+    finally:
+        other.close()
+
+
+def test_a_deadlock_victim_is_retried_not_dropped(
+    migrated_database_url: str, store: PostgresStore
+) -> None:
+    """A foreign transaction locks the rows in the other order: Postgres aborts the store's
+    delete to break the deadlock, and the store runs it again instead of dropping the batch."""
+    node_id = str(uuid.uuid4())
+    store.enqueue(
+        [
+            msg("a", store.ping() + timedelta(milliseconds=200)),
+            msg("b", store.ping() + timedelta(milliseconds=200)),
+        ],
+        0,
+    )
+    claims = _claim_all(store, node_id, 2)
+    before = _sample("chronos_deadlock_retries_total", "delete_fired")
+    result: list[object] = []
+    with psycopg.connect(migrated_database_url) as foreign:
+        foreign.execute("SET deadlock_timeout = '30s'")  # the store's session detects it
+        foreign.execute("SELECT 1 FROM chronos_messages WHERE id = 'b' FOR UPDATE")
+
+        def delete() -> None:
+            try:
+                result.append(store.delete_fired(node_id, claims))
+            except BaseException as exc:
+                result.append(exc)
+
+        thread = threading.Thread(target=delete)
+        thread.start()
+        time.sleep(0.3)  # the delete holds 'a' and waits for 'b'
+        foreign.execute("SELECT 1 FROM chronos_messages WHERE id = 'a' FOR UPDATE")
+        foreign.rollback()
+        thread.join(30)
+    assert result == [{"a", "b"}]
+    assert _sample("chronos_deadlock_retries_total", "delete_fired") == before + 1
+
+
+def test_a_slow_statement_is_counted_logged_and_visible_while_it_runs(
+    migrated_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresStore(migrated_database_url, slow_statement_s=0.3)
+    try:
+        store.enqueue([msg("slow", store.ping() + timedelta(minutes=5))], 0)
+        before = _sample("chronos_slow_statements_total", "cancel_message")
+        ages: list[float] = []
+        with psycopg.connect(migrated_database_url) as locker:
+            locker.execute("SELECT 1 FROM chronos_messages WHERE id = 'slow' FOR UPDATE")
+            thread = threading.Thread(target=store.cancel_message, args=("slow",))
+            with caplog.at_level(logging.WARNING, logger="chronos.store"):
+                thread.start()
+                time.sleep(0.6)
+                ages.append(store.longest_running_s())
+                locker.rollback()
+                thread.join(10)
+        assert ages[0] >= 0.5
+        assert store.longest_running_s() == 0.0
+        assert _sample("chronos_slow_statements_total", "cancel_message") == before + 1
+        (record,) = [r for r in caplog.records if getattr(r, "event", "") == "slow_statement"]
+        assert record.statement == "cancel_message"  # type: ignore[attr-defined]
+        assert "cancel_message" in record.getMessage()
+        assert record.seconds >= 0.5  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def test_a_deadline_in_year_9999_east_of_utc_does_not_break_the_backlog(
+    migrated_database_url: str,
+) -> None:
+    """With the database's time zone east of UTC, 9999-12-31T23:00Z is 10000-01-01 local:
+    every node session speaks UTC, so the backlog (and the admin reads) still work."""
+    name = psycopg.conninfo.conninfo_to_dict(migrated_database_url)["dbname"]
+    with psycopg.connect(migrated_database_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET timezone = 'Asia/Tokyo'").format(
+                sql.Identifier(str(name))
+            )
+        )
+    store = PostgresStore(migrated_database_url)
+    try:
+        far = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+        store.enqueue([msg("far", far)], 0)
+        backlog = store.backlog(10)
+        assert backlog.newest_deadline == far
+        stored = store.get_message("far")
+        assert stored is not None and stored.deadline == far
+        (listed,) = store.list_messages(state=None, park_attempts=10, limit=10)
+        assert listed.deadline == far
+    finally:
+        store.close()

@@ -1,0 +1,134 @@
+"""Hot statements on a large table never analyzed: their plans must drive the indexes whatever
+plan Postgres picks (custom or generic), so a backlog never stalls firing (issue 8, item A).
+
+The table is filled through the store and never analyzed (autovacuum is off for it), as a
+freshly filled table is until autovacuum gets to it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from chronos.protocol import ScheduledMessage
+from chronos.sql import query
+from chronos.store import PostgresStore, statement_params
+
+pytestmark = pytest.mark.integration
+
+ROWS = 100_000
+BATCH = 2_000
+
+
+@pytest.fixture(scope="module")
+def filled(database_factory: Any) -> Iterator[tuple[str, PostgresStore]]:
+    url = database_factory.create_migrated()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE chronos_messages SET (autovacuum_enabled = false)")
+    store = PostgresStore(url)
+    due = store.ping() + timedelta(milliseconds=500)
+    for start in range(0, ROWS, BATCH):
+        batch = [
+            ScheduledMessage(f"m{i:07d}", due, None, b"x" * 64, [])
+            for i in range(start, start + BATCH)
+        ]
+        store.enqueue(batch, 0)
+    time.sleep(0.6)
+    yield url, store
+    store.close()
+    database_factory.drop(url)
+
+
+def _prepared(name: str) -> tuple[str, list[str]]:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, query(name).strip().rstrip(";")), names
+
+
+def _generic_plan(url: str, name: str, params: dict[str, Any]) -> tuple[str, float]:
+    """EXPLAIN ANALYZE of the statement's generic plan (rolled back), and its duration."""
+    statement, names = _prepared(name)
+    with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        # The statement is the trusted text of queries.sql; only the name is composed.
+        conn.execute(sql.SQL("PREPARE hot AS ") + sql.SQL(statement))  # type: ignore[arg-type]
+        conn.execute("BEGIN")
+        args = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
+        started = time.perf_counter()
+        rows = conn.execute(
+            sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE hot({})").format(args)
+        ).fetchall()
+        elapsed = time.perf_counter() - started
+        conn.execute("ROLLBACK")
+    return "\n".join(r[0] for r in rows), elapsed
+
+
+def _rows_examined(plan: str) -> int:
+    """Rows a plan read and threw away (filters, join filters)."""
+    return sum(int(n) for n in re.findall(r"Rows Removed by [\w ]+: (\d+)", plan))
+
+
+def test_the_table_is_not_analyzed(filled: tuple[str, PostgresStore]) -> None:
+    url, _ = filled
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables"
+            " WHERE relname = 'chronos_messages'"
+        ).fetchone()
+    assert row == (None, None)
+
+
+@pytest.mark.parametrize("name", ["delete_fired", "release_claims", "reset_stuck"])
+def test_generic_plans_of_batch_writes_probe_the_primary_key(
+    filled: tuple[str, PostgresStore], name: str
+) -> None:
+    url, store = filled
+    node_id = str(uuid.uuid4())
+    rows = store.claim(node_id, 0, BATCH, 10)
+    assert len(rows) == BATCH
+    claims = [(r.id, r.readied_at) for r in rows]
+    try:
+        params = statement_params(name, node_id, claims)
+        plan, elapsed = _generic_plan(url, name, params)
+        assert "chronos_messages_pkey" in plan, plan
+        assert "Seq Scan on chronos_messages" not in plan, plan
+        # Today's generic plan compared every row with every claim (BATCH x BATCH).
+        assert _rows_examined(plan) <= BATCH, plan
+        assert elapsed < 1.0, plan
+    finally:
+        store.release(node_id, claims, failed=False)
+
+
+def test_repeated_batches_through_the_store_stay_fast(filled: tuple[str, PostgresStore]) -> None:
+    """More than 5 executions of each statement (when Postgres may switch a prepared statement
+    to its generic plan), each bounded: a 2,000-row batch is milliseconds of work."""
+    _, store = filled
+    node_id = str(uuid.uuid4())
+    slowest = 0.0
+    for _ in range(8):
+        rows = store.claim(node_id, 0, BATCH, 10)
+        assert len(rows) == BATCH
+        claims = [(r.id, r.readied_at) for r in rows]
+        started = time.perf_counter()
+        store.release(node_id, claims, failed=False)
+        slowest = max(slowest, time.perf_counter() - started)
+    for _ in range(8):
+        rows = store.claim(node_id, 0, BATCH, 10)
+        assert len(rows) == BATCH
+        started = time.perf_counter()
+        assert len(store.delete_fired(node_id, [(r.id, r.readied_at) for r in rows])) == BATCH
+        slowest = max(slowest, time.perf_counter() - started)
+    assert slowest < 0.5, f"slowest 2,000-row statement took {slowest:.3f} s"
