@@ -1,44 +1,70 @@
 # Chronos: the two commands of the README.
 #   make dev    bring the whole system up on embedded defaults (Postgres, Kafka-protocol broker, 2 nodes)
-#   make test   run the full test suite (starts and stops the services it needs)
-# Both create ./.venv and install what they need into it.
+#   make test   lint, format check, strict typing, then the full test suite (what CI runs)
+# Both create ./.venv and install what they need into it, at the versions of the lock files:
+# requirements/run.lock (the package and the embedded servers: all `make dev` needs) and
+# requirements/dev.lock (everything the tests, the benchmark and CI use). `make lock` renews both.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: dev test install lint typecheck clean reliability bench
+.PHONY: dev test unit check lint format-check typecheck install lock clean reliability bench
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-install: $(STAMP)
+$(RUN_STAMP): requirements/run.lock pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements/run.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
 
-dev: $(STAMP)
+$(DEV_STAMP): requirements/dev.lock pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements/dev.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+install: $(DEV_STAMP)
+
+dev: $(RUN_STAMP)
 	$(BIN)/chronos dev $(ARGS)
 
-test: $(STAMP)
+# The full suite (unit, integration, e2e, migration, deploy, load-test and fault tiers), after
+# the static checks. CI (.ci/run) runs exactly this.
+test: check
 	$(BIN)/python -m pytest $(ARGS)
 
+# The fast tier: no services, a few seconds.
+unit: $(DEV_STAMP)
+	$(BIN)/python -m pytest tests/unit $(ARGS)
+
+check: lint format-check typecheck
+
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check chronos tests loadtest
+
+format-check: $(DEV_STAMP)
+	$(BIN)/ruff format --check chronos tests loadtest
+
+typecheck: $(DEV_STAMP)
+	$(BIN)/mypy
+
 # The fault-injection suite alone (also part of `make test`), then the README's Reliability table.
-reliability: $(STAMP)
+reliability: $(DEV_STAMP)
 	rm -rf .chronos/reliability
 	$(BIN)/python -m pytest tests/fault $(ARGS); status=$$?; \
 	$(BIN)/python -m tests.support.checker; exit $$status
 
 # The headline benchmark: ceiling, sustained, precision, burst, backlog; writes BENCHMARK.md.
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python -m loadtest bench $(ARGS)
 
-lint: $(STAMP)
-	$(BIN)/ruff check chronos tests loadtest
-
-typecheck: $(STAMP)
-	$(BIN)/mypy
+# Renew the lock files: resolve each set in a fresh virtualenv and record exact versions.
+lock:
+	sh requirements/lock.sh $(PYTHON)
 
 clean:
 	rm -rf $(VENV) .chronos .pytest_cache

@@ -7,7 +7,7 @@ import math
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import helm_python as helm
 import pytest
@@ -136,7 +136,7 @@ def deployment(rendered: Any) -> dict[str, Any]:
 
 def chronos_container(rendered: Any) -> dict[str, Any]:
     (container,) = [c for c in containers(deployment(rendered)) if c["name"] == "chronos"]
-    return container
+    return cast(dict[str, Any], container)
 
 
 def migration_job(rendered: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from chronos.protocol import (
 )
 from tests.support import Topics
 from tests.support.checker import (
+    Observation,
     Outgoing,
     ScenarioResult,
     TopicReader,
@@ -47,17 +48,22 @@ from tests.support.cluster import Cluster
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+Raw = tuple[
+    bytes, bytes, list[tuple[str, bytes | None]]
+]  # key, value, headers as kafka-python takes them
+
+
 class RawName(str):
     """A header name kafka-python writes as raw bytes that are not valid UTF-8."""
 
     raw: bytes = b"\xff\xfe-not-utf8"
 
-    def encode(self, *_args: object, **_kwargs: object) -> bytes:  # type: ignore[override]
+    def encode(self, *_args: object, **_kwargs: object) -> bytes:
         return self.raw
 
 
-def _produce(bootstrap: str, topic: str, records: list[tuple[int, Outgoing | tuple]]) -> None:
-    from kafka import KafkaProducer  # type: ignore[import-untyped]
+def _produce(bootstrap: str, topic: str, records: list[tuple[int, Outgoing | Raw]]) -> None:
+    from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=200, acks="all")
     try:
@@ -72,8 +78,8 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[int, Outgoing | tup
         producer.close(5)
 
 
-def _poison(label: str, *, deadline: datetime | None) -> tuple[bytes, bytes, list]:
-    headers: list[tuple[str, bytes]] = []
+def _poison(label: str, *, deadline: datetime | None) -> Raw:
+    headers: list[tuple[str, bytes | None]] = []
     if deadline is not None:
         headers = [
             (MESSAGE_ID_HEADER, f"poison-{label}".encode()),
@@ -101,7 +107,7 @@ def test_a_header_name_that_is_not_utf8_is_quarantined_never_crashes_a_node(
         "bare": _poison("bare", deadline=None),
         "other": _poison("other", deadline=now + timedelta(seconds=2)),
     }
-    batch: list[tuple[int, Outgoing | tuple]] = [(0, m) for m in before]
+    batch: list[tuple[int, Outgoing | Raw]] = [(0, m) for m in before]
     batch += [(0, poisons[k]) for k in ("future", "lapsed", "bare")]
     batch += [(0, m) for m in after]
     batch += [(1, poisons["other"])] + [(1, m) for m in other]
@@ -113,7 +119,7 @@ def test_a_header_name_that_is_not_utf8_is_quarantined_never_crashes_a_node(
     poison_values = {p[1] for p in poisons.values()}
     with TopicReader(kafka_bootstrap, topics.output, topics.dead_letter) as reader:
 
-        def done(observations: list) -> bool:
+        def done(observations: list[Observation]) -> bool:
             seen = {o.track for o in observations}
             dead = {o.value for o in observations if o.dead_letter}
             return set(sent) <= seen and poison_values <= dead

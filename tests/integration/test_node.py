@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -53,7 +53,7 @@ def ms(instant: datetime) -> int:
 
 def java_partition(key: bytes, partitions: int) -> int:
     """The partition the Java client's default partitioner picks for a non-null key."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass
@@ -95,7 +95,7 @@ def chronos_record(
 def produce(bootstrap: str, topic: str, records: Sequence[Sent]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for r in records:
-        producer.produce(topic, key=r.key, value=r.value, headers=r.headers)
+        producer.produce(topic, key=r.key, value=r.value, headers=cast(Any, r.headers))
     assert producer.flush(30) == 0
 
 
@@ -109,7 +109,7 @@ def read(
 ) -> list[Message]:
     """Every record of ``topic`` from the beginning: waits for ``count``, then ``settle`` more
     seconds so that a duplicate would show up."""
-    consumer = Consumer(consumer_config(bootstrap, **{"enable.partition.eof": False}))
+    consumer = Consumer({**consumer_config(bootstrap), "enable.partition.eof": False})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     records: list[Message] = []
     try:
@@ -128,8 +128,13 @@ def read(
     return records
 
 
+def headers_of(record: Message) -> Headers:
+    """A consumed record's headers: a list of (str, bytes | None) pairs."""
+    return cast(Headers, record.headers() or [])
+
+
 def tid_of(record: Message) -> str:
-    for name, value in record.headers() or []:
+    for name, value in headers_of(record):
         if name == TEST_ID and value is not None:
             return value.decode()
     raise AssertionError(f"record without {TEST_ID}: {record.headers()}")
@@ -456,7 +461,7 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_the_reason(
     assert [tid_of(r) for r in out] == ["good"]
     got: dict[str, Message] = {}
     for record in dead:
-        headers = record.headers() or []
+        headers = headers_of(record)
         tid = next((v.decode() for n, v in headers if n == TEST_ID and v), "no-headers")
         assert tid not in got, f"{tid} dead-lettered twice"
         got[tid] = record
@@ -465,7 +470,7 @@ def test_bad_input_goes_to_the_dead_letter_topic_with_the_reason(
         record = got[tid]
         assert record.key() == original.key
         assert record.value() == original.value
-        headers = record.headers() or []
+        headers = headers_of(record)
         assert headers[: len(original.headers)] == original.headers  # originals, in order
         reasons = [v for n, v in headers if n == DEAD_LETTER_REASON_HEADER]
         assert len(reasons) == 1 and reasons[0] is not None
@@ -557,7 +562,7 @@ def test_graceful_stop_gives_back_every_claim_and_another_node_fires_them(
         "delivery_timeout_ms": 1000,
         "timing_advance_ms": 50,
     }
-    first = nodes.start(**config)
+    first = nodes.start(**cast(dict[str, Any], config))
     due = now() + timedelta(seconds=3)
     sent = [chronos_record(f"g{i}", due, key=f"g{i}".encode()) for i in range(20)]
     for s in sent:

@@ -64,7 +64,7 @@ def _generic_plan(url: str, name: str, params: dict[str, Any]) -> tuple[str, flo
     with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
         # The statement is the trusted text of queries.sql; only the name is composed.
-        conn.execute(sql.SQL("PREPARE hot AS ") + sql.SQL(statement))  # type: ignore[arg-type]
+        conn.execute(sql.SQL("PREPARE hot AS ") + sql.SQL(statement))
         conn.execute("BEGIN")
         args = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
         started = time.perf_counter()

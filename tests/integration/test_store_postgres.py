@@ -7,9 +7,11 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from typing import cast
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer
 from psycopg import sql
 
 from chronos.errors import StoreError
@@ -139,7 +141,7 @@ def test_a_consumed_batch_of_large_messages_is_stored_without_stalling_intake(
         make_settings(migrated_database_url, "127.0.0.1:1", Topics("in", "out", "dlq")),
         store,
         FakePublisher(),
-        lambda **_: consumer,
+        lambda **_: cast(Consumer, consumer),
     )
     try:
         later = store.ping() + timedelta(minutes=10)
@@ -149,7 +151,9 @@ def test_a_consumed_batch_of_large_messages_is_stored_without_stalling_intake(
             for i in range(230)  # ~207 MB
         ]
         done: list[bool] = []
-        worker = threading.Thread(target=lambda: done.append(loop.process_batch(consumer, records)))
+        worker = threading.Thread(
+            target=lambda: done.append(loop.process_batch(cast(Consumer, consumer), records))
+        )
         worker.start()
         worker.join(30)  # storing ~200 MB takes a few seconds here
         if worker.is_alive():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError
 
 from chronos.intake import IntakeLoop
 from chronos.protocol import (
@@ -30,7 +30,7 @@ class Intake:
             settings(**overrides),
             self.store,
             self.publisher,
-            lambda **_: self.consumer,
+            lambda **_: cast(Consumer, self.consumer),
             clock=self.clock.now,
         )
         self.offset = 0
@@ -52,7 +52,7 @@ class Intake:
         return make_record(INPUT, partition, self.offset, key, value, headers)
 
     def process(self, *records: Any) -> bool:
-        return self.loop.process_batch(self.consumer, list(records))
+        return self.loop.process_batch(cast(Consumer, self.consumer), list(records))
 
 
 def test_future_message_is_stored_and_its_offset_stored_after() -> None:
