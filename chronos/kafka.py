@@ -21,10 +21,7 @@ from confluent_kafka import (
     Producer,
     TopicCollection,
 )
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # AclOperation: no re-export
-    AclOperation,
-    AdminClient,
-)
+from confluent_kafka.admin import AclOperation, AdminClient
 
 from chronos.backlog import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
 from chronos.errors import TopicMissingError

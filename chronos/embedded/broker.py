@@ -15,8 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from chronos.embedded.process import (  # noqa: E501
     _alive,

