@@ -77,6 +77,7 @@ class Dispatcher:
         self.expired: list[_Timer] = []  # guarded by cond
         self.outcome_ready = threading.Event()
         self.stopping = threading.Event()
+        self.alive_at = time.monotonic()  # start of the latest dispatcher iteration (liveness)
         self._seq = 0
 
     # -- called from the loop thread ------------------------------------------------------
@@ -118,6 +119,7 @@ class Dispatcher:
 
     def run(self) -> None:
         while not self.stopping.is_set():
+            self.alive_at = time.monotonic()
             self.fire_due()
             self.publisher.poll(0)
             with self.cond:
@@ -218,6 +220,9 @@ class FiringLoop(Loop):
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
 
+    def progress_at(self) -> float:
+        return min(self.alive_at, self.dispatcher.alive_at)
+
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -227,7 +232,7 @@ class FiringLoop(Loop):
         thread.start()
         try:
             while not self.stopping.is_set():
-                self.alive_at = self.monotonic()
+                self.alive_at = time.monotonic()
                 if not thread.is_alive():
                     raise RuntimeError("the dispatcher thread died")
                 self.step()
