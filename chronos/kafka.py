@@ -70,6 +70,9 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
             "linger.ms": 2,
             "batch.num.messages": 10000,
             "queue.buffering.max.messages": max(100000, 2 * settings.max_in_flight),
+            # The producer copies each record: bound its queue by the byte budget too
+            # (librdkafka's default is 1 GiB).
+            "queue.buffering.max.kbytes": max(1024, settings.max_in_flight_bytes // 1024),
         }
     )
     conf.update(settings.producer_properties)

@@ -69,7 +69,11 @@ class Node:
             store
             if store is not None
             else PostgresStore(
-                settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
+                settings.database_url.reveal(),
+                application_name=f"chronos-{settings.node_id[:8]}",
+                statement_timeout_ms=settings.effective_statement_timeout_ms,
+                tcp_timeout_ms=settings.database_tcp_timeout_ms,
+                synchronous_commit=settings.database_synchronous_commit,
             )
         )
         self._publisher_factory = publisher_factory or (
