@@ -130,8 +130,12 @@ def _via(url: str, port: int) -> str:
 
 
 def _live(port: int) -> tuple[int, dict[str, Any]]:
+    return _probe(port, "live")
+
+
+def _probe(port: int, which: str) -> tuple[int, dict[str, Any]]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/live", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/{which}", timeout=5) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -159,7 +163,11 @@ def test_liveness_fails_while_postgres_is_black_holed_and_recovers(
         node.start()
         port = node.http.server_address[1]
         try:
-            assert eventually(lambda: _live(port)[0] == 200, 10)
+            # Every loop has its connection (through the proxy) once the node is ready and a
+            # few claim and sweep intervals have passed; then the network goes silent.
+            assert eventually(lambda: _probe(port, "ready")[0] == 200, 15)
+            time.sleep(1)
+            assert _live(port)[0] == 200
             proxy.pause()
             assert eventually(lambda: _live(port)[0] == 503, 15), "liveness stayed green"
             status, body = _live(port)
