@@ -258,3 +258,41 @@ read-only).
 {{- define "chronos.intOrString" -}}
 {{- if regexMatch "^[0-9]+$" . }}{{ . }}{{ else }}{{ . | quote }}{{ end -}}
 {{- end }}
+
+{{/* The Postgres CA bundle: a volume, its mount and PGSSLROOTCERT (postgresCA). */}}
+{{- define "chronos.postgresCA.enabled" -}}
+{{- $ca := .Values.postgresCA | default dict -}}
+{{- if and $ca.secretName $ca.configMapName -}}
+{{- fail "postgresCA: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- if or $ca.secretName $ca.configMapName }}true{{ end -}}
+{{- end }}
+
+{{- define "chronos.postgresCA.volume" -}}
+{{- $ca := .Values.postgresCA -}}
+- name: postgres-ca
+  {{- if $ca.secretName }}
+  secret:
+    secretName: {{ $ca.secretName }}
+    items:
+      - key: {{ $ca.key }}
+        path: {{ $ca.key }}
+  {{- else }}
+  configMap:
+    name: {{ $ca.configMapName }}
+    items:
+      - key: {{ $ca.key }}
+        path: {{ $ca.key }}
+  {{- end }}
+{{- end }}
+
+{{- define "chronos.postgresCA.mount" -}}
+- name: postgres-ca
+  mountPath: {{ .Values.postgresCA.mountPath }}
+  readOnly: true
+{{- end }}
+
+{{- define "chronos.postgresCA.env" -}}
+- name: PGSSLROOTCERT
+  value: {{ printf "%s/%s" .Values.postgresCA.mountPath .Values.postgresCA.key | quote }}
+{{- end }}
