@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -39,7 +40,13 @@ class Loop:
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
-        self.alive_at = 0.0  # monotonic time of the last completed iteration (liveness)
+        # time.monotonic() at the start of the latest iteration (liveness): a loop stuck in
+        # one call (a statement on a black-holed connection) stops moving it.
+        self.alive_at = time.monotonic()
+
+    def progress_at(self) -> float:
+        """The oldest progress mark of this loop's threads (time.monotonic())."""
+        return self.alive_at
 
     def stop(self) -> None:
         self.stopping.set()
@@ -57,6 +64,7 @@ class Loop:
 
         backoff = Backoff()
         while True:
+            self.alive_at = time.monotonic()  # retrying an outage is progress; a hang is not
             try:
                 return call()
             except StoreError as exc:

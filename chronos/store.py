@@ -64,6 +64,14 @@ class StuckRow:
 
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
 
+UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
+
+
+def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """What a claimed row weighs in memory, as the firing loop's byte budget counts it."""
+    size = len(key or b"") + len(value or b"")
+    return size + sum(len(name) + len(v or b"") for name, v in headers)
+
 
 # -- admin and monitoring records ---------------------------------------------------------------
 
@@ -162,7 +170,14 @@ class Store(Protocol):
     def enqueue(self, messages: Sequence[ScheduledMessage], advance_ms: int) -> list[Outcome]: ...
 
     def claim(
-        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
     ) -> list[ClaimedRow]: ...
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
@@ -265,12 +280,32 @@ class PostgresStore:
         connect_timeout: float = 5.0,
         application_name: str = "chronos",
         slow_statement_s: float = SLOW_STATEMENT_S,
+        statement_timeout_ms: int = 0,
+        tcp_timeout_ms: int = 0,
+        synchronous_commit: str = "",
     ):
+        """``statement_timeout_ms`` and ``synchronous_commit`` (0 / empty: the server's
+        settings) apply to every session; ``tcp_timeout_ms`` drops a connection whose peer stops
+        answering (TCP keepalives and tcp_user_timeout) instead of waiting for minutes."""
         self._url = libpq_url(url)
         self._connect_timeout = connect_timeout
         self._application_name = application_name
         self._slow_statement_s = slow_statement_s
         self._running: dict[object, float] = {}  # statements under way: their start (monotonic)
+        self._session = {
+            "statement_timeout": str(statement_timeout_ms) if statement_timeout_ms else "",
+            "synchronous_commit": synchronous_commit,
+        }
+        self._tcp: dict[str, Any] = {}
+        if tcp_timeout_ms:
+            seconds = max(3, tcp_timeout_ms // 1000)
+            self._tcp = {
+                "keepalives": 1,
+                "keepalives_idle": max(1, seconds // 2),
+                "keepalives_interval": max(1, seconds // 6),
+                "keepalives_count": 3,
+                "tcp_user_timeout": tcp_timeout_ms,
+            }
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
@@ -289,7 +324,10 @@ class PostgresStore:
                 application_name=self._application_name,
                 row_factory=dict_row,
                 options=session_options(self._url),
+                **self._tcp,
             )
+            if any(self._session.values()):
+                conn.execute(query("configure_session"), self._session)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to Postgres: {exc}") from exc
         conn.prepare_threshold = 0  # prepare every statement on first use
@@ -422,7 +460,14 @@ class PostgresStore:
         return outcomes
 
     def claim(
-        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
     ) -> list[ClaimedRow]:
         rows, arrived = self._execute_tuples(
             "claim_due",
@@ -431,6 +476,8 @@ class PostgresStore:
                 "horizon_ms": horizon_ms,
                 "limit": limit,
                 "park_attempts": park_attempts,
+                "max_bytes": max_bytes,
+                "first_always": first_always,
             },
         )
         return [

@@ -37,6 +37,7 @@ from chronos.protocol import (
 )
 from chronos.store import (
     LIST_QUERIES,
+    UNBOUNDED_BYTES,
     Backlog,
     CancelOutcome,
     Claim,
@@ -45,6 +46,7 @@ from chronos.store import (
     NodeRecord,
     Outcome,
     StuckRow,
+    row_bytes,
 )
 
 __all__ = [
@@ -258,7 +260,14 @@ class InMemoryStore:
             return outcomes
 
     def claim(
-        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
     ) -> list[ClaimedRow]:
         with self._lock:
             now = self._statement("claim_due")
@@ -272,7 +281,12 @@ class InMemoryStore:
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
+            running = 0
             for row in due[: max(0, limit)]:
+                size = row_bytes(row.key, row.value, row.headers)
+                running += size
+                if running > max_bytes and not (first_always and running == size):
+                    break
                 row.readied_at = now
                 row.readied_by = node
                 claimed.append(

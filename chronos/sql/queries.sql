@@ -33,12 +33,16 @@ ORDER BY b.ord;
 
 -- name: claim_due
 -- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
--- skipping rows another node is claiming and rows parked after `park_attempts` failed publishes;
--- return them with the time left until each deadline on the database clock, measured as late
--- as possible (clock_timestamp(), not the statement start) so timers anchored on arrival of the
--- result never fire early and lose little precision.
-WITH due AS (
-    SELECT id
+-- skipping rows another node is claiming and rows parked after `park_attempts` failed publishes,
+-- and stopping before the rows' bytes (key + value + stored headers) pass `max_bytes` (the first
+-- row is taken whatever its size when `first_always`); return them with the time left until
+-- each deadline on the database clock, measured as late as possible (clock_timestamp(), not the
+-- statement start) so timers anchored on arrival of the result never fire early and lose little
+-- precision. (octet_length of a bytea reads its length word, not the value.)
+WITH candidates AS (
+    SELECT id, deadline,
+           coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
+           + coalesce(pg_column_size(message_headers), 0) AS size
     FROM chronos_messages
     WHERE readied_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
@@ -46,6 +50,11 @@ WITH due AS (
     ORDER BY deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id
+    FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running
+          FROM candidates) c
+    WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 )
 UPDATE chronos_messages m
 SET readied_at = now(), readied_by = %(node_id)s::uuid
@@ -349,3 +358,13 @@ SELECT node_id::text AS node_id, started_at, heartbeat_at, hostname, version, cl
 FROM known
 WHERE live OR claimed > 0 OR %(include_dead)s
 ORDER BY node_id;
+
+-- name: configure_session
+-- Session settings of a node's connection, set once when it opens: statement_timeout and
+-- synchronous_commit (an empty value keeps the server's setting).
+SELECT set_config('statement_timeout',
+                  coalesce(nullif(%(statement_timeout)s::text, ''),
+                           current_setting('statement_timeout')), false),
+       set_config('synchronous_commit',
+                  coalesce(nullif(%(synchronous_commit)s::text, ''),
+                           current_setting('synchronous_commit')), false);

@@ -53,6 +53,9 @@ class FakeState:
     def loops_alive(self) -> bool:
         return self.alive
 
+    def stalled_loops(self) -> list[str]:
+        return []
+
 
 @dataclass
 class Api:

@@ -184,6 +184,25 @@ class StoreContract:
         assert [r.id for r in store.claim(me, HORIZON + 500, 10, 5)] == ["third"]
         assert store.claim(me, HORIZON + 500, 10, 5) == []  # "later" is beyond the horizon
 
+    def test_claim_stops_at_its_byte_budget(self, harness: Harness) -> None:
+        store = harness.store
+        now = harness.now()
+        store.enqueue(
+            [
+                msg(f"big{i}", now + timedelta(milliseconds=100 + i), key=None, value=b"x" * 1000)
+                for i in range(6)
+            ],
+            0,
+        )
+        me = node()
+        two = store.claim(me, HORIZON, 10, 5, max_bytes=2500)
+        assert [r.id for r in two] == ["big0", "big1"]  # a third would pass 2,500 bytes
+        assert store.claim(me, HORIZON, 10, 5, max_bytes=500, first_always=False) == []
+        # Nothing held: one row is taken whatever its size, so a large message still fires.
+        one = store.claim(me, HORIZON, 10, 5, max_bytes=500, first_always=True)
+        assert [r.id for r in one] == ["big2"]
+        assert [r.id for r in store.claim(me, HORIZON, 10, 5)] == ["big3", "big4", "big5"]
+
     def test_claim_reports_the_time_left_and_stamps_the_claim(self, harness: Harness) -> None:
         store = harness.store
         deadline = harness.now() + timedelta(milliseconds=800)
