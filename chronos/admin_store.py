@@ -22,6 +22,14 @@ class CancelOutcome(Enum):
     NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
 
 
+class RequeueOutcome(Enum):
+    """What requeueing a message did."""
+
+    REQUEUED = "requeued"  # it was parked: attempts, parked_at and last_error reset
+    NOT_PARKED = "not_parked"  # waiting or claimed: left alone
+    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
+
+
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
     """A scheduled message as the admin API shows it (``value`` only when asked for)."""
@@ -38,12 +46,14 @@ class MessageRecord:
     headers: Headers
     value_size: int | None  # None: a tombstone (NULL value)
     value: bytes | None
+    parked_at: datetime | None = None  # None: not parked (or parked by attempts alone)
 
     def state(self, park_attempts: int) -> str:
-        """``claimed`` (a node holds it), ``parked`` (never claimed again) or ``waiting``."""
+        """``claimed`` (a node holds it), ``parked`` (not claimed until requeued) or
+        ``waiting``."""
         if self.readied_at is not None:
             return "claimed"
-        if self.attempts >= park_attempts:
+        if self.parked_at is not None or self.attempts >= park_attempts:
             return "parked"
         return "waiting"
 
@@ -182,6 +192,13 @@ class AdminQueries:
             return CancelOutcome.NOT_FOUND
         return CancelOutcome.CANCELLED if rows[0]["deleted"] else CancelOutcome.CLAIMED
 
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome:
+        """Give a parked message a fresh start (attempts, parked_at, last_error reset)."""
+        rows = self._execute("requeue_message", {"id": message_id, "park_attempts": park_attempts})
+        if not rows:
+            return RequeueOutcome.NOT_FOUND
+        return RequeueOutcome.REQUEUED if rows[0]["requeued"] else RequeueOutcome.NOT_PARKED
+
     def heartbeat(
         self,
         node_id: str,
@@ -253,4 +270,5 @@ def _message_record(r: dict[str, Any]) -> MessageRecord:
         headers=decode_headers(r["message_headers"]),
         value_size=r["value_size"],
         value=_bytes(r["message_value"]),
+        parked_at=r["parked_at"],
     )

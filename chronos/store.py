@@ -34,6 +34,7 @@ from chronos.admin_store import (
     CancelOutcome,
     MessageRecord,
     NodeRecord,
+    RequeueOutcome,
 )
 from chronos.errors import StoreError
 from chronos.protocol import Headers, ScheduledMessage, decode_headers, header_items
@@ -49,6 +50,7 @@ __all__ = [
     "NodeRecord",
     "Outcome",
     "PostgresStore",
+    "RequeueOutcome",
     "Store",
     "StuckRow",
     "encode_batch",
@@ -111,9 +113,12 @@ class Store(Protocol):
         *,
         failed: bool,
         errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
     ) -> dict[str, int]: ...
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int: ...
+
+    def park_exhausted(self, park_attempts: int) -> int: ...
 
     def find_stuck(
         self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
@@ -147,6 +152,8 @@ class Store(Protocol):
     ) -> list[MessageRecord]: ...
 
     def cancel_message(self, message_id: str) -> CancelOutcome: ...
+
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome: ...
 
     def heartbeat(
         self,
@@ -400,17 +407,31 @@ class PostgresStore(AdminQueries):
         *,
         failed: bool,
         errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
     ) -> dict[str, int]:
-        """Give claims back; returns the attempts count of each row released."""
+        """Give claims back; returns the attempts count of each row released. A failed row
+        whose attempts reach ``park_attempts`` (None: never) is parked: out of the claim."""
         if not claims:
             return {}
-        params = statement_params("release_claims", node_id, claims, failed=failed, errors=errors)
+        params = statement_params(
+            "release_claims",
+            node_id,
+            claims,
+            failed=failed,
+            errors=errors,
+            park_attempts=park_attempts,
+        )
         rows = self._execute("release_claims", params)
         return {r["id"]: r["attempts"] for r in rows}
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         """Release the claims of ``node_id`` made at or after ``since`` (None: all)."""
         return len(self._execute("release_node", {"node_id": node_id, "since": since}))
+
+    def park_exhausted(self, park_attempts: int) -> int:
+        """Park the unclaimed rows parked by their attempts alone (by a release that predates
+        ``parked_at``), so they leave the claim's index; returns how many."""
+        return len(self._execute("park_exhausted", {"park_attempts": park_attempts}))
 
     def find_stuck(
         self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
@@ -456,6 +477,7 @@ def statement_params(
     *,
     failed: bool = False,
     errors: Sequence[str | None] | None = None,
+    park_attempts: int | None = None,
 ) -> dict[str, Any]:
     """The parameters of a batch write on ``claims`` of ``node_id`` (``delete_fired``,
     ``release_claims`` or ``reset_stuck``), as the store sends them (the plan tests too): the
@@ -467,7 +489,13 @@ def statement_params(
     if name == "release_claims":
         errs = list(errors) if errors is not None else [None] * len(claims)
         entries = {c[0]: [c[1].isoformat(), e] for c, e in zip(claims, errs, strict=True)}
-        return {"node_id": node_id, "ids": ids, "failed": failed, "fence": json.dumps(entries)}
+        return {
+            "node_id": node_id,
+            "ids": ids,
+            "failed": failed,
+            "fence": json.dumps(entries),
+            "park_attempts": park_attempts,
+        }
     if name == "reset_stuck":
         return _reset_params([StuckRow(i, node_id, at) for i, at in claims])
     raise ValueError(f"not a batch write: {name}")

@@ -39,6 +39,7 @@ from chronos.store import (
     MessageRecord,
     NodeRecord,
     Outcome,
+    RequeueOutcome,
     StuckRow,
 )
 
@@ -109,10 +110,17 @@ class StoredRow:
     attempts: int = 0
     last_error: str | None = None
     target_topic: str | None = None
+    parked_at: datetime | None = None
 
     @property
     def headers(self) -> Headers:
         return decode_headers(self.headers_json)
+
+    def parked(self, park_attempts: int) -> bool:
+        """Unclaimed and parked: stamped, or at the threshold by its attempts alone."""
+        return self.readied_at is None and (
+            self.parked_at is not None or (self.attempts > 0 and self.attempts >= park_attempts)
+        )
 
 
 @dataclass(slots=True)
@@ -262,7 +270,10 @@ class InMemoryStore:
             due = [
                 r
                 for r in self._rows.values()
-                if r.readied_at is None and r.deadline <= horizon and r.attempts < park_attempts
+                if r.readied_at is None
+                and r.parked_at is None
+                and r.deadline <= horizon
+                and r.attempts < park_attempts
             ]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
             claimed: list[ClaimedRow] = []
@@ -313,11 +324,12 @@ class InMemoryStore:
         *,
         failed: bool,
         errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
     ) -> dict[str, int]:
         if not claims:
             return {}
         with self._lock:
-            self._statement("release_claims")
+            now = self._statement("release_claims")
             node = _check_uuid(node_id, "release_claims")
             padded: list[str | None] = list(errors) if errors is not None else []
             padded += [None] * (len(claims) - len(padded))
@@ -335,10 +347,26 @@ class InMemoryStore:
                 row.readied_by = None
                 if failed:
                     row.attempts += 1
+                    if (
+                        row.parked_at is None
+                        and park_attempts is not None
+                        and row.attempts >= park_attempts
+                    ):
+                        row.parked_at = now
                 if error is not None:
                     row.last_error = error
                 released[row.id] = row.attempts
             return released
+
+    def park_exhausted(self, park_attempts: int) -> int:
+        with self._lock:
+            now = self._statement("park_exhausted")
+            rows = [
+                r for r in self._rows.values() if r.parked_at is None and r.parked(park_attempts)
+            ]
+            for row in rows:
+                row.parked_at = now
+            return len(rows)
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         with self._lock:
@@ -410,8 +438,12 @@ class InMemoryStore:
             rows = list(self._rows.values())
             unclaimed = [r for r in rows if r.readied_at is None]
             claimed = [r for r in rows if r.readied_at is not None]
-            parked = [r for r in unclaimed if 0 < r.attempts and r.attempts >= park_attempts]
-            overdue = [r for r in unclaimed if r.deadline < now and r.attempts < park_attempts]
+            parked = [r for r in unclaimed if r.parked(park_attempts)]
+            overdue = [
+                r
+                for r in unclaimed
+                if r.deadline < now and r.parked_at is None and r.attempts < park_attempts
+            ]
             exact = len(rows) < exact_below and len(unclaimed) < exact_below
             deadlines = [r.deadline for r in rows]
             return Backlog(
@@ -444,6 +476,7 @@ class InMemoryStore:
             headers=row.headers,
             value_size=None if row.value is None else len(row.value),
             value=row.value if include_value else None,
+            parked_at=row.parked_at,
         )
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
@@ -468,11 +501,11 @@ class InMemoryStore:
             self._statement(LIST_QUERIES[state])
 
             def wanted(r: StoredRow) -> bool:
-                if state == "waiting" and not (r.readied_at is None and r.attempts < park_attempts):
-                    return False
-                if state == "parked" and not (
-                    r.readied_at is None and 0 < r.attempts and r.attempts >= park_attempts
+                if state == "waiting" and not (
+                    r.readied_at is None and r.parked_at is None and r.attempts < park_attempts
                 ):
+                    return False
+                if state == "parked" and not r.parked(park_attempts):
                     return False
                 if state == "claimed" and r.readied_at is None:
                     return False
@@ -497,6 +530,17 @@ class InMemoryStore:
                 return CancelOutcome.CLAIMED
             del self._rows[message_id]
             return CancelOutcome.CANCELLED
+
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome:
+        with self._lock:
+            self._statement("requeue_message")
+            row = self._rows.get(message_id)
+            if row is None:
+                return RequeueOutcome.NOT_FOUND
+            if not row.parked(park_attempts):
+                return RequeueOutcome.NOT_PARKED
+            row.attempts, row.parked_at, row.last_error = 0, None, None
+            return RequeueOutcome.REQUEUED
 
     def heartbeat(
         self,
