@@ -220,6 +220,7 @@ class FiringLoop(Loop):
         self.claims_since = claims_since  # this process's start (DB clock): its claims' fence
         self.unreleased: list[tuple[list[Claim], bool, list[str] | None]] = []
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
+        self.park_attempts = settings.max_publish_attempts * 2  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, monotonic)
         self.pending_delete: list[_Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
@@ -237,6 +238,7 @@ class FiringLoop(Loop):
             target=self.dispatcher.run, name="chronos-dispatcher", daemon=True
         )
         thread.start()
+        self.park_exhausted()
         try:
             while not self.stopping.is_set():
                 self.alive_at = time.monotonic()
@@ -265,6 +267,21 @@ class FiringLoop(Loop):
             # Wakes early when a delivery outcome arrives or the loop is stopped.
             self.dispatcher.outcome_ready.wait(min(timeout, 0.1))
 
+    def park_exhausted(self) -> None:
+        """Stamp the rows a previous release parked by their attempts alone, so they leave the
+        index the claim walks (idempotent; rows parked since are stamped as they are parked)."""
+        try:
+            parked = self.store.park_exhausted(self.park_attempts)
+        except Exception as exc:  # StoreError: the claim skips those rows anyway (attempts)
+            log.warning("could not park exhausted rows: %s", exc, extra={"event": "database_error"})
+            return
+        if parked:
+            log.info(
+                "%d rows parked by an earlier release were moved out of the claim's index",
+                parked,
+                extra={"event": "parked_rows_stamped", "count": parked},
+            )
+
     # -- phase 1: claim -----------------------------------------------------------------------
 
     def claim(self, started: float) -> None:
@@ -281,7 +298,7 @@ class FiringLoop(Loop):
                 self.node_id,
                 self.horizon_ms,
                 limit,
-                self.settings.max_publish_attempts * 2,
+                self.park_attempts,
                 max_bytes=room_bytes,
                 # Holding nothing, take one row whatever its size: a message larger than the
                 # budget must still fire (the broker's size limit bounds it).
@@ -344,7 +361,9 @@ class FiringLoop(Loop):
     def _release(self, claims: list[Claim], failed: bool, errors: list[str] | None) -> None:
         """Give claims back; on a database error keep them to try again (no peer would)."""
         try:
-            self.store.release(self.node_id, claims, failed=failed, errors=errors)
+            self.store.release(
+                self.node_id, claims, failed=failed, errors=errors, park_attempts=self.park_attempts
+            )
         except Exception as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
             log.warning(

@@ -33,18 +33,21 @@ ORDER BY b.ord;
 
 -- name: claim_due
 -- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
--- skipping rows another node is claiming and rows parked after `park_attempts` failed publishes,
--- and stopping before the rows' bytes (key + value + stored headers) pass `max_bytes` (the first
--- row is taken whatever its size when `first_always`); return them with the time left until
--- each deadline on the database clock, measured as late as possible (clock_timestamp(), not the
--- statement start) so timers anchored on arrival of the result never fire early and lose little
--- precision. (octet_length of a bytea reads its length word, not the value.)
+-- skipping rows another node is claiming and parked rows, and stopping before the rows' bytes
+-- (key + value + stored headers) pass `max_bytes` (the first row is taken whatever its size when
+-- `first_always`); return them with the time left until each deadline on the database clock,
+-- measured as late as possible (clock_timestamp(), not the statement start) so timers anchored
+-- on arrival of the result never fire early and lose little precision. Walks the ready index
+-- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
+-- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
+-- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
 WITH candidates AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
            + coalesce(pg_column_size(message_headers), 0) AS size
     FROM chronos_messages
     WHERE readied_at IS NULL
+      AND parked_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
     ORDER BY deadline
@@ -88,7 +91,8 @@ RETURNING m.id;
 
 -- name: release_claims
 -- Give claimed rows back (shutdown, or a failed publish to retry), fenced by this node's claim;
--- `failed` adds one to the attempt counter; a non-null error is remembered as last_error.
+-- `failed` adds one to the attempt counter; a non-null error is remembered as last_error; a row
+-- whose attempts reach `park_attempts` (NULL: never) is parked (parked_at: out of the claim).
 -- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, error]}.
 WITH target AS (
     SELECT m.id
@@ -102,9 +106,25 @@ WITH target AS (
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
     attempts = m.attempts + CASE WHEN %(failed)s THEN 1 ELSE 0 END,
-    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error)
+    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error),
+    parked_at = CASE
+        WHEN m.parked_at IS NULL AND %(failed)s
+             AND m.attempts + 1 >= %(park_attempts)s::int THEN now()
+        ELSE m.parked_at
+    END
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, m.attempts;
+
+-- name: park_exhausted
+-- Stamp parked_at on unclaimed rows parked by their attempts alone (by a release before
+-- parked_at existed), so they leave the ready index the claim walks; failed-publish index.
+UPDATE chronos_messages
+SET parked_at = now()
+WHERE parked_at IS NULL
+  AND attempts > 0
+  AND attempts >= %(park_attempts)s
+  AND readied_at IS NULL
+RETURNING id;
 
 -- name: release_node
 -- Give back every row still claimed by this node process (the end of a graceful shutdown):
@@ -163,7 +183,8 @@ SELECT id FROM chronos_messages WHERE id = ANY(%(ids)s::text[]);
 SELECT now() AS now;
 
 -- name: backlog
--- Backlog statistics from indexes and the planner's row estimate, never a table scan.
+-- Backlog statistics from indexes and the planner's row estimate, never a table scan: overdue
+-- rows through the ready index (parked rows excluded), parked rows through the failed index.
 WITH est AS (
     SELECT greatest(coalesce(s.n_live_tup::float8, c.reltuples::float8), 0)::bigint AS n
     FROM pg_class c
@@ -185,16 +206,19 @@ SELECT now() AS now,
        (SELECT n FROM claimed) AS claimed,
        (SELECT count(*) FROM (
            SELECT 1 FROM chronos_messages
-           WHERE attempts > 0 AND attempts >= %(park_attempts)s AND readied_at IS NULL
+           WHERE attempts > 0 AND readied_at IS NULL
+             AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
            LIMIT %(count_limit)s
        ) p) AS parked_bounded,
        (SELECT count(*) FROM (
            SELECT 1 FROM chronos_messages
-           WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
+           WHERE readied_at IS NULL AND parked_at IS NULL AND deadline < now()
+             AND attempts < %(park_attempts)s
            ORDER BY deadline LIMIT %(count_limit)s
        ) o) AS overdue_bounded,
        (SELECT deadline FROM chronos_messages
-        WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
+        WHERE readied_at IS NULL AND parked_at IS NULL AND deadline < now()
+          AND attempts < %(park_attempts)s
         ORDER BY deadline LIMIT 1) AS oldest_overdue,
        least(
            (SELECT deadline FROM chronos_messages WHERE readied_at IS NULL
@@ -210,19 +234,20 @@ SELECT now() AS now,
 -- name: get_message
 -- One scheduled message by id, with the size of its value (the value itself only if asked).
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size,
        CASE WHEN %(include_value)s THEN message_value END AS message_value
 FROM chronos_messages
 WHERE id = %(id)s;
 
 -- name: list_waiting
--- Admin list of waiting rows (unclaimed, not parked) after a (deadline, id) cursor; due index.
+-- Admin list of waiting rows (unclaimed, not parked) after a (deadline, id) cursor; ready index.
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size, NULL::bytea AS message_value
 FROM chronos_messages
 WHERE readied_at IS NULL
+  AND parked_at IS NULL
   AND attempts < %(park_attempts)s
   AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
   AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
@@ -233,13 +258,14 @@ ORDER BY deadline, id
 LIMIT %(limit)s;
 
 -- name: list_parked
--- Admin list of parked rows (attempts at the park threshold) after a cursor; failed index.
+-- Admin list of parked rows (parked_at set, or attempts at the park threshold) after a cursor;
+-- failed index (a parked row has failed at least once).
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size, NULL::bytea AS message_value
 FROM chronos_messages
 WHERE attempts > 0
-  AND attempts >= %(park_attempts)s
+  AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
   AND readied_at IS NULL
   AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
   AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
@@ -252,7 +278,7 @@ LIMIT %(limit)s;
 -- name: list_claimed
 -- Admin list of claimed rows (few: bounded by in-flight limits) after a cursor; claimed index.
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size, NULL::bytea AS message_value
 FROM chronos_messages
 WHERE readied_at IS NOT NULL
@@ -267,7 +293,7 @@ LIMIT %(limit)s;
 -- Admin list of every row after a cursor: unclaimed (due index) merged with claimed rows.
 SELECT * FROM (
     (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-            target_topic, enqueued_at, message_key, message_headers,
+            target_topic, enqueued_at, parked_at, message_key, message_headers,
             octet_length(message_value) AS value_size, NULL::bytea AS message_value
      FROM chronos_messages
      WHERE readied_at IS NULL
@@ -280,7 +306,7 @@ SELECT * FROM (
      LIMIT %(limit)s)
     UNION ALL
     (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-            target_topic, enqueued_at, message_key, message_headers,
+            target_topic, enqueued_at, parked_at, message_key, message_headers,
             octet_length(message_value) AS value_size, NULL::bytea AS message_value
      FROM chronos_messages
      WHERE readied_at IS NOT NULL
@@ -305,6 +331,26 @@ WITH target AS (
     RETURNING m.id
 )
 SELECT t.readied_at IS NOT NULL AS claimed, EXISTS (SELECT 1 FROM deleted) AS deleted
+FROM target t;
+
+-- name: requeue_message
+-- Give a parked message a fresh start: attempts, parked_at and last_error reset, so the claim
+-- takes it (at once if due). Returns no row for an unknown id, requeued = false if not parked.
+WITH target AS (
+    SELECT id, readied_at, attempts, parked_at
+    FROM chronos_messages
+    WHERE id = %(id)s
+    FOR UPDATE
+), requeued AS (
+    UPDATE chronos_messages m
+    SET attempts = 0, parked_at = NULL, last_error = NULL
+    FROM target t
+    WHERE m.id = t.id
+      AND t.readied_at IS NULL
+      AND (t.parked_at IS NOT NULL OR (t.attempts > 0 AND t.attempts >= %(park_attempts)s))
+    RETURNING m.id
+)
+SELECT EXISTS (SELECT 1 FROM requeued) AS requeued
 FROM target t;
 
 -- name: heartbeat
