@@ -90,6 +90,8 @@ def explain_claim(url: str, analyze: bool) -> str:
         "horizon_ms": 0,
         "limit": LIMIT,
         "park_attempts": PARK_ATTEMPTS,
+        "max_bytes": 2**40,
+        "first_always": True,
     }
     with psycopg.connect(
         url, autocommit=True, options=session_options(url), cursor_factory=psycopg.ClientCursor
