@@ -194,13 +194,15 @@ class ChronosHTTPServer(HTTPServer):
         idle_timeout: float = HTTP_IDLE_TIMEOUT,
         deadline: float = HTTP_REQUEST_DEADLINE,
     ):
-        super().__init__(address, handler)
+        # Set before binding: a bind that fails closes the server (server_close) at once.
         self.idle_timeout = idle_timeout
         self.deadline = deadline
         self._waiting: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(backlog)
         self._serving: dict[socket.socket, float] = {}  # connection -> deadline (monotonic)
         self._serving_lock = threading.Lock()
         self._closed = threading.Event()
+        self._workers: list[threading.Thread] = []
+        super().__init__(address, handler)
         self._workers = [
             threading.Thread(target=self._work, name=f"chronos-http-{n}", daemon=True)
             for n in range(workers)
