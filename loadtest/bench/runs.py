@@ -1,0 +1,333 @@
+"""Running one scenario: the ceiling, or a load against fresh nodes (or the echo relay) with
+the sampler, the profiler and the analysis around it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from loadtest import scenarios as sc
+from loadtest.bench.figures import fill_from_summary, received_gaps
+from loadtest.bench.procstats import cpu_delta, cpu_snapshot, hwm_kb
+from loadtest.bench.profiles import Profiler, finish_profile
+from loadtest.bench.promtext import node_metrics
+from loadtest.bench.sampling import Sampler
+from loadtest.bench.stack import Stack, clean_env, launch
+from loadtest.delivery import locate_loss
+from loadtest.scenarios import Scenario, Workload
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM."""
+
+
+@dataclass
+class Context:
+    out: Path
+    stack: Stack
+    quick: bool
+    profile: set[str]
+    profile_seconds: float
+    analyze_memory: str = "4g"
+
+
+def say(message: str) -> None:
+    stamp = datetime.now().strftime("%H:%M:%S")
+    print(f"bench {stamp} {message}", file=sys.stderr, flush=True)
+
+
+def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
+    from loadtest.ceiling import run_ceiling
+
+    sdir = ctx.out / scenario.name
+    sdir.mkdir(parents=True, exist_ok=True)
+    tag = f"[{scenario.name}]"
+    say(f"{tag} raw SQL pipeline on the same Postgres for {scenario.ceiling_seconds:g} s")
+    result = run_ceiling(
+        ctx.stack.url, seconds=scenario.ceiling_seconds, warmup=scenario.ceiling_warmup_s
+    )
+    data = asdict(result)
+    (sdir / "ceiling.json").write_text(json.dumps(data, indent=2) + "\n")
+    say(
+        f"{tag} {result.ceiling_msg_per_s:,.0f} msg/s (claim {result.claim_ms_avg} ms, "
+        f"delete {result.delete_ms_avg} ms, insert {result.insert_ms_avg} ms per 2,000 rows)"
+    )
+    return {
+        **scenario.as_dict(),
+        "status": "ok",
+        "result": data,
+        "files": {"ceiling.json": f"{scenario.name}/ceiling.json"},
+    }
+
+
+def _offered_rate(scenario: Scenario, ceiling: float | None) -> float:
+    assert scenario.workload is not None
+    if scenario.workload.rate_from_ceiling:
+        return (
+            float(round(sc.SATURATE_FACTOR * ceiling, -2)) if ceiling else 2.0 * sc.SUSTAINED_RATE
+        )
+    return scenario.workload.rate
+
+
+def _profile_start_s(w: Workload) -> float:
+    window = w.steady_window_s()
+    if window is not None:
+        return window[0] + 1.0
+    low, _, _ = w.delay_bounds_s()
+    return max(0.0, low - 1.0) if w.is_burst() else low
+
+
+def _wait_child(proc: subprocess.Popen[bytes], what: str) -> int:
+    """Wait for a child; on Ctrl-C give it SIGINT (the load generator still writes its
+    files), then kill it if it lingers."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise Interrupted(f"interrupted during {what}") from None
+
+
+def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -> dict[str, Any]:
+    assert scenario.workload is not None
+    w = scenario.workload
+    stack = ctx.stack
+    sdir = ctx.out / scenario.name
+    sdir.mkdir(parents=True, exist_ok=True)
+    rate = _offered_rate(scenario, ceiling)
+    rec: dict[str, Any] = {
+        **scenario.as_dict(),
+        "status": "running",
+        "offered_rate": rate,
+        "load": w.describe(rate),
+    }
+    tag = f"[{scenario.name}]"
+    stack.fresh_broker()
+    topics = stack.topics(scenario.name)
+    stack.reset_table()
+    if scenario.preload_rows:
+        say(f"{tag} pre-loading {scenario.preload_rows:,} far-future rows")
+        rec["preload"] = stack.preload(scenario.preload_rows)
+        say(
+            f"{tag} pre-loaded in {rec['preload']['seconds']} s "
+            f"({rec['preload']['table_mb']:,.0f} MB)"
+        )
+    if scenario.kind == "relay":
+        nodes = [stack.start_relay(topics, sdir)]
+    else:
+        nodes = stack.start_nodes(scenario.nodes, topics, sdir)
+        stack.wait_ready(nodes, topics)
+    rec["node_pids"] = [n.pid for n in nodes]
+    advance = int(nodes[0].settings.timing_advance_ms)
+    say(
+        f"{tag} {len(nodes)} node(s) ready (pid {', '.join(str(n.pid) for n in nodes)}); "
+        f"sending {w.describe(rate)}"
+    )
+    events = sdir / "events"
+    harness_argv = [
+        "-m",
+        "loadtest",
+        "run",
+        "--bootstrap",
+        stack.bootstrap,
+        "--input-topic",
+        topics.input,
+        "--output-topic",
+        topics.output,
+        "--dead-letter-topic",
+        topics.dead_letter,
+        *w.harness_args(rate),
+        "--timing-advance-ms",
+        str(advance),
+        "--seed",
+        "1",
+        "--out",
+        str(events),
+    ]
+    rec["harness_command"] = "python " + shlex.join(harness_argv)
+    metrics_before = [n.metrics_text() for n in nodes]
+    cpu_before = cpu_snapshot(stack, nodes)
+    load_before = os.getloadavg()
+    sampler = Sampler(stack.url, nodes, stall_dir=sdir)
+    sampler.start()
+    profiler: Profiler | None = None
+    if scenario.name in ctx.profile or scenario.kind in ctx.profile:
+        profiler = Profiler(
+            nodes[0].pid, _profile_start_s(w) + 1.5, ctx.profile_seconds, sdir / "profile-node0.raw"
+        )
+        profiler.start()
+    started = time.monotonic()
+    try:
+        harness = launch(
+            harness_argv,
+            log_path=sdir / "harness.log",
+            env=clean_env(),
+            death_signal=signal.SIGTERM,
+        )
+        code = _wait_child(harness, f"the load of {scenario.name}")
+    finally:
+        elapsed = time.monotonic() - started
+        cpu_after = cpu_snapshot(stack, nodes)
+        metrics_after = [n.metrics_text() for n in nodes]
+        hwm = {n.index: hwm_kb(n.pid) for n in nodes}
+        if profiler is not None:
+            profiler.stop()
+        sampler.stop()
+        exit_codes = stack.stop_nodes()
+    rec["harness"] = {"returncode": code, "elapsed_s": round(elapsed, 1)}
+    rec["loadavg"] = {
+        "start": [round(x, 2) for x in load_before],
+        "end": [round(x, 2) for x in os.getloadavg()],
+    }
+    rec["cpu"] = cpu_delta(cpu_before, cpu_after)
+    for i, (first, text) in enumerate(zip(metrics_before, metrics_after, strict=True)):
+        (sdir / f"metrics-before-node{i}.txt").write_text(first)
+        (sdir / f"metrics-node{i}.txt").write_text(text)
+    nm = node_metrics(metrics_before, metrics_after, elapsed)
+    rec["claim"] = nm["claim"]
+    rec["statements"] = nm["statements"]
+    rec["node_counters"] = nm["counters"]
+    rec["node_lateness"] = nm["node_lateness"]
+    rec["nodes_stats"] = []
+    for n in nodes:
+        peak = max(sampler.rss_max_kb.get(n.index, 0), hwm.get(n.index) or 0)
+        rec["nodes_stats"].append(
+            {
+                "index": n.index,
+                "pid": n.pid,
+                "rss_max_mb": round(peak / 1024, 1),
+                "rss_sampled_max_mb": round(sampler.rss_max_kb.get(n.index, 0) / 1024, 1),
+                "cpu_s": rec["cpu"]["per_node_s"].get(str(n.index)),
+                "exit_code": exit_codes.get(n.index),
+            }
+        )
+    rec["rss_max_mb"] = max((s["rss_max_mb"] for s in rec["nodes_stats"]), default=None)
+    (sdir / "samples.json").write_text(json.dumps(sampler.samples) + "\n")
+    if sampler.stalls:
+        rec["stalls"] = sampler.stalls
+        say(f"{tag} node stalled: see {', '.join(s['file'] for s in sampler.stalls)}")
+    if profiler is not None:
+        rec["profile"] = finish_profile(profiler, sdir)
+    if code != 0:
+        raise RuntimeError(f"the load generator exited with {code}; see {sdir / 'harness.log'}")
+
+    say(f"{tag} load done in {elapsed:.0f} s; analysing")
+    analyze_argv = [
+        "-m",
+        "loadtest",
+        "analyze",
+        str(events),
+        "--out",
+        str(sdir),
+        "--driver-memory",
+        ctx.analyze_memory,
+    ]
+    analysis = launch(
+        analyze_argv, log_path=sdir / "analyze.log", env=clean_env(), death_signal=signal.SIGTERM
+    )
+    acode = _wait_child(analysis, f"the analysis of {scenario.name}")
+    if acode != 0:
+        raise RuntimeError(f"the analysis exited with {acode}; see {sdir / 'analyze.log'}")
+    summary = json.loads((sdir / "summary.json").read_text())
+    run = json.loads((events / "run.json").read_text())
+    fill_from_summary(rec, scenario, summary, run, sampler.samples, rate)
+    lost = int(rec["summary"]["counts"].get("lost") or 0)
+    if lost and not run.get("consumer", {}).get("foreign_records"):
+        rec["output_gaps"] = received_gaps(events / "received.parquet")
+    if lost:
+        rec["loss_location"] = locate_loss(
+            lost, stack.sql, str(run.get("run_id")), rec.get("output_gaps")
+        ).as_dict()
+    rec["files"] = _files(scenario.name, sdir)
+    _plot_stack(sdir / "stack.png", sampler.samples, run, scenario)
+    if (sdir / "stack.png").exists():
+        rec["files"]["stack timeline"] = f"{scenario.name}/stack.png"
+    rec["status"] = "ok"
+    return rec
+
+
+def _files(name: str, sdir: Path) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for label, filename in (
+        ("report", "report.html"),
+        ("summary", "summary.json"),
+        ("lateness CDF", "lateness_cdf.png"),
+        ("lateness histogram", "lateness_hist.png"),
+        ("throughput", "throughput.png"),
+        ("samples", "samples.json"),
+        ("profile", "profile-node0.txt"),
+        ("load generator log", "harness.log"),
+    ):
+        if (sdir / filename).exists():
+            files[label] = f"{name}/{filename}"
+    if (sdir / "relay.log").exists():
+        files["relay log"] = f"{name}/relay.log"
+    for log in sorted(sdir.glob("node-*.log")):
+        files[log.stem + " log"] = f"{name}/{log.name}"
+    for stall in sorted(sdir.glob("stall-node*.txt")):
+        files[stall.stem] = f"{name}/{stall.name}"
+    return files
+
+
+def _plot_stack(
+    path: Path, samples: Sequence[dict[str, Any]], run: dict[str, Any], scenario: Scenario
+) -> None:
+    if not samples:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    start = int(run.get("start_ms") or samples[0]["t_ms"])
+    end = run.get("producer", {}).get("end_ms")
+    xs = [(s["t_ms"] - start) / 1000 for s in samples]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for key, label in (
+        ("waiting", "waiting rows"),
+        ("claimed", "claimed rows"),
+        ("overdue", "overdue rows"),
+        ("consumer_lag", "consumer lag"),
+    ):
+        ys = [s.get(key) for s in samples]
+        if any(y is not None for y in ys):
+            ax.plot(xs, [float("nan") if y is None else y for y in ys], label=label)
+    ax.set_xlabel("seconds since the first send")
+    ax.set_ylabel("messages")
+    if end:
+        ax.axvline((int(end) - start) / 1000, color="grey", linestyle="--", linewidth=1)
+    ax2 = ax.twinx()
+    for i in range(scenario.nodes):
+        ys = [s.get(f"rss_mb_{i}") for s in samples]
+        ax2.plot(
+            xs,
+            [float("nan") if y is None else y for y in ys],
+            linestyle=":",
+            label=f"node {i} RSS MB",
+        )
+    ax2.set_ylabel("RSS MB")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax.legend(handles, labels, loc="upper left", fontsize="small")
+    ax.set_title(f"{scenario.name}: table, lag and node memory (dashed: end of sending)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
