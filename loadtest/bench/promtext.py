@@ -3,14 +3,13 @@ figures of a node between two scrapes (statement latencies, batch sizes, counter
 
 from __future__ import annotations
 
+import contextlib
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
-_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
@@ -21,25 +20,27 @@ class Sample:
 
 
 def parse_prometheus(text: str) -> list[Sample]:
-    """The samples of a Prometheus text exposition (comments and bad lines skipped)."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE_RE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = {
-            k: v.replace('\\"', '"').replace("\\\\", "\\")
-            for k, v in _LABEL_RE.findall(m.group(2) or "")
-        }
-        out.append(Sample(m.group(1), labels, value))
-    return out
+    """The samples of a Prometheus text exposition, read by ``prometheus_client``'s parser.
+
+    A line the parser rejects spoils the whole text for it, so then the text is read again line
+    by line and the bad lines are skipped (as a scrape cut short would leave one).
+    """
+    try:
+        return _parse(text)
+    except ValueError:
+        out: list[Sample] = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                out += _parse(line)
+        return out
+
+
+def _parse(text: str) -> list[Sample]:
+    return [
+        Sample(s.name, dict(s.labels), float(s.value))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
 
 
 def _matches(sample: Sample, labels: dict[str, str]) -> bool:
