@@ -9,7 +9,7 @@ with far-future rows) and freshly started ``python -m chronos run`` node process
 * the load generator runs in a separate process (``python -m loadtest run``), then the Spark
   analysis (``python -m loadtest analyze``) writes the scenario's ``summary.json``,
   ``report.html`` and plots;
-* every second a sampler records each node's RSS (``/proc/<pid>/status``) and the table (rows
+* every second a sampler records each node's RSS (psutil) and the table (rows
   waiting, claimed and overdue, from the partial indexes, never a scan of pre-loaded rows), and
   scrapes each node's ``/metrics`` (consumer lag, in-flight messages);
 * around the load it records each node's CPU time and ``/metrics`` (the ``claim`` statement

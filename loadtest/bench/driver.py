@@ -25,26 +25,21 @@ from typing import Any
 from loadtest import scenarios as sc
 from loadtest.bench.evaluation import capacity, ceiling_rate, evaluate, lookup
 from loadtest.bench.figures import received_gaps
-from loadtest.bench.procstats import parse_status_kb, read_text
+from loadtest.bench.procstats import cpu_model, memory_total_kb
 from loadtest.bench.promtext import node_metrics
 from loadtest.bench.report import one_line, print_table, render_markdown
 from loadtest.bench.runs import Context, Interrupted, run_ceiling_scenario, run_load_scenario, say
-from loadtest.bench.stack import REPO, Stack, Topics
+from loadtest.bench.stack import REPO, Stack, Topics, read_text
 
 DEFAULT_RESULTS = Path("loadtest/results")
 
 
 def _machine_facts() -> dict[str, Any]:
-    model = None
-    for line in (read_text("/proc/cpuinfo") or "").splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    mem_kb = parse_status_kb(read_text("/proc/meminfo") or "", "MemTotal")
+    mem_kb = memory_total_kb()
     return {
         "cores": os.cpu_count(),
-        "cpu_model": model,
-        "memory_gb": None if mem_kb is None else round(mem_kb / 1024 / 1024, 1),
+        "cpu_model": cpu_model(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],

@@ -1,18 +1,20 @@
-"""Process and machine statistics: a process's RSS and CPU time, a process tree's CPU time
-(Postgres and its backends) and the CPU each component used during a load."""
+"""Process and machine statistics, read with psutil: a process's RSS, peak RSS and CPU time, a
+process tree's CPU time (Postgres and its backends), the machine's busy CPU time, and the CPU each
+component used during a load."""
 
 from __future__ import annotations
 
 import os
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from loadtest.bench.stack import NodeProcess, Stack
+import psutil
+
+KB = 1024
 
 
 def parse_status_kb(status_text: str, field_name: str = "VmRSS") -> int | None:
@@ -25,107 +27,120 @@ def parse_status_kb(status_text: str, field_name: str = "VmRSS") -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    ppid: int
-    ticks: int  # utime + stime
-    child_ticks: int  # cutime + cstime (reaped children)
-
-
-def parse_proc_stat(stat_text: str) -> ProcStat:
-    """``/proc/<pid>/stat``: the command may contain spaces and parentheses, so split after the
-    last ')'; fields 4 (ppid), 14-17 (utime, stime, cutime, cstime)."""
-    fields = stat_text.rpartition(")")[2].split()
-    return ProcStat(
-        ppid=int(fields[1]),
-        ticks=int(fields[11]) + int(fields[12]),
-        child_ticks=int(fields[13]) + int(fields[14]),
-    )
-
-
-def parse_machine_cpu(proc_stat_text: str) -> tuple[int, int]:
-    """(busy, total) ticks of all CPUs from the first line of ``/proc/stat``."""
-    first = proc_stat_text.splitlines()[0].split()
-    values = [int(v) for v in first[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # guest time is already counted in user
-    return total - idle, total
-
-
-def read_text(path: str) -> str | None:
+def read_proc(path: str) -> str | None:
+    """A ``/proc`` file, for the two facts psutil does not give: a process's peak RSS
+    (``VmHWM``) and the CPU model (``/proc/cpuinfo``)."""
     try:
         return Path(path).read_text()
     except OSError:
         return None
 
 
-def rss_kb(pid: int) -> int | None:
-    text = read_text(f"/proc/{pid}/status")
-    return None if text is None else parse_status_kb(text, "VmRSS")
+def cpu_model() -> str | None:
+    for line in (read_proc("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
 
 
-def hwm_kb(pid: int) -> int | None:
-    text = read_text(f"/proc/{pid}/status")
-    return None if text is None else parse_status_kb(text, "VmHWM")
+@dataclass(frozen=True)
+class ProcStat:
+    ppid: int
+    cpu_s: float  # user + system
+    children_cpu_s: float  # reaped children: user + system
 
 
 def proc_stat(pid: int) -> ProcStat | None:
-    text = read_text(f"/proc/{pid}/stat")
+    """Parent and CPU seconds of a process (None once it is gone)."""
     try:
-        return None if text is None else parse_proc_stat(text)
-    except (IndexError, ValueError):
+        process = psutil.Process(pid)
+        with process.oneshot():
+            times = process.cpu_times()
+            return ProcStat(
+                ppid=process.ppid(),
+                cpu_s=times.user + times.system,
+                children_cpu_s=times.children_user + times.children_system,
+            )
+    except psutil.Error:
         return None
 
 
-def _tree_ticks(root: int | None) -> int:
-    """CPU ticks of ``root``, its reaped children and its live children (Postgres backends)."""
+def rss_kb(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).memory_info().rss) // KB
+    except psutil.Error:
+        return None
+
+
+def hwm_kb(pid: int) -> int | None:
+    """Peak RSS (``VmHWM``): psutil has no field for it."""
+    text = read_proc(f"/proc/{pid}/status")
+    return None if text is None else parse_status_kb(text, "VmHWM")
+
+
+def tree_cpu_s(root: int | None) -> float:
+    """CPU seconds of ``root``, its reaped children and its live children (Postgres backends)."""
     if root is None:
-        return 0
+        return 0.0
     top = proc_stat(root)
     if top is None:
-        return 0
-    ticks = top.ticks + top.child_ticks
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == root:
-            continue
-        st = proc_stat(int(entry.name))
-        if st is not None and st.ppid == root:
-            ticks += st.ticks + st.child_ticks
-    return ticks
+        return 0.0
+    total = top.cpu_s + top.children_cpu_s
+    try:
+        children = psutil.Process(root).children()
+    except psutil.Error:
+        children = []
+    for child in children:
+        st = proc_stat(child.pid)
+        if st is not None:
+            total += st.cpu_s + st.children_cpu_s
+    return total
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all CPUs spent busy (neither idle nor waiting for I/O) since boot."""
+    t = psutil.cpu_times()
+    # guest time is already counted in user
+    return float(t.user + t.nice + t.system + t.irq + t.softirq + t.steal)
+
+
+def memory_total_kb() -> int:
+    return int(psutil.virtual_memory().total) // KB
 
 
 @dataclass
 class CpuSnapshot:
     wall: float
-    nodes: dict[int, int]
-    postgres: int
-    broker: int
-    machine_busy: int
+    nodes: dict[int, float]
+    postgres: float
+    broker: float
+    machine_busy: float
     children_s: float  # reaped children of this process (the load generator)
 
 
-def cpu_snapshot(stack: Stack, nodes: Sequence[NodeProcess]) -> CpuSnapshot:
-    text = read_text("/proc/stat") or "cpu 0 0 0 0"
-    busy, _ = parse_machine_cpu(text)
+def cpu_snapshot(
+    nodes: Mapping[int, int], postgres_pid: int | None, broker_pid: int | None
+) -> CpuSnapshot:
+    """CPU seconds so far of the nodes (index -> pid), Postgres, the broker, this process's
+    reaped children and the machine."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return CpuSnapshot(
         wall=time.monotonic(),
-        nodes={n.index: (st.ticks if (st := proc_stat(n.pid)) else 0) for n in nodes},
-        postgres=_tree_ticks(stack.postgres_pid),
-        broker=_tree_ticks(stack.broker_pid),
-        machine_busy=busy,
+        nodes={i: (st.cpu_s if (st := proc_stat(pid)) else 0.0) for i, pid in nodes.items()},
+        postgres=tree_cpu_s(postgres_pid),
+        broker=tree_cpu_s(broker_pid),
+        machine_busy=machine_busy_s(),
         children_s=usage.ru_utime + usage.ru_stime,
     )
 
 
 def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
-    hz = os.sysconf("SC_CLK_TCK")
-    nodes = {i: (after.nodes.get(i, 0) - before.nodes.get(i, 0)) / hz for i in after.nodes}
+    nodes = {i: after.nodes.get(i, 0.0) - before.nodes.get(i, 0.0) for i in after.nodes}
     nodes_s = sum(nodes.values())
-    pg = (after.postgres - before.postgres) / hz
-    broker = (after.broker - before.broker) / hz
+    pg = after.postgres - before.postgres
+    broker = after.broker - before.broker
     harness = after.children_s - before.children_s
-    machine = (after.machine_busy - before.machine_busy) / hz
+    machine = after.machine_busy - before.machine_busy
     wall = after.wall - before.wall
     return {
         "wall_s": round(wall, 1),

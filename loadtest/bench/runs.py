@@ -162,7 +162,8 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     ]
     rec["harness_command"] = "python " + shlex.join(harness_argv)
     metrics_before = [n.metrics_text() for n in nodes]
-    cpu_before = cpu_snapshot(stack, nodes)
+    pids = {n.index: n.pid for n in nodes}
+    cpu_before = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
     load_before = os.getloadavg()
     sampler = Sampler(stack.url, nodes, stall_dir=sdir)
     sampler.start()
@@ -183,7 +184,7 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         code = _wait_child(harness, f"the load of {scenario.name}")
     finally:
         elapsed = time.monotonic() - started
-        cpu_after = cpu_snapshot(stack, nodes)
+        cpu_after = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
         metrics_after = [n.metrics_text() for n in nodes]
         hwm = {n.index: hwm_kb(n.pid) for n in nodes}
         if profiler is not None:

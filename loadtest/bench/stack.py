@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.procstats import read_text
-
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0
 SESSION_TIMEOUT_MS = "6000"
@@ -66,6 +64,14 @@ def launch(
 
 
 _PARTITION_RE = re.compile(r"'([^'\[\]]+)\[(\d+)\]'")
+
+
+def read_text(path: str) -> str | None:
+    """A file's text, None if it cannot be read (not there yet)."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
 
 
 @dataclass

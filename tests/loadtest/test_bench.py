@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,7 @@ def test_parse_labels_with_escapes() -> None:
     assert sample.labels == {"a": 'x"y', "b": "1,2"} and sample.value == 3
 
 
-# ------------------------------------------------------------------------ /proc parsing
+# ----------------------------------------------------------------- process statistics
 
 
 STATUS = """Name:\tpython
@@ -240,15 +241,30 @@ def test_parse_rss() -> None:
     assert procstats.parse_status_kb("Name:\tkthreadd\n") is None
 
 
-def test_parse_proc_stat_with_awkward_command() -> None:
-    text = "4242 (python (a) b) S 17 4242 4242 0 -1 4194560 1 0 0 0 150 25 7 3 20 0 12 0 1 2 3"
-    st = procstats.parse_proc_stat(text)
-    assert st == procstats.ProcStat(ppid=17, ticks=175, child_ticks=10)
+def test_tree_cpu_counts_live_children() -> None:
+    """A process tree's CPU time includes its live children (Postgres's backends)."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(60)"])
+    try:
+        limit = time.monotonic() + 30
+        while (st := procstats.proc_stat(child.pid)) is None or st.cpu_s < 0.3:
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        own = procstats.proc_stat(os.getpid())
+        assert own is not None and st.ppid == os.getpid()
+        tree = procstats.tree_cpu_s(os.getpid())
+        assert tree >= own.cpu_s + own.children_cpu_s + 0.3
+    finally:
+        child.kill()
+        child.wait()
+    assert procstats.proc_stat(child.pid) is None
+    assert procstats.tree_cpu_s(None) == 0.0 and procstats.rss_kb(child.pid) is None
 
 
-def test_parse_machine_cpu() -> None:
-    busy, total = procstats.parse_machine_cpu("cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 1 2 3 4\n")
-    assert total == 981 and busy == 981 - 820
+def test_machine_busy_and_memory() -> None:
+    first = procstats.machine_busy_s()
+    assert 0 < first <= procstats.machine_busy_s()
+    assert procstats.memory_total_kb() > 100_000
 
 
 def test_own_process_is_readable() -> None:
