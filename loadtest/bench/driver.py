@@ -17,16 +17,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from loadtest import scenarios as sc
-from loadtest.bench.evaluation import capacity, ceiling_rate, evaluate, lookup
+from loadtest.bench.evaluation import capacity, ceiling_rate, evaluate
 from loadtest.bench.figures import received_gaps
 from loadtest.bench.procstats import cpu_model, memory_total_kb
 from loadtest.bench.promtext import node_metrics
+from loadtest.bench.records import BenchRecord, ScenarioRecord, rows_as_dicts
 from loadtest.bench.report import one_line, print_table, render_markdown
 from loadtest.bench.runs import Context, Interrupted, run_ceiling_scenario, run_load_scenario, say
 from loadtest.bench.stack import REPO, Stack, Topics, read_text
@@ -78,19 +80,23 @@ def _command_line(argv: Sequence[str]) -> str:
 
 
 def write_outputs(out: Path, bench: dict[str, Any]) -> None:
-    bench["targets"] = evaluate(bench)
-    cap, source = capacity(bench)
-    ceiling = ceiling_rate(bench)
+    """Judge the run recorded in ``bench`` (the content of bench.json, updated in place with
+    the targets and the headline) and write bench.json and BENCHMARK.md."""
+    record = BenchRecord.from_dict(bench)
+    targets = evaluate(record)
+    cap, source = capacity(record)
+    ceiling = ceiling_rate(record)
+    bench["targets"] = rows_as_dicts(targets)
     bench["headline"] = {
         "ceiling_msg_per_s": ceiling,
         "sustained_msg_per_s": cap,
         "sustained_source": source,
         "ratio_to_ceiling": round(cap / ceiling, 3) if cap and ceiling else None,
-        "targets_passed": sum(1 for r in bench["targets"] if r["pass"] is True),
-        "targets_failed": sum(1 for r in bench["targets"] if r["pass"] is False),
+        "targets_passed": sum(1 for r in targets if r.ok is True),
+        "targets_failed": sum(1 for r in targets if r.ok is False),
     }
     (out / "bench.json").write_text(json.dumps(bench, indent=2, default=str) + "\n")
-    (out / "BENCHMARK.md").write_text(render_markdown(bench))
+    (out / "BENCHMARK.md").write_text(render_markdown(replace(record, targets=targets)))
 
 
 @contextlib.contextmanager
@@ -178,7 +184,7 @@ def run_bench(args: argparse.Namespace) -> int:
                     else:
                         rec = run_load_scenario(ctx, scenario, ceiling)
                     if scenario.kind != "ceiling":
-                        say(f"[{scenario.name}] {one_line(rec)}")
+                        say(f"[{scenario.name}] {one_line(ScenarioRecord.from_dict(rec))}")
                 except (KeyboardInterrupt, Interrupted):
                     raise
                 except Exception as exc:  # noqa: BLE001 - record it, go on with the next
@@ -201,7 +207,7 @@ def run_bench(args: argparse.Namespace) -> int:
             bench["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
             bench["interrupted"] = interrupted
             write_outputs(out, bench)
-    print_table(bench)
+    print_table(BenchRecord.from_dict(bench))
     print(out / "BENCHMARK.md")
     if interrupted:
         return 130
@@ -280,28 +286,31 @@ def render(out: Path) -> int:
     bench = json.loads((out / "bench.json").read_text())
     for rec in bench.get("scenarios", []):
         sdir = out / rec.get("name", "")
-        lost = lookup(rec, "summary", "counts", "lost")
+        figures = ScenarioRecord.from_dict(rec)
+        lost = figures.counts.lost
         received = sdir / "events" / "received.parquet"
         if lost and "output_gaps" not in rec and received.exists():
-            rec["output_gaps"] = received_gaps(received)
+            gaps = received_gaps(received)
+            rec["output_gaps"] = None if gaps is None else gaps.as_dict()
         after = sorted(sdir.glob("metrics-node*.txt"))
         before = [sdir / p.name.replace("metrics-", "metrics-before-") for p in after]
-        if after and rec.get("cpu"):
+        cpu = figures.cpu
+        if after and cpu is not None:
             complete = all(p.exists() for p in before)
             nm = node_metrics(
                 [read_text(str(p)) or "" for p in before] if complete else [""] * len(after),
                 [read_text(str(p)) or "" for p in after],
-                float(rec["cpu"].get("wall_s") or 0) or 1.0,
+                float(cpu.wall_s or 0) or 1.0,
             )
             # Without the scrapes taken before the load (older runs) only the lateness
             # histogram is recomputed: the nodes fired nothing before the load, but they did
             # claim and count.
-            rec["node_lateness"] = nm["node_lateness"]
+            rec["node_lateness"] = nm.node_lateness.as_dict()
             if complete:
-                rec.update(claim=nm["claim"], statements=nm["statements"])
-                rec["node_counters"] = nm["counters"]
+                rec.update(claim=nm.claim.as_dict(), statements=nm.statements_dict())
+                rec["node_counters"] = dict(nm.counters)
     write_outputs(out, bench)
-    print_table(bench)
+    print_table(BenchRecord.from_dict(bench))
     print(out / "BENCHMARK.md")
     return 0
 

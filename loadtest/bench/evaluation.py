@@ -3,29 +3,12 @@ as the rows of the headline table."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadtest import scenarios as sc
-from loadtest.delivery import Delivery, delivery_rows, late_text
+from loadtest.bench.records import BenchRecord, Drain, Lateness, ScenarioRecord
+from loadtest.delivery import Row, late_text, scenario_delivery_rows
 
 
-def by_kind(bench: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [r for r in bench.get("scenarios", []) if r.get("kind") == kind]
-
-
-def ran_ok(rec: dict[str, Any] | None) -> bool:
-    return rec is not None and rec.get("status") == "ok"
-
-
-def lookup(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(key)
-    return d
-
-
-def fmt(value: Any, digits: int = 1) -> str:
+def fmt(value: float | str | None, digits: int = 1) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float):
@@ -35,34 +18,35 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def ceiling_rate(bench: dict[str, Any], name: str = "ceiling") -> float | None:
+def _first(bench: BenchRecord, kind: str) -> ScenarioRecord | None:
+    return next(iter(bench.by_kind(kind)), None)
+
+
+def ceiling_rate(bench: BenchRecord, name: str = "ceiling") -> float | None:
     """The ceiling measured first (the headline's reference), or the one named ``name``
     (``ceiling-end``: measured again after the scenarios, to show how the machine drifted)."""
-    rec = next((r for r in by_kind(bench, "ceiling") if r.get("name") == name), None)
-    value = lookup(rec, "result", "ceiling_msg_per_s") if ran_ok(rec) else None
+    rec = next((r for r in bench.by_kind("ceiling") if r.name == name), None)
+    value = rec.ceiling_msg_per_s if rec is not None and rec.ok else None
     return float(value) if value else None
 
 
-def capacity(bench: dict[str, Any]) -> tuple[float | None, str | None]:
+def capacity(bench: BenchRecord) -> tuple[float | None, str | None]:
     """Chronos's sustained throughput on one node and where it comes from: the steady fired
     rate of ``saturate`` (offered more than it can take) when it ran, else that of
     ``sustained`` (a lower bound: limited by the offered rate)."""
     for kind in ("saturate", "sustained"):
-        rec = next(iter(by_kind(bench, kind)), None)
-        fired = lookup(rec, "steady", "fired_per_s") if ran_ok(rec) else None
+        rec = _first(bench, kind)
+        steady = rec.steady if rec is not None and rec.ok else None
+        fired = None if steady is None else steady.fired_per_s
         if fired:
             return float(fired), kind
     return None, None
 
 
-def _row(scenario: str, target: str, measured: str, ok: bool | None, note: str = "") -> dict:
-    return {"scenario": scenario, "target": target, "measured": measured, "pass": ok, "note": note}
-
-
-def _keeps_up(rec: dict[str, Any], rate: float) -> tuple[bool, str]:
-    fired = lookup(rec, "steady", "fired_per_s")
-    lost = lookup(rec, "summary", "counts", "lost")
-    growing = lookup(rec, "backlog", "growing")
+def _keeps_up(rec: ScenarioRecord, rate: float) -> tuple[bool, str]:
+    fired = None if rec.steady is None else rec.steady.fired_per_s
+    lost = rec.counts.lost
+    growing = rec.growing
     ok = (
         fired is not None
         and fired >= (1 - sc.RATE_TOLERANCE) * rate
@@ -74,28 +58,47 @@ def _keeps_up(rec: dict[str, Any], rate: float) -> tuple[bool, str]:
     return ok, _with_late(text, rec)
 
 
-def _with_late(text: str, rec: dict[str, Any]) -> str:
-    late = late_text(Delivery.from_dict(lookup(rec, "summary", "delivery")))
+def _with_late(text: str, rec: ScenarioRecord) -> str:
+    late = late_text(rec.delivery)
     return f"{text}, {late}" if late else text
 
 
-def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
+def evaluate(bench: BenchRecord) -> list[Row]:
     """The headline rows: scenario, target, measured, pass (True/False; None: not measured)."""
-    rows: list[dict[str, Any]] = []
+    floor = relay_floor(bench)
+    return [
+        *_ceiling_rows(bench),
+        *_sustained_rows(bench),
+        _ratio_row(bench),
+        *_precision_rows(bench, floor),
+        *_burst_rows(bench),
+        *_backlog_rows(bench),
+        *_rss_rows(bench),
+        *scenario_delivery_rows(
+            [
+                r.delivery_figures
+                for r in bench.scenarios
+                if r.ok and r.kind not in ("ceiling", "saturate", "relay")
+            ]
+        ),
+    ]
+
+
+def _ceiling_rows(bench: BenchRecord) -> list[Row]:
     ceiling = ceiling_rate(bench)
-    rows.append(
-        _row(
+    rows = [
+        Row(
             "ceiling",
             "raw SQL insert/claim/delete on the same Postgres",
             f"{fmt(ceiling)} msg/s",
             None,
             "reference",
         )
-    )
+    ]
     again = ceiling_rate(bench, "ceiling-end")
     if again is not None:
         rows.append(
-            _row(
+            Row(
                 "ceiling-end",
                 "the same, measured again after the scenarios",
                 f"{fmt(again)} msg/s",
@@ -103,65 +106,70 @@ def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
                 "machine drift during the run",
             )
         )
+    return rows
 
+
+def _sustained_rows(bench: BenchRecord) -> list[Row]:
+    rows: list[Row] = []
     for kind, label in (("sustained", "1 node"), ("sustained2", "2 nodes")):
-        for rec in by_kind(bench, kind):
-            w = rec.get("workload") or {}
+        for rec in bench.by_kind(kind):
             target = (
-                f"{label}: >= {sc.SUSTAINED_RATE:,} msg/s for {fmt(w.get('duration_s'), 0)}"
-                f" s, {w.get('delay')}, backlog not growing"
+                f"{label}: >= {sc.SUSTAINED_RATE:,} msg/s for {fmt(rec.duration_s, 0)}"
+                f" s, {rec.delay}, backlog not growing"
             )
-            if not ran_ok(rec):
-                rows.append(_row(rec["name"], target, rec.get("error") or "did not run", False))
+            if not rec.ok:
+                rows.append(Row(rec.name, target, rec.error or "did not run", False))
                 continue
             ok, text = _keeps_up(rec, sc.SUSTAINED_RATE)
-            rows.append(_row(rec["name"], target, text, ok))
+            rows.append(Row(rec.name, target, text, ok))
+    return rows
 
+
+def _ratio_row(bench: BenchRecord) -> Row:
+    """Chronos's sustained throughput as a ratio of the ceiling."""
+    ceiling = ceiling_rate(bench)
     cap, source = capacity(bench)
     target = f"sustained throughput >= {sc.CEILING_RATIO} x ceiling"
     if cap is None or not ceiling:
-        rows.append(_row("ratio", target, "n/a", None))
+        return Row("ratio", target, "n/a", None)
+    ratio = cap / ceiling
+    ok: bool | None
+    if source == "saturate":
+        ok = ratio >= sc.CEILING_RATIO
+        saturate = _first(bench, "saturate")
+        offered = None if saturate is None else saturate.offered_rate
+        note = f"one node offered {fmt(offered, 0)} msg/s ({sc.SATURATE_FACTOR} x ceiling)"
     else:
-        ratio = cap / ceiling
-        if source == "saturate":
-            ok: bool | None = ratio >= sc.CEILING_RATIO
-            offered = lookup(next(iter(by_kind(bench, "saturate")), None), "offered_rate")
-            note = f"one node offered {fmt(offered, 0)} msg/s ({sc.SATURATE_FACTOR} x ceiling)"
-        else:
-            ok = True if ratio >= sc.CEILING_RATIO else None
-            note = "lower bound (limited by the offered rate); run 'saturate' to measure"
-        rows.append(
-            _row(
-                source or "ratio",
-                target,
-                f"{fmt(cap)} / {fmt(ceiling)} msg/s = {ratio:.2f}",
-                ok,
-                note,
-            )
-        )
+        ok = True if ratio >= sc.CEILING_RATIO else None
+        note = "lower bound (limited by the offered rate); run 'saturate' to measure"
+    return Row(
+        source or "ratio", target, f"{fmt(cap)} / {fmt(ceiling)} msg/s = {ratio:.2f}", ok, note
+    )
 
-    floor = relay_floor(bench)
+
+def _precision_rows(bench: BenchRecord, floor: Lateness | None) -> list[Row]:
+    rows: list[Row] = []
     if floor is not None:
         rows.append(
-            _row(
+            Row(
                 "relay",
                 "the stack without Chronos (echo relay) at the precision load",
-                f"lateness p99 {fmt(floor.get('p99'))} ms, p99.9 {fmt(floor.get('p99_9'))} ms",
+                f"lateness p99 {fmt(floor.p99)} ms, p99.9 {fmt(floor.p99_9)} ms",
                 None,
                 "the floor the load generator and the broker impose",
             )
         )
-    for rec in by_kind(bench, "precision"):
-        name = rec["name"]
-        if not ran_ok(rec):
-            rows.append(_row(name, "precision", rec.get("error") or "did not run", False))
+    for rec in bench.by_kind("precision"):
+        name = rec.name
+        if not rec.ok:
+            rows.append(Row(name, "precision", rec.error or "did not run", False))
             continue
-        late = lookup(rec, "summary", "lateness_ms") or {}
-        early = lookup(rec, "summary", "early", "early_count")
-        lost = lookup(rec, "summary", "counts", "lost")
-        p99, p999 = late.get("p99"), late.get("p99_9")
+        late = rec.lateness or Lateness()
+        early = rec.early_count
+        lost = rec.counts.lost
+        p99, p999 = late.p99, late.p99_9
         rows.append(
-            _row(
+            Row(
                 name,
                 f"p99 lateness <= {fmt(sc.PRECISION_P99_MS, 0)} ms",
                 f"{fmt(p99)} ms",
@@ -170,7 +178,7 @@ def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            _row(
+            Row(
                 name,
                 f"p99.9 lateness <= {fmt(sc.PRECISION_P999_MS, 0)} ms",
                 f"{fmt(p999)} ms",
@@ -179,79 +187,75 @@ def evaluate(bench: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            _row(
+            Row(
                 name,
                 "zero early, zero lost",
                 _with_late(f"{fmt(early)} early, {fmt(lost)} lost", rec),
                 early == 0 and lost == 0,
             )
         )
+    return rows
 
-    for rec in by_kind(bench, "burst"):
-        w = rec.get("workload") or {}
-        target = f"{fmt(w.get('count'))} due at one instant drain at >= {sc.BURST_DRAIN_RATE:,}/s"
-        if not ran_ok(rec):
-            rows.append(_row(rec["name"], target, rec.get("error") or "did not run", False))
+
+def _burst_rows(bench: BenchRecord) -> list[Row]:
+    rows: list[Row] = []
+    for rec in bench.by_kind("burst"):
+        target = f"{fmt(rec.count)} due at one instant drain at >= {sc.BURST_DRAIN_RATE:,}/s"
+        if not rec.ok:
+            rows.append(Row(rec.name, target, rec.error or "did not run", False))
             continue
-        drain = rec.get("drain") or {}
-        rate, lost = drain.get("rate_per_s"), lookup(rec, "summary", "counts", "lost")
-        direct = lookup(rec, "node_counters", "published_directly")
+        drain = rec.drain or Drain()
+        rate, lost = drain.rate_per_s, rec.counts.lost
+        direct = rec.published_directly
         note = f"{fmt(direct)} published directly (arrived after the deadline)" if direct else ""
         rows.append(
-            _row(
-                rec["name"],
+            Row(
+                rec.name,
                 target,
                 _with_late(
-                    f"{fmt(rate)} msg/s over {fmt(drain.get('seconds'), 2)} s, {fmt(lost)} lost",
+                    f"{fmt(rate)} msg/s over {fmt(drain.seconds, 2)} s, {fmt(lost)} lost",
                     rec,
                 ),
                 rate is not None and rate >= sc.BURST_DRAIN_RATE and lost == 0,
                 note,
             )
         )
-
-    rows.extend(_backlog_rows(bench))
-
-    measured = [
-        r
-        for r in bench.get("scenarios", [])
-        if r.get("rss_max_mb") is not None and r.get("kind") != "relay"
-    ]
-    if measured:
-        worst = max(measured, key=lambda r: r["rss_max_mb"])
-        rows.append(
-            _row(
-                "all",
-                f"node RSS < {sc.RSS_LIMIT_MB:.0f} MB in every scenario",
-                f"max {worst['rss_max_mb']:.0f} MB ({worst['name']})",
-                worst["rss_max_mb"] < sc.RSS_LIMIT_MB,
-            )
-        )
-    checked = [
-        r
-        for r in bench.get("scenarios", [])
-        if ran_ok(r) and r.get("kind") not in ("ceiling", "saturate", "relay")
-    ]
-    rows.extend(row.as_dict() for row in delivery_rows(checked))
     return rows
 
 
-def relay_floor(bench: dict[str, Any]) -> dict[str, Any] | None:
+def _rss_rows(bench: BenchRecord) -> list[Row]:
+    rss = [
+        (r.rss_max_mb, r.name)
+        for r in bench.scenarios
+        if r.rss_max_mb is not None and r.kind != "relay"
+    ]
+    if rss:
+        worst, worst_name = max(rss, key=lambda pair: pair[0])
+        return [
+            Row(
+                "all",
+                f"node RSS < {sc.RSS_LIMIT_MB:.0f} MB in every scenario",
+                f"max {worst:.0f} MB ({worst_name})",
+                worst < sc.RSS_LIMIT_MB,
+            )
+        ]
+    return []
+
+
+def relay_floor(bench: BenchRecord) -> Lateness | None:
     """Lateness of the ``relay`` control run (the stack without Chronos), if it ran."""
-    rec = next(iter(by_kind(bench, "relay")), None)
-    return lookup(rec, "summary", "lateness_ms") if ran_ok(rec) else None
+    rec = _first(bench, "relay")
+    return rec.lateness if rec is not None and rec.ok else None
 
 
-def _precision_note(
-    rec: dict[str, Any], floor: dict[str, Any] | None, key: str, limit: float
-) -> str:
+def _precision_note(rec: ScenarioRecord, floor: Lateness | None, key: str, limit: float) -> str:
     """Why a precision figure may not be Chronos's: messages that reached it after their
     deadline, and a stack that misses the target without Chronos."""
     notes = []
-    direct = lookup(rec, "node_counters", "published_directly")
+    direct = rec.published_directly
     if direct:
         notes.append(f"{fmt(direct)} messages reached Chronos after their deadline")
-        own = lookup(rec, "node_lateness", f"{key}_ms")
+        own = rec.node_lateness.p99_ms if key == "p99" else rec.node_lateness.p99_9_ms
         if own is not None:
             notes.append(
                 f"the node's own histogram of the messages it held (at the broker's "
@@ -269,47 +273,47 @@ def _within(value: float | None, base: float | None, factor: float, slack: float
     return value <= max(base * factor, base + slack)
 
 
-def _backlog_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
-    recs = by_kind(bench, "backlog")
+def _backlog_rows(bench: BenchRecord) -> list[Row]:
+    recs = bench.by_kind("backlog")
     if not recs:
         return []
-    recs = sorted(recs, key=lambda r: r.get("preload_rows", 0))
+    recs = sorted(recs, key=lambda r: r.preload_rows)
     base, big = recs[0], recs[-1]
-    name = big["name"]
-    rows_label = f"{big.get('preload_rows', 0):,} rows"
-    if len(recs) < 2 or not (ran_ok(base) and ran_ok(big)):
-        bad = next((r for r in recs if not ran_ok(r)), None)
-        why = (bad or {}).get("error") or "needs both the baseline and the big pre-load"
-        return [_row(name, f"{rows_label}: matches the baseline", why, False)]
-    out: list[dict[str, Any]] = []
-    cb, cg = base.get("claim") or {}, big.get("claim") or {}
+    name = big.name
+    rows_label = f"{big.preload_rows:,} rows"
+    if len(recs) < 2 or not (base.ok and big.ok):
+        bad = next((r for r in recs if not r.ok), None)
+        why = (None if bad is None else bad.error) or "needs both the baseline and the big pre-load"
+        return [Row(name, f"{rows_label}: matches the baseline", why, False)]
+    out: list[Row] = []
+    cb, cg = base.claim, big.claim
     ok = _within(
-        cg.get("mean_ms"),
-        cb.get("mean_ms"),
+        cg.mean_ms,
+        cb.mean_ms,
         sc.BACKLOG_CLAIM_MEAN_FACTOR,
         sc.BACKLOG_CLAIM_MEAN_SLACK_MS,
     ) and _within(
-        cg.get("p99_ms"),
-        cb.get("p99_ms"),
+        cg.p99_ms,
+        cb.p99_ms,
         sc.BACKLOG_CLAIM_P99_FACTOR,
         sc.BACKLOG_CLAIM_P99_SLACK_MS,
     )
     out.append(
-        _row(
+        Row(
             name,
-            f"claim latency with {rows_label} matches {base['name']}",
-            f"mean {fmt(cg.get('mean_ms'), 2)} vs {fmt(cb.get('mean_ms'), 2)} ms, "
-            f"p99 {fmt(cg.get('p99_ms'), 2)} vs {fmt(cb.get('p99_ms'), 2)} ms",
+            f"claim latency with {rows_label} matches {base.name}",
+            f"mean {fmt(cg.mean_ms, 2)} vs {fmt(cb.mean_ms, 2)} ms, "
+            f"p99 {fmt(cg.p99_ms, 2)} vs {fmt(cb.p99_ms, 2)} ms",
             ok,
         )
     )
-    lb = lookup(base, "summary", "lateness_ms") or {}
-    lg = lookup(big, "summary", "lateness_ms") or {}
-    early = lookup(big, "summary", "early", "early_count")
-    p99, p999 = lg.get("p99"), lg.get("p99_9")
+    lb = base.lateness or Lateness()
+    lg = big.lateness or Lateness()
+    early = big.early_count
+    p99, p999 = lg.p99, lg.p99_9
     ok = (
-        _within(p99, lb.get("p99"), 1.0, sc.BACKLOG_P99_SLACK_MS)
-        and _within(p999, lb.get("p99_9"), 1.0, sc.BACKLOG_P999_SLACK_MS)
+        _within(p99, lb.p99, 1.0, sc.BACKLOG_P99_SLACK_MS)
+        and _within(p999, lb.p99_9, 1.0, sc.BACKLOG_P999_SLACK_MS)
         and p99 is not None
         and p99 <= sc.PRECISION_P99_MS
         and p999 is not None
@@ -317,22 +321,22 @@ def _backlog_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
         and early == 0
     )
     out.append(
-        _row(
+        Row(
             name,
-            f"precision with {rows_label} matches {base['name']} (p99 within "
+            f"precision with {rows_label} matches {base.name} (p99 within "
             f"+{sc.BACKLOG_P99_SLACK_MS:g} ms, p99.9 within +{sc.BACKLOG_P999_SLACK_MS:g} ms, "
             "and on target)",
-            f"p99 {fmt(lg.get('p99'))} vs {fmt(lb.get('p99'))} ms, p99.9 "
-            f"{fmt(lg.get('p99_9'))} vs {fmt(lb.get('p99_9'))} ms, {fmt(early)} early",
+            f"p99 {fmt(lg.p99)} vs {fmt(lb.p99)} ms, p99.9 "
+            f"{fmt(lg.p99_9)} vs {fmt(lb.p99_9)} ms, {fmt(early)} early",
             ok,
         )
     )
-    rss = big.get("rss_max_mb")
+    rss = big.rss_max_mb
     out.append(
-        _row(
+        Row(
             name,
             f"node RSS < {sc.RSS_LIMIT_MB:.0f} MB with {rows_label}",
-            f"{fmt(rss, 0)} MB (baseline {fmt(base.get('rss_max_mb'), 0)} MB)",
+            f"{fmt(rss, 0)} MB (baseline {fmt(base.rss_max_mb, 0)} MB)",
             rss is not None and rss < sc.RSS_LIMIT_MB,
         )
     )

@@ -9,12 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import scenarios as sc
+from loadtest.bench.records import (
+    BacklogVerdict,
+    Check,
+    Drain,
+    Intake,
+    OffsetGap,
+    OffsetGaps,
+    SteadyRates,
+)
 from loadtest.scenarios import Scenario
 
 
 def steady_rates(
     timeline: Sequence[dict[str, int]], window: tuple[int, int] | None
-) -> dict[str, Any] | None:
+) -> SteadyRates | None:
     """Mean sent, due and fired per second over the whole seconds ``lo <= s < hi`` since the
     start of sending (the analysis timeline)."""
     if not window:
@@ -29,14 +38,14 @@ def steady_rates(
         return sum(rows.get(s, {}).get(kind, 0) for s in seconds) / len(seconds)
 
     fired, due = mean("fired"), mean("due")
-    return {
-        "window_s": [lo, hi],
-        "seconds": len(seconds),
-        "sent_per_s": round(mean("sent"), 1),
-        "due_per_s": round(due, 1),
-        "fired_per_s": round(fired, 1),
-        "fired_to_due": round(fired / due, 4) if due else None,
-    }
+    return SteadyRates(
+        window_s=(lo, hi),
+        seconds=len(seconds),
+        sent_per_s=round(mean("sent"), 1),
+        due_per_s=round(due, 1),
+        fired_per_s=round(fired, 1),
+        fired_to_due=round(fired / due, 4) if due else None,
+    )
 
 
 def due_not_fired(timeline: Sequence[dict[str, int]]) -> list[tuple[int, int]]:
@@ -51,7 +60,7 @@ def due_not_fired(timeline: Sequence[dict[str, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def offset_gaps(records: Iterable[tuple[str, int, int]], limit: int = 20) -> dict[str, Any]:
+def offset_gaps(records: Iterable[tuple[str, int, int]], limit: int = 20) -> OffsetGaps:
     """Holes in the offsets of the recorded (topic, partition, offset) triples.
 
     Every record on a scenario's own output topics belongs to the run, and Chronos's producers
@@ -63,26 +72,18 @@ def offset_gaps(records: Iterable[tuple[str, int, int]], limit: int = 20) -> dic
     by_partition: dict[tuple[str, int], list[int]] = {}
     for topic, partition, offset in records:
         by_partition.setdefault((topic, int(partition)), []).append(int(offset))
-    gaps: list[dict[str, Any]] = []
+    gaps: list[OffsetGap] = []
     missing = 0
     for (topic, partition), offsets in sorted(by_partition.items()):
         offsets.sort()
         for a, b in zip(offsets, offsets[1:], strict=False):
             if b > a + 1:
                 missing += b - a - 1
-                gaps.append(
-                    {
-                        "topic": topic,
-                        "partition": partition,
-                        "first": a + 1,
-                        "last": b - 1,
-                        "count": b - a - 1,
-                    }
-                )
-    return {"missing": missing, "gaps": gaps[:limit], "gap_count": len(gaps)}
+                gaps.append(OffsetGap(topic, partition, a + 1, b - 1, b - a - 1))
+    return OffsetGaps(missing, gaps[:limit], len(gaps))
 
 
-def received_gaps(path: Path) -> dict[str, Any] | None:
+def received_gaps(path: Path) -> OffsetGaps | None:
     try:
         import pyarrow.parquet as pq
 
@@ -124,7 +125,7 @@ def backlog_verdict(
     mean_delay_s: float,
     window: tuple[int, int] | None,
     timeline: Sequence[dict[str, int]] = (),
-) -> dict[str, Any]:
+) -> BacklogVerdict:
     """Whether the backlog grew while sending.
 
     Not growing means, at the end of sending: the table holds about ``rate x mean delay`` rows
@@ -138,12 +139,12 @@ def backlog_verdict(
     expected = rate * mean_delay_s
     sending = [s for s in samples if send_start_ms <= s["t_ms"] <= send_end_ms]
     at_end = sending[-1] if sending else None
-    checks: dict[str, dict[str, Any]] = {}
+    checks: dict[str, Check] = {}
 
     def check(name: str, value: float | None, limit: float) -> None:
         if value is None:
             return
-        checks[name] = {"value": round(value, 2), "limit": round(limit, 2), "ok": value <= limit}
+        checks[name] = Check(round(value, 2), round(limit, 2), value <= limit)
 
     rows_end = None if at_end is None else _rows(at_end)
     check("rows_at_send_end", rows_end, sc.BACKLOG_TABLE_FACTOR * expected + rate)
@@ -169,16 +170,16 @@ def backlog_verdict(
         series = [v for second, v in due_not_fired(timeline) if second <= end_second]
         e2e = series[-1] if series else None
     check("due_not_fired_at_send_end", e2e, sc.BACKLOG_E2E_SECONDS * rate)
-    return {
-        "expected_rows": round(expected),
-        "rows_at_send_end": rows_end,
-        "max_rows": max((r for s in sending if (r := _rows(s)) is not None), default=None),
-        "max_overdue": max(
+    return BacklogVerdict(
+        expected_rows=round(expected),
+        rows_at_send_end=rows_end,
+        max_rows=max((r for s in sending if (r := _rows(s)) is not None), default=None),
+        max_overdue=max(
             (s["overdue"] for s in sending if s.get("overdue") is not None), default=None
         ),
-        "checks": checks,
-        "growing": any(not c["ok"] for c in checks.values()) if checks else None,
-    }
+        checks=checks,
+        growing=any(not c.ok for c in checks.values()) if checks else None,
+    )
 
 
 def _rows(sample: dict[str, Any]) -> int | None:
@@ -220,7 +221,8 @@ def fill_from_summary(
     rec["summary"] = _summary_subset(summary)
     timeline = summary.get("throughput", {}).get("timeline", [])
     window = w.steady_window_s()
-    rec["steady"] = steady_rates(timeline, window)
+    steady = steady_rates(timeline, window)
+    rec["steady"] = None if steady is None else steady.as_dict()
     producer = run.get("producer", {})
     start_ms = int(run.get("start_ms") or producer.get("start_ms") or 0)
     end_ms = int(producer.get("end_ms") or start_ms + w.send_seconds * 1000)
@@ -241,23 +243,23 @@ def fill_from_summary(
             mean_delay_s=mean_delay,
             window=window,
             timeline=timeline,
-        )
+        ).as_dict()
     else:
         win = summary.get("window", {})
         first, last = win.get("first_fired_ms"), win.get("last_fired_ms")
         fired = summary.get("counts", {}).get("fired_distinct", 0)
         seconds = (last - first) / 1000 if first is not None and last is not None else None
-        rec["drain"] = {
-            "count": fired,
-            "first_fired_ms": first,
-            "last_fired_ms": last,
-            "seconds": None if seconds is None else round(seconds, 3),
-            "rate_per_s": round(fired / seconds, 1) if seconds else None,
-        }
+        rec["drain"] = Drain(
+            count=fired,
+            first_fired_ms=first,
+            last_fired_ms=last,
+            seconds=None if seconds is None else round(seconds, 3),
+            rate_per_s=round(fired / seconds, 1) if seconds else None,
+        ).as_dict()
         target = 0.999 * w.messages
         stored = next((s for s in samples if (r := _rows(s)) is not None and r >= target), None)
         after = None if stored is None else round((stored["t_ms"] - start_ms) / 1000, 1)
-        rec["intake"] = {
-            "stored_after_s": after,
-            "rate_per_s": round(w.messages / after, 1) if after else None,
-        }
+        rec["intake"] = Intake(
+            stored_after_s=after,
+            rate_per_s=round(w.messages / after, 1) if after else None,
+        ).as_dict()

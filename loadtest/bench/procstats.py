@@ -10,9 +10,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
+
+from loadtest.bench.records import CpuUsage
 
 KB = 1024
 
@@ -134,7 +135,7 @@ def cpu_snapshot(
     )
 
 
-def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
+def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
     nodes = {i: after.nodes.get(i, 0.0) - before.nodes.get(i, 0.0) for i in after.nodes}
     nodes_s = sum(nodes.values())
     pg = after.postgres - before.postgres
@@ -142,15 +143,15 @@ def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
     harness = after.children_s - before.children_s
     machine = after.machine_busy - before.machine_busy
     wall = after.wall - before.wall
-    return {
-        "wall_s": round(wall, 1),
-        "nodes_s": round(nodes_s, 1),
-        "per_node_s": {str(i): round(v, 1) for i, v in nodes.items()},
-        "node_util": round(nodes_s / wall, 3) if wall > 0 else None,
-        "postgres_s": round(pg, 1),
-        "broker_s": round(broker, 1),
-        "harness_s": round(harness, 1),
-        "machine_busy_s": round(machine, 1),
-        "machine_util": round(machine / wall / (os.cpu_count() or 1), 3) if wall > 0 else None,
-        "other_s": round(max(0.0, machine - nodes_s - pg - broker - harness), 1),
-    }
+    return CpuUsage(
+        wall_s=round(wall, 1),
+        nodes_s=round(nodes_s, 1),
+        per_node_s={str(i): round(v, 1) for i, v in nodes.items()},
+        node_util=round(nodes_s / wall, 3) if wall > 0 else None,
+        postgres_s=round(pg, 1),
+        broker_s=round(broker, 1),
+        harness_s=round(harness, 1),
+        machine_busy_s=round(machine, 1),
+        machine_util=round(machine / wall / (os.cpu_count() or 1), 3) if wall > 0 else None,
+        other_s=round(max(0.0, machine - nodes_s - pg - broker - harness), 1),
+    )

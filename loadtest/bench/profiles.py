@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+
+from loadtest.bench.records import Profile, RankedFunction
 
 TOP_FUNCTIONS = 30
 
@@ -35,7 +36,7 @@ def _frame_name(frame: str) -> str:
     return f"{m.group('func')} ({_short_file(m.group('file'))})"
 
 
-def aggregate_profile(raw: str, top: int = TOP_FUNCTIONS) -> dict[str, Any]:
+def aggregate_profile(raw: str, top: int = TOP_FUNCTIONS) -> Profile:
     """Self and total samples per function from py-spy's ``raw`` (collapsed stacks) output.
 
     Each line is ``frame;frame;...;frame count`` (outermost first); with ``--threads`` the first
@@ -72,34 +73,30 @@ def aggregate_profile(raw: str, top: int = TOP_FUNCTIONS) -> dict[str, Any]:
         for name in set(names):
             total_counts[name] = total_counts.get(name, 0) + count
 
-    def ranked(counts: dict[str, int]) -> list[dict[str, Any]]:
+    def ranked(counts: dict[str, int]) -> list[RankedFunction]:
         items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
         return [
-            {
-                "function": k,
-                "samples": v,
-                "percent": round(100 * v / total_samples, 1) if total_samples else 0.0,
-            }
+            RankedFunction(k, v, round(100 * v / total_samples, 1) if total_samples else 0.0)
             for k, v in items
         ]
 
-    return {
-        "samples": total_samples,
-        "threads": dict(sorted(threads.items(), key=lambda kv: -kv[1])),
-        "self": ranked(self_counts),
-        "total": ranked(total_counts),
-    }
+    return Profile(
+        samples=total_samples,
+        threads=dict(sorted(threads.items(), key=lambda kv: -kv[1])),
+        self=ranked(self_counts),
+        total=ranked(total_counts),
+    )
 
 
-def profile_text(profile: dict[str, Any]) -> str:
-    lines = [f"{profile['samples']} samples"]
-    for title in ("self", "total"):
+def profile_text(profile: Profile) -> str:
+    lines = [f"{profile.samples} samples"]
+    for title, ranked in (("self", profile.self), ("total", profile.total)):
         lines += ["", f"{title:>5}  % samples  function"]
-        for item in profile[title]:
-            lines.append(f"{item['percent']:>6.1f}  {item['samples']:>8}  {item['function']}")
-    if profile.get("threads"):
+        for item in ranked:
+            lines.append(f"{item.percent:>6.1f}  {item.samples:>8}  {item.function}")
+    if profile.threads:
         lines += ["", "threads"]
-        lines += [f"{count:>8}  {name}" for name, count in profile["threads"].items()]
+        lines += [f"{count:>8}  {name}" for name, count in profile.threads.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -161,15 +158,10 @@ class Profiler(threading.Thread):
         self.join(90)
 
 
-def finish_profile(profiler: Profiler, sdir: Path) -> dict[str, Any] | None:
+def finish_profile(profiler: Profiler, sdir: Path) -> Profile:
     raw = profiler.raw_path
     if not raw.exists():
-        return {
-            "error": profiler.error or "no profile written",
-            "samples": 0,
-            "self": [],
-            "total": [],
-        }
+        return Profile(samples=0, error=profiler.error or "no profile written")
     prof = aggregate_profile(raw.read_text(errors="replace"))
     (sdir / "profile-node0.txt").write_text(profile_text(prof))
     return prof

@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from loadtest.bench.records import NodeMetrics, StatementStats
 
 
 @dataclass(frozen=True)
@@ -129,21 +130,19 @@ def histogram(samples: Iterable[Sample], name: str, **labels: str) -> Histogram 
 
 def histogram_summary(
     after: Histogram | None, before: Histogram | None, seconds: float | None = None
-) -> dict[str, Any]:
+) -> StatementStats:
     """count, mean/p50/p99/max-bucket in milliseconds of the observations between two scrapes."""
     if after is None:
-        return {"count": 0, "mean_ms": None, "p50_ms": None, "p99_ms": None}
+        return StatementStats(count=0, observed=False)
     h = after.minus(before)
-    out: dict[str, Any] = {
-        "count": int(round(h.count)),
-        "mean_ms": _ms(h.mean),
-        "p50_ms": _ms(h.quantile(0.5)),
-        "p99_ms": _ms(h.quantile(0.99)),
-        "p99_9_ms": _ms(h.quantile(0.999)),
-    }
-    if seconds:
-        out["per_s"] = round(h.count / seconds, 2)
-    return out
+    return StatementStats(
+        count=int(round(h.count)),
+        mean_ms=_ms(h.mean),
+        p50_ms=_ms(h.quantile(0.5)),
+        p99_ms=_ms(h.quantile(0.99)),
+        p99_9_ms=_ms(h.quantile(0.999)),
+        per_s=round(h.count / seconds, 2) if seconds else None,
+    )
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -164,35 +163,38 @@ NODE_COUNTERS = {
 }
 
 
-def node_metrics(before: Sequence[str], after: Sequence[str], seconds: float) -> dict[str, Any]:
+def node_metrics(before: Sequence[str], after: Sequence[str], seconds: float) -> NodeMetrics:
     """Statement latencies, batch sizes and counters between two scrapes of every node."""
     b = [s for text in before for s in parse_prometheus(text)]
     a = [s for text in after for s in parse_prometheus(text)]
-    name = "chronos_statement_duration_seconds"
-    out: dict[str, Any] = {"statements": {}}
-    for statement in ("claim", "delete", "enqueue"):
-        out["statements"][statement] = histogram_summary(
-            histogram(a, name, statement=statement),
-            histogram(b, name, statement=statement),
-            seconds,
-        )
-    for statement in ("claim", "delete", "enqueue"):
-        rows_after = histogram(a, "chronos_batch_size_messages", operation=statement)
-        if rows_after is not None:
-            rows = rows_after.minus(
-                histogram(b, "chronos_batch_size_messages", operation=statement)
-            )
-            mean = None if rows.mean is None else round(rows.mean, 1)
-            out["statements"][statement]["rows_per_statement"] = mean
-    claim = dict(out["statements"]["claim"])
-    claim["rows_per_claim"] = claim.pop("rows_per_statement", None)
-    out["claim"] = claim
-    counters = {}
+    statements = {
+        statement: _statement(a, b, statement, seconds)
+        for statement in ("claim", "delete", "enqueue")
+    }
+    claim = replace(statements["claim"], rows_key="rows_per_claim")
+    counters: dict[str, int | None] = {}
     for key, metric in NODE_COUNTERS.items():
         after_v = metric_total(a, metric)
         before_v = metric_total(b, metric) or 0.0
         counters[key] = None if after_v is None else int(round(after_v - before_v))
-    out["counters"] = counters
     late = histogram(a, "chronos_fire_lateness_seconds")
-    out["node_lateness"] = histogram_summary(late, histogram(b, "chronos_fire_lateness_seconds"))
-    return out
+    node_lateness = histogram_summary(late, histogram(b, "chronos_fire_lateness_seconds"))
+    return NodeMetrics(statements, claim, counters, node_lateness)
+
+
+def _statement(
+    after: Sequence[Sample], before: Sequence[Sample], statement: str, seconds: float
+) -> StatementStats:
+    """One statement's latency and, when the node exposes it, its rows per statement."""
+    name = "chronos_statement_duration_seconds"
+    stats = histogram_summary(
+        histogram(after, name, statement=statement),
+        histogram(before, name, statement=statement),
+        seconds,
+    )
+    rows_after = histogram(after, "chronos_batch_size_messages", operation=statement)
+    if rows_after is None:
+        return stats
+    rows = rows_after.minus(histogram(before, "chronos_batch_size_messages", operation=statement))
+    mean = None if rows.mean is None else round(rows.mean, 1)
+    return replace(stats, rows=mean, rows_key="rows_per_statement")

@@ -123,11 +123,9 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     stack.reset_table()
     if scenario.preload_rows:
         say(f"{tag} pre-loading {scenario.preload_rows:,} far-future rows")
-        rec["preload"] = stack.preload(scenario.preload_rows)
-        say(
-            f"{tag} pre-loaded in {rec['preload']['seconds']} s "
-            f"({rec['preload']['table_mb']:,.0f} MB)"
-        )
+        preload = stack.preload(scenario.preload_rows)
+        rec["preload"] = preload.as_dict()
+        say(f"{tag} pre-loaded in {preload.seconds} s ({preload.table_mb or 0:,.0f} MB)")
     if scenario.kind == "relay":
         nodes = [stack.start_relay(topics, sdir)]
     else:
@@ -196,15 +194,16 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         "start": [round(x, 2) for x in load_before],
         "end": [round(x, 2) for x in os.getloadavg()],
     }
-    rec["cpu"] = cpu_delta(cpu_before, cpu_after)
+    cpu = cpu_delta(cpu_before, cpu_after)
+    rec["cpu"] = cpu.as_dict()
     for i, (first, text) in enumerate(zip(metrics_before, metrics_after, strict=True)):
         (sdir / f"metrics-before-node{i}.txt").write_text(first)
         (sdir / f"metrics-node{i}.txt").write_text(text)
     nm = node_metrics(metrics_before, metrics_after, elapsed)
-    rec["claim"] = nm["claim"]
-    rec["statements"] = nm["statements"]
-    rec["node_counters"] = nm["counters"]
-    rec["node_lateness"] = nm["node_lateness"]
+    rec["claim"] = nm.claim.as_dict()
+    rec["statements"] = nm.statements_dict()
+    rec["node_counters"] = dict(nm.counters)
+    rec["node_lateness"] = nm.node_lateness.as_dict()
     rec["nodes_stats"] = []
     for n in nodes:
         peak = max(sampler.rss_max_kb.get(n.index, 0), hwm.get(n.index) or 0)
@@ -214,17 +213,17 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
                 "pid": n.pid,
                 "rss_max_mb": round(peak / 1024, 1),
                 "rss_sampled_max_mb": round(sampler.rss_max_kb.get(n.index, 0) / 1024, 1),
-                "cpu_s": rec["cpu"]["per_node_s"].get(str(n.index)),
+                "cpu_s": cpu.per_node_s.get(str(n.index)),
                 "exit_code": exit_codes.get(n.index),
             }
         )
     rec["rss_max_mb"] = max((s["rss_max_mb"] for s in rec["nodes_stats"]), default=None)
     (sdir / "samples.json").write_text(json.dumps(sampler.samples) + "\n")
     if sampler.stalls:
-        rec["stalls"] = sampler.stalls
-        say(f"{tag} node stalled: see {', '.join(s['file'] for s in sampler.stalls)}")
+        rec["stalls"] = [s.as_dict() for s in sampler.stalls]
+        say(f"{tag} node stalled: see {', '.join(s.file for s in sampler.stalls)}")
     if profiler is not None:
-        rec["profile"] = finish_profile(profiler, sdir)
+        rec["profile"] = finish_profile(profiler, sdir).as_dict()
     if code != 0:
         raise RuntimeError(f"the load generator exited with {code}; see {sdir / 'harness.log'}")
 
@@ -250,7 +249,8 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     fill_from_summary(rec, scenario, summary, run, sampler.samples, rate)
     lost = int(rec["summary"]["counts"].get("lost") or 0)
     if lost and not run.get("consumer", {}).get("foreign_records"):
-        rec["output_gaps"] = received_gaps(events / "received.parquet")
+        gaps = received_gaps(events / "received.parquet")
+        rec["output_gaps"] = None if gaps is None else gaps.as_dict()
     if lost:
         rec["loss_location"] = locate_loss(
             lost, stack.sql, str(run.get("run_id")), rec.get("output_gaps")

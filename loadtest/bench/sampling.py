@@ -15,6 +15,7 @@ from typing import Any
 from loadtest.bench.procstats import rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
+from loadtest.bench.records import Stall
 from loadtest.bench.stack import SAMPLE_SQL, NodeProcess
 
 SAMPLE_INTERVAL_S = 1.0
@@ -37,7 +38,7 @@ class Sampler(threading.Thread):
         self.samples: list[dict[str, Any]] = []
         self.rss_max_kb: dict[int, int] = {}
         self.stall_dir = stall_dir
-        self.stalls: list[dict[str, Any]] = []
+        self.stalls: list[Stall] = []
         self._watch = {n.index: StallWatch() for n in self.nodes}
         self._stop_event = threading.Event()
 
@@ -129,14 +130,7 @@ class Sampler(threading.Thread):
                 parts.append("== pg_stat_activity")
                 parts += [" | ".join("" if v is None else str(v) for v in row) for row in rows]
         path.write_text("\n".join(parts) + "\n")
-        self.stalls.append(
-            {
-                "node": node.index,
-                "t_ms": sample["t_ms"],
-                "overdue": sample.get("overdue"),
-                "file": path.name,
-            }
-        )
+        self.stalls.append(Stall(node.index, sample["t_ms"], sample.get("overdue"), path.name))
 
 
 STALL_SECONDS = 10.0

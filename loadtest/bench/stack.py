@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadtest.bench.records import Preload
+
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0
 SESSION_TIMEOUT_MS = "6000"
@@ -233,7 +235,7 @@ class Stack:
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True) as conn:
-            cur = conn.execute(statement, params)  # type: ignore[arg-type]
+            cur = conn.execute(statement, params)
             return cur.fetchall() if cur.description else []
 
     def postgres_version(self) -> str | None:
@@ -264,19 +266,19 @@ class Stack:
         self.sql("TRUNCATE chronos_messages")
         self.sql("DELETE FROM chronos_nodes")
 
-    def preload(self, rows: int, payload_bytes: int = 100) -> dict[str, Any]:
+    def preload(self, rows: int, payload_bytes: int = 100) -> Preload:
         started = time.monotonic()
         self.sql(PRELOAD_SQL, {"rows": rows, "value": b"p" * payload_bytes})
         inserted = time.monotonic() - started
         self.sql("VACUUM (ANALYZE) chronos_messages")
         self.sql("CHECKPOINT")
         size = self.sql("SELECT pg_total_relation_size('chronos_messages')")[0][0]
-        return {
-            "rows": rows,
-            "insert_s": round(inserted, 1),
-            "seconds": round(time.monotonic() - started, 1),
-            "table_mb": round(int(size) / MB, 1),
-        }
+        return Preload(
+            rows=rows,
+            insert_s=round(inserted, 1),
+            seconds=round(time.monotonic() - started, 1),
+            table_mb=round(int(size) / MB, 1),
+        )
 
     def node_settings(self, topics: Topics) -> Any:
         from chronos import settings as chronos_settings

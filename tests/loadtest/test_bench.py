@@ -25,6 +25,7 @@ from loadtest.bench import (
     promtext,
     sampling,
 )
+from loadtest.bench.records import BenchRecord
 from loadtest.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -197,10 +198,10 @@ def test_histogram_delta_and_nodes_summed() -> None:
     summary = promtext.histogram_summary(
         summed, promtext.histogram(before, name, statement="claim"), 10
     )
-    assert summary["count"] == 100 and summary["per_s"] == 10
-    assert summary["mean_ms"] == pytest.approx(5.16, abs=1e-3)
-    assert summary["p99_ms"] == pytest.approx(25.0)
-    assert promtext.histogram_summary(None, None)["mean_ms"] is None
+    assert summary.count == 100 and summary.per_s == 10
+    assert summary.mean_ms == pytest.approx(5.16, abs=1e-3)
+    assert summary.p99_ms == pytest.approx(25.0)
+    assert promtext.histogram_summary(None, None).mean_ms is None
 
 
 def test_quantile_in_the_inf_bucket_and_empty() -> None:
@@ -212,9 +213,9 @@ def test_quantile_in_the_inf_bucket_and_empty() -> None:
 def test_node_metrics_between_scrapes() -> None:
     before, after = _exposition(), _exposition() + "chronos_fired_messages_total 50.0\n"
     nm = promtext.node_metrics([before], [after], 10.0)
-    assert nm["statements"]["claim"]["count"] == 0
-    assert nm["counters"]["fired"] == 50
-    assert nm["counters"]["enqueued"] is None
+    assert nm.statements["claim"].count == 0
+    assert nm.counters["fired"] == 50
+    assert nm.counters["enqueued"] is None
 
 
 def test_parse_labels_with_escapes() -> None:
@@ -288,14 +289,16 @@ def test_steady_rates_and_due_not_fired() -> None:
     timeline[20]["fired"] = 400  # one slow second
     steady = figures.steady_rates(timeline, (11, 60))
     assert steady is not None
-    assert steady["seconds"] == 49 and steady["due_per_s"] == 1000
-    assert steady["fired_per_s"] == pytest.approx((48 * 1000 + 400) / 49, abs=0.1)
+    assert steady.seconds == 49 and steady.due_per_s == 1000
+    assert steady.fired_per_s == pytest.approx((48 * 1000 + 400) / 49, abs=0.1)
     assert figures.steady_rates(timeline, None) is None
     series = dict(figures.due_not_fired(timeline))
     assert series[19] == 0 and series[20] == 600 and series[69] == 600
 
 
-def _samples(start_ms: int, seconds: int, rows: Any, overdue: Any = 0, lag: float = 50):
+def _samples(
+    start_ms: int, seconds: int, rows: Any, overdue: Any = 0, lag: float = 50
+) -> list[dict[str, Any]]:
     return [
         {
             "t_ms": start_ms + 1000 * t,
@@ -320,9 +323,9 @@ def test_backlog_flat() -> None:
         window=(11, 60),
         timeline=_timeline(70, 10_000),
     )
-    assert verdict["growing"] is False
-    assert verdict["expected_rows"] == 65_000 and verdict["rows_at_send_end"] == 60_100
-    assert set(verdict["checks"]) == {
+    assert verdict.growing is False
+    assert verdict.expected_rows == 65_000 and verdict.rows_at_send_end == 60_100
+    assert set(verdict.checks) == {
         "rows_at_send_end",
         "consumer_lag_at_send_end",
         "rows_slope_per_s",
@@ -344,20 +347,20 @@ def test_backlog_growing_is_caught() -> None:
         window=(11, 60),
         timeline=_timeline(70, 10_000, 0.8),
     )
-    assert verdict["growing"] is True
-    checks = verdict["checks"]
-    assert not checks["rows_slope_per_s"]["ok"] and not checks["overdue_p90"]["ok"]
-    assert not checks["due_not_fired_at_send_end"]["ok"]
+    assert verdict.growing is True
+    checks = verdict.checks
+    assert not checks["rows_slope_per_s"].ok and not checks["overdue_p90"].ok
+    assert not checks["due_not_fired_at_send_end"].ok
     # A lagging intake alone (table flat, consumer lag large) also counts as growing.
     lagging = _samples(start, 62, lambda t: 1_000, lag=80_000)
     v2 = figures.backlog_verdict(
         lagging, send_start_ms=0, send_end_ms=60_000, rate=10_000, mean_delay_s=6.5, window=None
     )
-    assert v2["growing"] is True and not v2["checks"]["consumer_lag_at_send_end"]["ok"]
+    assert v2.growing is True and not v2.checks["consumer_lag_at_send_end"].ok
     assert (
         figures.backlog_verdict(
             [], send_start_ms=0, send_end_ms=1, rate=1, mean_delay_s=1, window=None
-        )["growing"]
+        ).growing
         is None
     )
 
@@ -436,23 +439,28 @@ def _canned_bench() -> dict[str, Any]:
     }
 
 
+def _evaluate(bench_dict: dict[str, Any]) -> list[dict[str, Any]]:
+    """The target rows as bench.json holds them."""
+    return [r.as_dict() for r in evaluation.evaluate(BenchRecord.from_dict(bench_dict))]
+
+
 def _results(bench_dict: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
-    return {(r["scenario"], r["target"]): r["pass"] for r in evaluation.evaluate(bench_dict)}
+    return {(r["scenario"], r["target"]): r["pass"] for r in _evaluate(bench_dict)}
 
 
 def test_evaluate_all_pass() -> None:
-    rows = evaluation.evaluate(_canned_bench())
+    rows = _evaluate(_canned_bench())
     verdicts = [r["pass"] for r in rows if r["scenario"] != "ceiling"]
     assert verdicts and all(v is True for v in verdicts), rows
     ratio = next(r for r in rows if "x ceiling" in r["target"])
     assert ratio["scenario"] == "saturate" and "0.74" in ratio["measured"]
-    assert evaluation.capacity(_canned_bench()) == (18_500.0, "saturate")
+    assert evaluation.capacity(BenchRecord.from_dict(_canned_bench())) == (18_500.0, "saturate")
 
 
 def _failing(mutate: Any) -> list[dict[str, Any]]:
     data = copy.deepcopy(_canned_bench())
     mutate({r["name"]: r for r in data["scenarios"]})
-    return [r for r in evaluation.evaluate(data) if r["pass"] is False]
+    return [r for r in _evaluate(data) if r["pass"] is False]
 
 
 def test_evaluate_failures() -> None:
@@ -519,10 +527,10 @@ def test_evaluate_failures() -> None:
 def test_ratio_without_saturate_is_a_lower_bound() -> None:
     data = _canned_bench()
     data["scenarios"] = [r for r in data["scenarios"] if r["kind"] != "saturate"]
-    ratio = next(r for r in evaluation.evaluate(data) if "x ceiling" in r["target"])
+    ratio = next(r for r in _evaluate(data) if "x ceiling" in r["target"])
     assert ratio["scenario"] == "sustained" and ratio["pass"] is None  # 0.40: not shown
     data["scenarios"][0]["result"]["ceiling_msg_per_s"] = 12_000.0
-    ratio = next(r for r in evaluation.evaluate(data) if "x ceiling" in r["target"])
+    ratio = next(r for r in _evaluate(data) if "x ceiling" in r["target"])
     assert ratio["pass"] is True  # even the offered-limited rate clears 0.7 x
 
 
@@ -555,7 +563,8 @@ thread (103): chronos-intake;Thread._bootstrap (threading.py:1002);f (/x/lib/pyt
 
 
 def test_aggregate_profile() -> None:
-    prof = profiles.aggregate_profile(RAW_PROFILE)
+    profile = profiles.aggregate_profile(RAW_PROFILE)
+    prof = profile.as_dict()
     assert prof["samples"] == 100
     selfs = {i["function"]: i["samples"] for i in prof["self"]}
     assert selfs == {
@@ -574,7 +583,7 @@ def test_aggregate_profile() -> None:
         "percent": 40.0,
     }
     assert prof["threads"]["thread (101): chronos-firing"] == 40
-    text = profiles.profile_text(prof)
+    text = profiles.profile_text(profile)
     assert "decode_headers (chronos/protocol.py)" in text and text.startswith("100 samples")
 
 
@@ -648,11 +657,11 @@ def test_stall_watch() -> None:
 def test_offset_gaps() -> None:
     records = [("out", 0, o) for o in range(100) if not 40 <= o <= 45]
     records += [("out", 4, o) for o in (5, 3, 4, 9)] + [("dl", 0, 7)]
-    gaps = figures.offset_gaps(records)
+    gaps = figures.offset_gaps(records).as_dict()
     assert gaps["missing"] == 6 + 3 and gaps["gap_count"] == 2
     assert gaps["gaps"][0] == {"topic": "out", "partition": 0, "first": 40, "last": 45, "count": 6}
     assert gaps["gaps"][1]["first"] == 6 and gaps["gaps"][1]["last"] == 8
-    assert figures.offset_gaps([])["missing"] == 0
+    assert figures.offset_gaps([]).missing == 0
 
 
 def test_loss_attributed_to_offset_holes() -> None:
@@ -660,7 +669,7 @@ def test_loss_attributed_to_offset_holes() -> None:
     rec = next(r for r in data["scenarios"] if r["name"] == "sustained2")
     rec["summary"]["counts"]["lost"] = 361
     rec["output_gaps"] = {"missing": 361, "gaps": [], "gap_count": 2}
-    row = next(r for r in evaluation.evaluate(data) if r["target"].startswith("no message lost"))
+    row = next(r for r in _evaluate(data) if r["target"].startswith("no message lost"))
     assert row["pass"] is False and row["measured"] == "sustained2: 361 lost"
     assert "361 lost are holes" in row["note"]
 
@@ -682,7 +691,7 @@ def test_precision_notes_blame_the_stack_when_the_relay_misses_too() -> None:
     relay = _scenario("relay", "relay")
     relay["summary"]["lateness_ms"].update(p99=15_051.0, p99_9=16_000.0)
     data["scenarios"].insert(4, relay)
-    rows = evaluation.evaluate(data)
+    rows = _evaluate(data)
     floor = next(r for r in rows if r["scenario"] == "relay")
     assert floor["pass"] is None and "15,051.0" in floor["measured"]
     p99 = next(r for r in rows if r["scenario"] == "precision" and "p99 " in r["target"])
@@ -719,4 +728,4 @@ def test_histogram_with_negative_buckets() -> None:
     assert late.quantile(0.5) == pytest.approx(-0.05 + 0.025 * (50 - 1) / 90)
     assert late.quantile(0.99) == pytest.approx(0.005 + 0.005 * 8 / 9)
     summary = promtext.histogram_summary(late, None)
-    assert summary["p99_ms"] == pytest.approx(9.444, abs=1e-3)
+    assert summary.p99_ms == pytest.approx(9.444, abs=1e-3)
