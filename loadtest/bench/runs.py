@@ -22,8 +22,9 @@ from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.procstats import cpu_delta, cpu_snapshot, hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
+from loadtest.bench.records import CpuUsage
 from loadtest.bench.sampling import Sampler
-from loadtest.bench.stack import Stack, clean_env, launch
+from loadtest.bench.stack import NodeProcess, Stack, Topics, clean_env, launch
 from loadtest.delivery import locate_loss
 from loadtest.scenarios import Scenario, Workload
 
@@ -105,9 +106,9 @@ def _wait_child(proc: subprocess.Popen[bytes], what: str) -> int:
 
 
 def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -> dict[str, Any]:
+    """One load against fresh nodes: its record for bench.json (``status`` ok), or an error."""
     assert scenario.workload is not None
     w = scenario.workload
-    stack = ctx.stack
     sdir = ctx.out / scenario.name
     sdir.mkdir(parents=True, exist_ok=True)
     rate = _offered_rate(scenario, ceiling)
@@ -118,6 +119,42 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         "load": w.describe(rate),
     }
     tag = f"[{scenario.name}]"
+    topics, nodes = _start(ctx.stack, scenario, sdir, rec)
+    rec["node_pids"] = [n.pid for n in nodes]
+    say(
+        f"{tag} {len(nodes)} node(s) ready (pid {', '.join(str(n.pid) for n in nodes)}); "
+        f"sending {w.describe(rate)}"
+    )
+    events = sdir / "events"
+    advance = int(nodes[0].settings.timing_advance_ms)
+    harness_argv = _harness_argv(ctx.stack, topics, w, rate, advance, events)
+    rec["harness_command"] = "python " + shlex.join(harness_argv)
+    load = _run_load(ctx, scenario, sdir, nodes, harness_argv)
+    _record_load(rec, load, nodes, sdir)
+    if load.sampler.stalls:
+        say(f"{tag} node stalled: see {', '.join(s.file for s in load.sampler.stalls)}")
+    if load.returncode != 0:
+        raise RuntimeError(
+            f"the load generator exited with {load.returncode}; see {sdir / 'harness.log'}"
+        )
+
+    say(f"{tag} load done in {load.elapsed:.0f} s; analysing")
+    summary, run = _analyse(ctx, scenario.name, events, sdir)
+    fill_from_summary(rec, scenario, summary, run, load.sampler.samples, rate)
+    _locate_loss(rec, ctx.stack, run, events)
+    rec["files"] = _files(scenario.name, sdir)
+    _plot_stack(sdir / "stack.png", load.sampler.samples, run, scenario)
+    if (sdir / "stack.png").exists():
+        rec["files"]["stack timeline"] = f"{scenario.name}/stack.png"
+    rec["status"] = "ok"
+    return rec
+
+
+def _start(
+    stack: Stack, scenario: Scenario, sdir: Path, rec: dict[str, Any]
+) -> tuple[Topics, list[NodeProcess]]:
+    """An empty broker and table (pre-loaded if the scenario says so), then its nodes, ready."""
+    tag = f"[{scenario.name}]"
     stack.fresh_broker()
     topics = stack.topics(scenario.name)
     stack.reset_table()
@@ -127,18 +164,17 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         rec["preload"] = preload.as_dict()
         say(f"{tag} pre-loaded in {preload.seconds} s ({preload.table_mb or 0:,.0f} MB)")
     if scenario.kind == "relay":
-        nodes = [stack.start_relay(topics, sdir)]
-    else:
-        nodes = stack.start_nodes(scenario.nodes, topics, sdir)
-        stack.wait_ready(nodes, topics)
-    rec["node_pids"] = [n.pid for n in nodes]
-    advance = int(nodes[0].settings.timing_advance_ms)
-    say(
-        f"{tag} {len(nodes)} node(s) ready (pid {', '.join(str(n.pid) for n in nodes)}); "
-        f"sending {w.describe(rate)}"
-    )
-    events = sdir / "events"
-    harness_argv = [
+        return topics, [stack.start_relay(topics, sdir)]
+    nodes = stack.start_nodes(scenario.nodes, topics, sdir)
+    stack.wait_ready(nodes, topics)
+    return topics, nodes
+
+
+def _harness_argv(
+    stack: Stack, topics: Topics, w: Workload, rate: float, advance: int, events: Path
+) -> list[str]:
+    """``python -m loadtest run`` for this load, recording into ``events``."""
+    return [
         "-m",
         "loadtest",
         "run",
@@ -158,7 +194,30 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         "--out",
         str(events),
     ]
-    rec["harness_command"] = "python " + shlex.join(harness_argv)
+
+
+@dataclass
+class LoadRun:
+    """What was measured around one run of the load generator."""
+
+    returncode: int
+    elapsed: float
+    load_before: tuple[float, float, float]
+    cpu: CpuUsage
+    metrics_before: list[str]
+    metrics_after: list[str]
+    hwm_kb: dict[int, int | None]
+    exit_codes: dict[int, int | None]
+    sampler: Sampler
+    profiler: Profiler | None
+
+
+def _run_load(
+    ctx: Context, scenario: Scenario, sdir: Path, nodes: Sequence[NodeProcess], argv: list[str]
+) -> LoadRun:
+    """The load generator with the sampler (and the profiler) running; the nodes stopped."""
+    assert scenario.workload is not None
+    stack = ctx.stack
     metrics_before = [n.metrics_text() for n in nodes]
     pids = {n.index: n.pid for n in nodes}
     cpu_before = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
@@ -167,14 +226,13 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     sampler.start()
     profiler: Profiler | None = None
     if scenario.name in ctx.profile or scenario.kind in ctx.profile:
-        profiler = Profiler(
-            nodes[0].pid, _profile_start_s(w) + 1.5, ctx.profile_seconds, sdir / "profile-node0.raw"
-        )
+        start_s = _profile_start_s(scenario.workload) + 1.5
+        profiler = Profiler(nodes[0].pid, start_s, ctx.profile_seconds, sdir / "profile-node0.raw")
         profiler.start()
     started = time.monotonic()
     try:
         harness = launch(
-            harness_argv,
+            argv,
             log_path=sdir / "harness.log",
             env=clean_env(),
             death_signal=signal.SIGTERM,
@@ -189,45 +247,65 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
             profiler.stop()
         sampler.stop()
         exit_codes = stack.stop_nodes()
-    rec["harness"] = {"returncode": code, "elapsed_s": round(elapsed, 1)}
+    return LoadRun(
+        returncode=code,
+        elapsed=elapsed,
+        load_before=load_before,
+        cpu=cpu_delta(cpu_before, cpu_after),
+        metrics_before=metrics_before,
+        metrics_after=metrics_after,
+        hwm_kb=hwm,
+        exit_codes=exit_codes,
+        sampler=sampler,
+        profiler=profiler,
+    )
+
+
+def _record_load(
+    rec: dict[str, Any], load: LoadRun, nodes: Sequence[NodeProcess], sdir: Path
+) -> None:
+    """The load's figures into the record; the scrapes and the samples into ``sdir``."""
+    rec["harness"] = {"returncode": load.returncode, "elapsed_s": round(load.elapsed, 1)}
     rec["loadavg"] = {
-        "start": [round(x, 2) for x in load_before],
+        "start": [round(x, 2) for x in load.load_before],
         "end": [round(x, 2) for x in os.getloadavg()],
     }
-    cpu = cpu_delta(cpu_before, cpu_after)
-    rec["cpu"] = cpu.as_dict()
-    for i, (first, text) in enumerate(zip(metrics_before, metrics_after, strict=True)):
+    rec["cpu"] = load.cpu.as_dict()
+    pairs = zip(load.metrics_before, load.metrics_after, strict=True)
+    for i, (first, text) in enumerate(pairs):
         (sdir / f"metrics-before-node{i}.txt").write_text(first)
         (sdir / f"metrics-node{i}.txt").write_text(text)
-    nm = node_metrics(metrics_before, metrics_after, elapsed)
+    nm = node_metrics(load.metrics_before, load.metrics_after, load.elapsed)
     rec["claim"] = nm.claim.as_dict()
     rec["statements"] = nm.statements_dict()
     rec["node_counters"] = dict(nm.counters)
     rec["node_lateness"] = nm.node_lateness.as_dict()
-    rec["nodes_stats"] = []
-    for n in nodes:
-        peak = max(sampler.rss_max_kb.get(n.index, 0), hwm.get(n.index) or 0)
-        rec["nodes_stats"].append(
-            {
-                "index": n.index,
-                "pid": n.pid,
-                "rss_max_mb": round(peak / 1024, 1),
-                "rss_sampled_max_mb": round(sampler.rss_max_kb.get(n.index, 0) / 1024, 1),
-                "cpu_s": cpu.per_node_s.get(str(n.index)),
-                "exit_code": exit_codes.get(n.index),
-            }
-        )
+    sampled = load.sampler.rss_max_kb
+    rec["nodes_stats"] = [
+        {
+            "index": n.index,
+            "pid": n.pid,
+            "rss_max_mb": round(
+                max(sampled.get(n.index, 0), load.hwm_kb.get(n.index) or 0) / 1024, 1
+            ),
+            "rss_sampled_max_mb": round(sampled.get(n.index, 0) / 1024, 1),
+            "cpu_s": load.cpu.per_node_s.get(str(n.index)),
+            "exit_code": load.exit_codes.get(n.index),
+        }
+        for n in nodes
+    ]
     rec["rss_max_mb"] = max((s["rss_max_mb"] for s in rec["nodes_stats"]), default=None)
-    (sdir / "samples.json").write_text(json.dumps(sampler.samples) + "\n")
-    if sampler.stalls:
-        rec["stalls"] = [s.as_dict() for s in sampler.stalls]
-        say(f"{tag} node stalled: see {', '.join(s.file for s in sampler.stalls)}")
-    if profiler is not None:
-        rec["profile"] = finish_profile(profiler, sdir).as_dict()
-    if code != 0:
-        raise RuntimeError(f"the load generator exited with {code}; see {sdir / 'harness.log'}")
+    (sdir / "samples.json").write_text(json.dumps(load.sampler.samples) + "\n")
+    if load.sampler.stalls:
+        rec["stalls"] = [s.as_dict() for s in load.sampler.stalls]
+    if load.profiler is not None:
+        rec["profile"] = finish_profile(load.profiler, sdir).as_dict()
 
-    say(f"{tag} load done in {elapsed:.0f} s; analysing")
+
+def _analyse(
+    ctx: Context, name: str, events: Path, sdir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``python -m loadtest analyze`` on the recorded events: its summary and the run.json."""
     analyze_argv = [
         "-m",
         "loadtest",
@@ -241,12 +319,16 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     analysis = launch(
         analyze_argv, log_path=sdir / "analyze.log", env=clean_env(), death_signal=signal.SIGTERM
     )
-    acode = _wait_child(analysis, f"the analysis of {scenario.name}")
+    acode = _wait_child(analysis, f"the analysis of {name}")
     if acode != 0:
         raise RuntimeError(f"the analysis exited with {acode}; see {sdir / 'analyze.log'}")
     summary = json.loads((sdir / "summary.json").read_text())
     run = json.loads((events / "run.json").read_text())
-    fill_from_summary(rec, scenario, summary, run, sampler.samples, rate)
+    return summary, run
+
+
+def _locate_loss(rec: dict[str, Any], stack: Stack, run: dict[str, Any], events: Path) -> None:
+    """When messages were lost: holes in the output offsets, rows still in the table."""
     lost = int(rec["summary"]["counts"].get("lost") or 0)
     if lost and not run.get("consumer", {}).get("foreign_records"):
         gaps = received_gaps(events / "received.parquet")
@@ -255,12 +337,6 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         rec["loss_location"] = locate_loss(
             lost, stack.sql, str(run.get("run_id")), rec.get("output_gaps")
         ).as_dict()
-    rec["files"] = _files(scenario.name, sdir)
-    _plot_stack(sdir / "stack.png", sampler.samples, run, scenario)
-    if (sdir / "stack.png").exists():
-        rec["files"]["stack timeline"] = f"{scenario.name}/stack.png"
-    rec["status"] = "ok"
-    return rec
 
 
 def _files(name: str, sdir: Path) -> dict[str, str]:
