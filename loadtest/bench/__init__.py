@@ -28,8 +28,10 @@ machine facts, with links to each scenario's report.
 
 
 The parts: ``driver`` (the command), ``runs`` (one scenario), ``stack`` (the processes),
-``sampling`` (the per-second sampler), ``procstats`` (CPU and memory), ``promtext`` (the nodes'
-``/metrics``), ``figures`` (derived figures), ``evaluation`` (the verdicts), ``report``
+``sampling`` (the per-second sampler), ``procstats`` (CPU and memory, with psutil),
+``promtext`` (the nodes' ``/metrics``, with prometheus_client's parser), ``figures`` (figures
+derived from the analysis and the samples), ``results`` (those figures as types), ``records``
+(``bench.json`` read back as types), ``evaluation`` (the verdicts), ``report``
 (``BENCHMARK.md``) and ``profiles`` (py-spy).
 """
 

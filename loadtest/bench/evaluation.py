@@ -4,7 +4,8 @@ as the rows of the headline table."""
 from __future__ import annotations
 
 from loadtest import scenarios as sc
-from loadtest.bench.records import BenchRecord, Drain, Lateness, ScenarioRecord
+from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
+from loadtest.bench.results import Drain
 from loadtest.delivery import Row, late_text, scenario_delivery_rows
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest import scenarios as sc
-from loadtest.bench.records import (
+from loadtest.bench.results import (
     BacklogVerdict,
     Check,
     Drain,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtest.bench.records import CpuUsage
+from loadtest.bench.results import CpuUsage
 
 KB = 1024
 

@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from loadtest.bench.records import Profile, RankedFunction
+from loadtest.bench.results import Profile, RankedFunction
 
 TOP_FUNCTIONS = 30
 

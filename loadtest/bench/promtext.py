@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.bench.records import NodeMetrics, StatementStats
+from loadtest.bench.results import NodeMetrics, StatementStats
 
 
 @dataclass(frozen=True)

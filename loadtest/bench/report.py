@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from loadtest.bench.evaluation import capacity, ceiling_rate, fmt
-from loadtest.bench.records import BenchRecord, Intake, Lateness, ScenarioRecord
+from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
+from loadtest.bench.results import Intake
 from loadtest.bench.sampling import STALL_SECONDS
 
 

@@ -22,7 +22,7 @@ from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.procstats import cpu_delta, cpu_snapshot, hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
-from loadtest.bench.records import CpuUsage
+from loadtest.bench.results import CpuUsage
 from loadtest.bench.sampling import Sampler
 from loadtest.bench.stack import NodeProcess, Stack, Topics, clean_env, launch
 from loadtest.delivery import locate_loss

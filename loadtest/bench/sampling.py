@@ -15,7 +15,7 @@ from typing import Any
 from loadtest.bench.procstats import rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
-from loadtest.bench.records import Stall
+from loadtest.bench.results import Stall
 from loadtest.bench.stack import SAMPLE_SQL, NodeProcess
 
 SAMPLE_INTERVAL_S = 1.0

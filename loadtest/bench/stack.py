@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.records import Preload
+from loadtest.bench.results import Preload
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest.bench import records as r
+from loadtest.bench import records
+from loadtest.bench import results as r
 from loadtest.delivery import Row
 
 
@@ -67,7 +68,7 @@ def test_profile_and_cpu_round_trip() -> None:
 
 def test_sparse_records_read_as_not_measured() -> None:
     """Older or failed runs lack figures: they read as None, never as an error."""
-    bench = r.BenchRecord.from_dict(
+    bench = records.BenchRecord.from_dict(
         {
             "scenarios": [
                 {"name": "burst", "kind": "burst", "status": "failed", "error": "node exited"},
