@@ -16,6 +16,7 @@ from loadtest.bench.results import (
     Intake,
     OffsetGap,
     OffsetGaps,
+    StackSample,
     SteadyRates,
 )
 from loadtest.scenarios import Scenario
@@ -117,7 +118,7 @@ def _slope(points: Sequence[tuple[float, float]]) -> float | None:
 
 
 def backlog_verdict(
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[StackSample],
     *,
     send_start_ms: int,
     send_end_ms: int,
@@ -137,7 +138,7 @@ def backlog_verdict(
     A check without data is skipped.
     """
     expected = rate * mean_delay_s
-    sending = [s for s in samples if send_start_ms <= s["t_ms"] <= send_end_ms]
+    sending = [s for s in samples if send_start_ms <= s.t_ms <= send_end_ms]
     at_end = sending[-1] if sending else None
     checks: dict[str, Check] = {}
 
@@ -146,23 +147,21 @@ def backlog_verdict(
             return
         checks[name] = Check(round(value, 2), round(limit, 2), value <= limit)
 
-    rows_end = None if at_end is None else _rows(at_end)
+    rows_end = None if at_end is None else at_end.rows
     check("rows_at_send_end", rows_end, sc.BACKLOG_TABLE_FACTOR * expected + rate)
-    lag_end = None if at_end is None else at_end.get("consumer_lag")
+    lag_end = None if at_end is None else at_end.consumer_lag
     check("consumer_lag_at_send_end", lag_end, sc.BACKLOG_LAG_SECONDS * rate)
-    steady: list[dict[str, Any]] = []
+    steady: list[StackSample] = []
     if window is not None:
         lo_ms = send_start_ms + window[0] * 1000
         hi_ms = send_start_ms + window[1] * 1000
-        steady = [s for s in samples if lo_ms <= s["t_ms"] <= hi_ms]
+        steady = [s for s in samples if lo_ms <= s.t_ms <= hi_ms]
     points = [
-        ((s["t_ms"] - send_start_ms) / 1000, float(r))
-        for s in steady
-        if (r := _rows(s)) is not None
+        ((s.t_ms - send_start_ms) / 1000, float(r)) for s in steady if (r := s.rows) is not None
     ]
     slope = _slope(points)
     check("rows_slope_per_s", slope, 0.05 * rate)
-    overdue = [float(s["overdue"]) for s in steady if s.get("overdue") is not None]
+    overdue = [float(o) for s in steady if (o := s.overdue) is not None]
     check("overdue_p90", _percentile(overdue, 0.9), sc.BACKLOG_OVERDUE_SECONDS * rate)
     e2e = None
     if timeline:
@@ -173,19 +172,11 @@ def backlog_verdict(
     return BacklogVerdict(
         expected_rows=round(expected),
         rows_at_send_end=rows_end,
-        max_rows=max((r for s in sending if (r := _rows(s)) is not None), default=None),
-        max_overdue=max(
-            (s["overdue"] for s in sending if s.get("overdue") is not None), default=None
-        ),
+        max_rows=max((r for s in sending if (r := s.rows) is not None), default=None),
+        max_overdue=max((o for s in sending if (o := s.overdue) is not None), default=None),
         checks=checks,
         growing=any(not c.ok for c in checks.values()) if checks else None,
     )
-
-
-def _rows(sample: dict[str, Any]) -> int | None:
-    if sample.get("waiting") is None or sample.get("claimed") is None:
-        return None
-    return int(sample["waiting"]) + int(sample["claimed"])
 
 
 def _summary_subset(summary: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +203,7 @@ def fill_from_summary(
     scenario: Scenario,
     summary: dict[str, Any],
     run: dict[str, Any],
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[StackSample],
     rate: float,
 ) -> None:
     """The figures derived from the analysis and the samples (pure: unit-tested)."""
@@ -257,8 +248,8 @@ def fill_from_summary(
             rate_per_s=round(fired / seconds, 1) if seconds else None,
         ).as_dict()
         target = 0.999 * w.messages
-        stored = next((s for s in samples if (r := _rows(s)) is not None and r >= target), None)
-        after = None if stored is None else round((stored["t_ms"] - start_ms) / 1000, 1)
+        stored = next((s for s in samples if (r := s.rows) is not None and r >= target), None)
+        after = None if stored is None else round((stored.t_ms - start_ms) / 1000, 1)
         rec["intake"] = Intake(
             stored_after_s=after,
             rate_per_s=round(w.messages / after, 1) if after else None,

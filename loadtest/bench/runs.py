@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +22,7 @@ from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.procstats import cpu_delta, cpu_snapshot, hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
-from loadtest.bench.results import CpuUsage
+from loadtest.bench.results import CpuUsage, StackSample
 from loadtest.bench.sampling import Sampler
 from loadtest.bench.stack import NodeProcess, Stack, Topics, clean_env, launch
 from loadtest.delivery import locate_loss
@@ -295,7 +295,8 @@ def _record_load(
         for n in nodes
     ]
     rec["rss_max_mb"] = max((s["rss_max_mb"] for s in rec["nodes_stats"]), default=None)
-    (sdir / "samples.json").write_text(json.dumps(load.sampler.samples) + "\n")
+    samples = [s.as_dict() for s in load.sampler.samples]
+    (sdir / "samples.json").write_text(json.dumps(samples) + "\n")
     if load.sampler.stalls:
         rec["stalls"] = [s.as_dict() for s in load.sampler.stalls]
     if load.profiler is not None:
@@ -363,7 +364,7 @@ def _files(name: str, sdir: Path) -> dict[str, str]:
 
 
 def _plot_stack(
-    path: Path, samples: Sequence[dict[str, Any]], run: dict[str, Any], scenario: Scenario
+    path: Path, samples: Sequence[StackSample], run: dict[str, Any], scenario: Scenario
 ) -> None:
     if not samples:
         return
@@ -374,17 +375,18 @@ def _plot_stack(
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    start = int(run.get("start_ms") or samples[0]["t_ms"])
+    start = int(run.get("start_ms") or samples[0].t_ms)
     end = run.get("producer", {}).get("end_ms")
-    xs = [(s["t_ms"] - start) / 1000 for s in samples]
+    xs = [(s.t_ms - start) / 1000 for s in samples]
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    for key, label in (
-        ("waiting", "waiting rows"),
-        ("claimed", "claimed rows"),
-        ("overdue", "overdue rows"),
-        ("consumer_lag", "consumer lag"),
-    ):
-        ys = [s.get(key) for s in samples]
+    series: tuple[tuple[str, Callable[[StackSample], float | None]], ...] = (
+        ("waiting rows", lambda s: None if s.table is None else s.table.waiting),
+        ("claimed rows", lambda s: None if s.table is None else s.table.claimed),
+        ("overdue rows", lambda s: s.overdue),
+        ("consumer lag", lambda s: s.consumer_lag),
+    )
+    for label, value in series:
+        ys = [value(s) for s in samples]
         if any(y is not None for y in ys):
             ax.plot(xs, [float("nan") if y is None else y for y in ys], label=label)
     ax.set_xlabel("seconds since the first send")
@@ -393,7 +395,7 @@ def _plot_stack(
         ax.axvline((int(end) - start) / 1000, color="grey", linestyle="--", linewidth=1)
     ax2 = ax.twinx()
     for i in range(scenario.nodes):
-        ys = [s.get(f"rss_mb_{i}") for s in samples]
+        ys = [s.rss_mb.get(i) for s in samples]
         ax2.plot(
             xs,
             [float("nan") if y is None else y for y in ys],

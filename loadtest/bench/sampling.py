@@ -15,7 +15,7 @@ from typing import Any
 from loadtest.bench.procstats import rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
-from loadtest.bench.results import Stall
+from loadtest.bench.results import StackSample, Stall, TableCounts
 from loadtest.bench.stack import SAMPLE_SQL, NodeProcess
 
 SAMPLE_INTERVAL_S = 1.0
@@ -35,7 +35,7 @@ class Sampler(threading.Thread):
         self.url = url
         self.nodes = list(nodes)
         self.interval = interval
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[StackSample] = []
         self.rss_max_kb: dict[int, int] = {}
         self.stall_dir = stall_dir
         self.stalls: list[Stall] = []
@@ -52,21 +52,16 @@ class Sampler(threading.Thread):
         conn: Any = None
         next_at = time.monotonic()
         while not self._stop_event.is_set():
-            sample: dict[str, Any] = {
-                "t_ms": int(time.time() * 1000),
-                "load1": round(os.getloadavg()[0], 2),
-            }
-            for node in self.nodes:
-                rss = rss_kb(node.pid)
-                sample[f"rss_mb_{node.index}"] = None if rss is None else round(rss / 1024, 1)
-                if rss is not None:
-                    self.rss_max_kb[node.index] = max(self.rss_max_kb.get(node.index, 0), rss)
+            t_ms = int(time.time() * 1000)
+            load1 = round(os.getloadavg()[0], 2)
+            rss_mb = self._rss_mb()
+            table: TableCounts | None = None
             try:
                 if conn is None:
                     conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
                     conn.execute("SET statement_timeout = '5s'")
                 row = conn.execute(SAMPLE_SQL).fetchone()
-                sample.update(
+                table = TableCounts(
                     waiting=row[0],
                     claimed=row[1],
                     overdue=row[2],
@@ -77,6 +72,7 @@ class Sampler(threading.Thread):
                     if conn is not None:
                         conn.close()
                 conn = None
+            overdue = None if table is None else table.overdue
             lag = in_flight = 0.0
             scraped = False
             for node in self.nodes:
@@ -88,27 +84,36 @@ class Sampler(threading.Thread):
                     lag += value
                     scraped = True
                 in_flight += held or 0.0
-                t = sample["t_ms"] / 1000
-                if self._watch[node.index].stalled(t, fired, sample.get("overdue")):
-                    self._record_stall(node, conn, sample)
-            sample["consumer_lag"] = lag if scraped else None
-            sample["in_flight"] = in_flight
-            self.samples.append(sample)
+                if self._watch[node.index].stalled(t_ms / 1000, fired, overdue):
+                    self._record_stall(node, conn, t_ms, overdue)
+            self.samples.append(
+                StackSample(t_ms, load1, rss_mb, table, lag if scraped else None, in_flight)
+            )
             next_at += self.interval
             self._stop_event.wait(max(0.0, next_at - time.monotonic()))
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
 
-    def _record_stall(self, node: NodeProcess, conn: Any, sample: dict[str, Any]) -> None:
+    def _rss_mb(self) -> dict[int, float | None]:
+        """Each node's RSS now; the largest seen is kept in ``rss_max_kb``."""
+        out: dict[int, float | None] = {}
+        for node in self.nodes:
+            rss = rss_kb(node.pid)
+            out[node.index] = None if rss is None else round(rss / 1024, 1)
+            if rss is not None:
+                self.rss_max_kb[node.index] = max(self.rss_max_kb.get(node.index, 0), rss)
+        return out
+
+    def _record_stall(self, node: NodeProcess, conn: Any, t_ms: int, overdue: int | None) -> None:
         """The node fires nothing while rows are overdue: keep its thread stacks and what the
         database sessions are doing, for whoever investigates."""
         if self.stall_dir is None:
             return
         path = self.stall_dir / f"stall-node{node.index}.txt"
         parts = [
-            f"stall of node {node.index} (pid {node.pid}) at {sample['t_ms']} ms: "
-            f"no message fired for {STALL_SECONDS:.0f} s while {sample.get('overdue')} "
+            f"stall of node {node.index} (pid {node.pid}) at {t_ms} ms: "
+            f"no message fired for {STALL_SECONDS:.0f} s while {overdue} "
             "rows are overdue",
             "",
         ]
@@ -130,7 +135,7 @@ class Sampler(threading.Thread):
                 parts.append("== pg_stat_activity")
                 parts += [" | ".join("" if v is None else str(v) for v in row) for row in rows]
         path.write_text("\n".join(parts) + "\n")
-        self.stalls.append(Stall(node.index, sample["t_ms"], sample.get("overdue"), path.name))
+        self.stalls.append(Stall(node.index, t_ms, overdue, path.name))
 
 
 STALL_SECONDS = 10.0

@@ -26,6 +26,7 @@ from loadtest.bench import (
     sampling,
 )
 from loadtest.bench.records import BenchRecord
+from loadtest.bench.results import StackSample, TableCounts
 from loadtest.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -298,15 +299,17 @@ def test_steady_rates_and_due_not_fired() -> None:
 
 def _samples(
     start_ms: int, seconds: int, rows: Any, overdue: Any = 0, lag: float = 50
-) -> list[dict[str, Any]]:
+) -> list[StackSample]:
     return [
-        {
-            "t_ms": start_ms + 1000 * t,
-            "waiting": rows(t),
-            "claimed": 100,
-            "overdue": overdue(t) if callable(overdue) else overdue,
-            "consumer_lag": lag,
-        }
+        StackSample(
+            t_ms=start_ms + 1000 * t,
+            table=TableCounts(
+                waiting=rows(t),
+                claimed=100,
+                overdue=overdue(t) if callable(overdue) else overdue,
+            ),
+            consumer_lag=lag,
+        )
         for t in range(seconds)
     ]
 
@@ -373,7 +376,7 @@ def test_fill_from_summary_burst() -> None:
         "throughput": {"timeline": []},
     }
     run = {"start_ms": 0, "producer": {"start_ms": 0, "end_ms": 50_000, "achieved_rate": 2e4}}
-    samples = [{"t_ms": t * 1000, "waiting": 12_000 * t, "claimed": 0} for t in range(100)]
+    samples = [StackSample(t * 1000, table=TableCounts(12_000 * t, 0, None)) for t in range(100)]
     rec: dict[str, Any] = {}
     figures.fill_from_summary(rec, scenario, summary, run, samples, 20_000)
     assert rec["drain"]["rate_per_s"] == 25_000 and rec["drain"]["seconds"] == 40

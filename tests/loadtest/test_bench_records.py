@@ -84,3 +84,27 @@ def test_sparse_records_read_as_not_measured() -> None:
     assert ceiling.ok and ceiling.ceiling_msg_per_s is None
     assert bench.targets == [Row("all", "t", "m", None, "")]
     assert bench.started == "?" and bench.command == "" and not bench.quick
+
+
+def test_stack_sample_writes_the_samples_json_line() -> None:
+    line = {
+        "t_ms": 1_000,
+        "load1": 1.5,
+        "rss_mb_0": 80.5,
+        "rss_mb_1": None,
+        "waiting": 60_000,
+        "claimed": 100,
+        "overdue": 3,
+        "oldest_overdue_s": 0.25,
+        "consumer_lag": 12.0,
+        "in_flight": 4.0,
+    }
+    sample = r.StackSample.from_dict(line)
+    assert sample.as_dict() == line and list(sample.as_dict()) == list(line)
+    assert sample.rows == 60_100 and sample.overdue == 3 and sample.rss_mb == {0: 80.5, 1: None}
+    # The database did not answer: no table keys at all, and no rows.
+    missed = {k: v for k, v in line.items() if k not in ("waiting", "claimed", "overdue")}
+    del missed["oldest_overdue_s"]
+    unanswered = r.StackSample.from_dict(missed)
+    assert unanswered.table is None and unanswered.rows is None
+    assert unanswered.as_dict() == missed
