@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
-
-from chronos.errors import StoreError
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class Backoff:
@@ -28,9 +19,6 @@ class Backoff:
         delay = min(self.cap, self.initial * (2**self.attempt))
         self.attempt += 1
         return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class Loop:
@@ -57,25 +45,3 @@ class Loop:
 
     def run(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    def retry_store(self, operation: str, call: Callable[[], T]) -> T | None:
-        """Call ``call`` until it succeeds, backing off on StoreError; None if stopping."""
-        from chronos import metrics
-
-        backoff = Backoff()
-        while True:
-            self.alive_at = time.monotonic()  # retrying an outage is progress; a hang is not
-            try:
-                return call()
-            except StoreError as exc:
-                metrics.DATABASE_ERRORS.labels(operation).inc()
-                delay = backoff.next_delay()
-                log.warning(
-                    "%s: database error, retrying in %.2fs: %s",
-                    self.name,
-                    delay,
-                    exc,
-                    extra={"event": "database_error", "operation": operation},
-                )
-                if self.wait(delay):
-                    return None

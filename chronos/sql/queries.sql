@@ -174,10 +174,6 @@ SET readied_at = NULL, readied_by = NULL
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, (%(fence)s::jsonb -> m.id ->> 1) AS readied_by;
 
--- name: exists_ids
--- Which of these ids are waiting or ready.
-SELECT id FROM chronos_messages WHERE id = ANY(%(ids)s::text[]);
-
 -- name: ping
 -- Liveness of the connection; also returns the database clock.
 SELECT now() AS now;
