@@ -55,10 +55,16 @@ class Publisher(Protocol):
     def __len__(self) -> int: ...
 
 
+# librdkafka's own log lines go through Python logging (and so the JSON format when it is
+# chosen) instead of straight to stderr; they are served by the clients' poll/consume calls.
+LIBRDKAFKA_LOG = logging.getLogger("chronos.librdkafka")
+
+
 def _common(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": settings.kafka_bootstrap_servers,
         "client.id": f"chronos-{settings.node_id[:8]}",
+        "logger": LIBRDKAFKA_LOG,
     }
     conf.update(settings.kafka_properties)
     return conf
