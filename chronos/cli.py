@@ -6,6 +6,7 @@ chronos dev        the whole system on one machine: embedded Postgres, embedded 
                    broker, migrations, topics and N nodes (each its own process)
 chronos schedule   publish a message to the input topic, due N seconds from now
 chronos tail       print what arrives on the output (or dead-letter) topic
+chronos admin      the admin API from the command line (chronos.admin_cli)
 """
 
 from __future__ import annotations
@@ -74,11 +75,19 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
     tail.add_argument("--max", type=int, default=0, help="stop after this many records")
     settings.add_arguments(tail)
+
+    from chronos import admin_cli
+
+    admin_cli.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "admin":
+        from chronos import admin_cli
+
+        return admin_cli.run(args)
     try:
         config = settings.load(args)
         logs.configure(config.log_level, config.log_format)
