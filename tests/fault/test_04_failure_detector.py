@@ -9,7 +9,8 @@ database clock, every 50 ms.
   hold time; reset no later than hold + detection interval (+ ``SLACK_MS``).
 * **more than one batch**: 12,000 stuck rows (the sweep reads 5,000 at a time). Pass: all reset
   within one detection interval (+ ``SLACK_MS``) by one node.
-* **concurrent sweepers**: three nodes sweep the same 12,000 stuck rows. Pass: every row is
+* **concurrent sweepers**: three nodes run, the leader among them sweeps the 12,000 stuck rows
+  (two leaders at once: ``tests/integration/test_leadership.py``). Pass: every row is
   reset exactly once — one ``suspected failure`` log line per row across all nodes, and the
   nodes' ``chronos_suspected_failures_total`` add up to 12,000.
 * **interleaved compare-and-set** (deterministic, the node's own statements): two sweepers read
@@ -140,7 +141,7 @@ def test_concurrent_sweepers_never_double_reset(make_cluster: Callable[..., Clus
     metric = sum(n.metric("chronos_suspected_failures_total") for n in nodes)
     empty_result(
         "04-detector-concurrent",
-        "12,000 stuck rows, 3 sweeping nodes",
+        "12,000 stuck rows, 3 nodes (the leader sweeps)",
         count,
         None,
         resets_per_node={name: len(logged) for name, logged in per_node.items()},
