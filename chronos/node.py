@@ -150,6 +150,7 @@ class Node:
     def register(self) -> None:
         """Take the node id in chronos_nodes, refusing it while a live node holds it (two
         processes sharing an id would release and fence each other's claims)."""
+        sent_at = self.leadership.monotonic()
         self.claims_since = self.store.register_node(
             self.settings.node_id,
             self.settings.liveness_window_ms / 1000,
@@ -162,6 +163,7 @@ class Node:
                 f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
                 "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
             )
+        self.leadership.renew(sent_at)  # registering is this node's first heartbeat
 
     def _run_loop(self, loop: Loop) -> None:
         try:
