@@ -271,8 +271,9 @@ class FiringLoop(Loop):
     # -- the fence ----------------------------------------------------------------------------
 
     def fence(self, now: float) -> None:
-        """The lease ended: give back every unfired row (best effort; if the database is out of
-        reach the leader takes them over once the heartbeat lapsed) and claim nothing."""
+        """The lease ended: give back every unfired row (kept to try again if the database is
+        out of reach: the leader takes them over meanwhile once the heartbeat lapsed) and claim
+        nothing."""
         if not self.fenced:
             self.fenced = True
             log.warning(
@@ -284,19 +285,13 @@ class FiringLoop(Loop):
         self.next_claim_at = now + self.settings.poll_interval_ms / 1000
         unfired = self.dispatcher.take_unfired()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        if not unfired:
-            return
-        claims = [(t.row.id, t.row.readied_at) for t in unfired]
-        try:
-            self.store.release(self.node_id, claims, failed=False, errors=None)
-        except Exception as exc:
-            metrics.DATABASE_ERRORS.labels("release").inc()
+        if unfired:
             log.warning(
-                "could not give back %d rows after the lease ended: %s",
+                "%d claims expired before firing (the lease ended); giving them back",
                 len(unfired),
-                exc,
-                extra={"event": "database_error"},
+                extra={"event": "claim_expired", "cause": "lease"},
             )
+            self._release([(t.row.id, t.row.readied_at) for t in unfired], False, None)
 
     def unfence(self, now: float) -> None:
         """The lease is back: give back what the table still has claimed by this node (rows a

@@ -3,7 +3,9 @@
 Every node writes its heartbeat row (``chronos_nodes``) every second. A node is *live* while its
 heartbeat is younger than the liveness window (``liveness_window_ms``, judged on the database
 clock); the *leader* is the lowest live node id. Every node works the election out for itself
-from the table after each heartbeat, so there is no vote and no message: zero or two leaders for
+from the table after each heartbeat (and, while it does not lead, its recovery loop on its own
+cadence, so a dead leader is replaced within a detection interval of its heartbeat lapsing), so
+there is no vote and no message: zero or two leaders for
 a moment (a heartbeat late by a hair, a node starting) are harmless because everything the leader
 does is a compare-and-set. The leader alone runs the periodic maintenance: the failure-detection
 sweep (claims of nodes whose heartbeat lapsed, then claims older than the hold time), the backlog

@@ -71,23 +71,28 @@ class RecoveryLoop(Loop):
 
     def run_once(self) -> int:
         """On the leader: take over the claims of dead nodes, then sweep by the hold time.
-        Elsewhere nothing. Returns how many rows were reset."""
+        Elsewhere nothing (but a look at who leads). Returns how many rows were reset."""
         if not self.leadership.is_leader():
-            return 0
+            # The monitor elects after each heartbeat (every second); look again on this loop's
+            # own cadence too, so a dead leader is replaced within one detection interval of
+            # its heartbeat lapsing.
+            self.leadership.elected(self.store.elect_leader(self.settings.liveness_window_ms))
+            if not self.leadership.is_leader():
+                return 0
         return self.take_over() + self.sweep()
 
     def take_over(self) -> int:
         """Reset the claims of nodes whose heartbeat lapsed; returns how many were reset."""
-        total = 0
+        done: list[tuple[str, str]] = []
         while not self.stopping.is_set():
             reset = self.store.reset_lapsed_claims(
                 self.settings.liveness_window_ms, self.settings.node_id, self.batch
             )
-            total += len(reset)
-            self._suspected(reset, "heartbeat_lapsed")
+            done.extend(reset)
             if len(reset) < self.batch:
                 break
-        return total
+        self._suspected(done, "heartbeat_lapsed")  # logged once all are reset: no delay
+        return len(done)
 
     def _suspected(self, reset: list[tuple[str, str]], cause: str) -> None:
         metrics.SUSPECTED_FAILURES.inc(len(reset))
@@ -106,14 +111,13 @@ class RecoveryLoop(Loop):
 
     def sweep(self) -> int:
         """One hold-time sweep; returns how many rows were reset."""
-        total = 0
+        done: list[tuple[str, str]] = []
         while not self.stopping.is_set():
             stuck = self.store.find_stuck(self.settings.hold_time_ms, self.batch, self.own)
             if not stuck:
                 break
-            reset = self.store.reset_stuck(stuck)
-            total += len(reset)
-            self._suspected(reset, "hold_time")
+            done.extend(self.store.reset_stuck(stuck))
             if len(stuck) < self.batch:
                 break
-        return total
+        self._suspected(done, "hold_time")  # logged once all are reset: no delay
+        return len(done)

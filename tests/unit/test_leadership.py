@@ -5,6 +5,7 @@ The store side of the election and of the takeover is in the store contract (bot
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -89,6 +90,21 @@ def test_a_lapsed_leader_is_replaced_once_its_heartbeat_is_older_than_the_window
     c.tick(high)
     assert c.monitors[high].leadership.is_leader()
     assert leader_gauge() == 1
+
+
+def test_the_recovery_loop_replaces_a_lapsed_leader_without_waiting_for_a_heartbeat() -> None:
+    c = Cluster(2, hold_time_ms=60_000)
+    low, high = c.ids
+    c.store.enqueue([msg("m", c.clock.now() + timedelta(hours=1))], 0)
+    c.tick(low, high)
+    c.store.claim(low, 4_000_000, 1, 10)
+    c.clock.advance(WINDOW - 1000)
+    c.tick(high)  # high's last election: low still live
+    c.clock.advance(1001)  # low lapsed; no heartbeat of high since (its lease holds)
+    assert not c.monitors[high].leadership.is_leader()
+    assert c.recovery[high].run_once() == 1  # elected on its own cadence, then took over
+    assert c.monitors[high].leadership.is_leader()
+    assert c.store.claimed() == []
 
 
 def test_a_node_that_cannot_beat_is_never_the_leader() -> None:
@@ -202,7 +218,9 @@ def test_the_node_stops_firing_before_its_peers_may_take_it_over() -> None:
     assert store.reset_lapsed_claims(WINDOW, peer, 10) == [("m", me)]
 
 
-def test_past_its_lease_the_firing_loop_fires_nothing_and_gives_back_what_it_holds() -> None:
+def test_past_its_lease_the_firing_loop_fires_nothing_and_gives_back_what_it_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     clock = ManualClock()
     node_id = ids(1)[0]
     lead = Leadership(node_id, WINDOW, monotonic=clock.monotonic)
@@ -215,8 +233,12 @@ def test_past_its_lease_the_firing_loop_fires_nothing_and_gives_back_what_it_hol
     f.run_for(lease_ms - 1)
     assert [r.value for r in f.publisher.delivered()] == [b"early"]
     assert [r.id for r in f.store.claimed()] == ["late"]  # claimed, its timer waits
-    f.tick(1)  # the lease ends
+    with caplog.at_level(logging.WARNING, logger="chronos.firing"):
+        f.tick(1)  # the lease ends
     assert f.store.claimed() == []  # given back
+    events = {getattr(r, "event", None): r for r in caplog.records}
+    assert {"lease_lapsed", "claim_expired"} <= set(events)
+    assert events["claim_expired"].getMessage().startswith("1 claims expired before firing")
     f.run_for(2000)
     assert [r.value for r in f.publisher.delivered()] == [b"early"]  # "late" was not fired
     assert f.store.claimed() == []  # and not claimed again
