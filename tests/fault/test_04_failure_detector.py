@@ -31,7 +31,7 @@ import pytest
 
 from chronos.store import PostgresStore
 from tests.support.checker import ScenarioResult, analyse, record_result
-from tests.support.cluster import Cluster, Table
+from tests.support.cluster import Cluster, Table, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -134,6 +134,12 @@ def test_concurrent_sweepers_never_double_reset(make_cluster: Callable[..., Clus
     # Claimed just under the hold time: they go stale at the same instant for all three nodes.
     insert_stuck(cluster.table, ids, hold - 300)
     assert cluster.table.wait(lambda t: t.claimed() == 0, timeout=15, every=0.05)
+    # A sweep logs its resets once they are all done: wait for the lines, then a second more.
+
+    def logged() -> int:
+        return sum(len(n.events("suspected_failure")) for n in nodes)
+
+    eventually(lambda: logged() >= count, timeout=15)
     time.sleep(1.0)  # any late double reset would be logged by now
 
     per_node = {n.name: [e["message_id"] for e in n.events("suspected_failure")] for n in nodes}
