@@ -1,4 +1,4 @@
-"""The admin HTTP API (``/admin/v1``): inspect, count and cancel scheduled messages; list nodes.
+"""The admin HTTP API (``/admin/v1``): inspect, count, cancel and requeue messages; list nodes.
 
 Mounted by ``chronos.http``; described by ``chronos/openapi.json``, served at
 ``GET /admin/v1/openapi.json`` without authentication (it holds no data). Every other endpoint
@@ -8,13 +8,14 @@ default. Errors are JSON ``{"error": "..."}``.
 
 GET    /admin/v1/messages/{id}   one message (``?include_value=true`` adds its value)
 DELETE /admin/v1/messages/{id}   cancel a waiting (or parked) message; 409 while claimed
+POST   /admin/v1/messages/{id}/requeue   requeue a parked message; 409 unless parked
 GET    /admin/v1/messages        list, filtered by state and deadline, keyset-paginated
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
 ``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
-again until cancelled). Keys, values and header values are bytes, shown in base64.
+again until requeued or cancelled). Keys, values and header values are bytes, shown in base64.
 """
 
 from __future__ import annotations
@@ -38,13 +39,21 @@ from chronos.errors import StoreError
 from chronos.leadership import lowest_id
 from chronos.protocol import MAX_ID_LENGTH
 from chronos.settings import Settings
-from chronos.store import Backlog, CancelOutcome, MessageRecord, NodeRecord, Store
+from chronos.store import (
+    Backlog,
+    CancelOutcome,
+    MessageRecord,
+    NodeRecord,
+    RequeueOutcome,
+    Store,
+)
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/admin/v1"
 SPEC_PATH = PREFIX + "/openapi.json"
 MESSAGES_PATH = PREFIX + "/messages"
+REQUEUE = "requeue"  # POST MESSAGES_PATH/{id}/requeue
 STATES = ("waiting", "claimed", "parked")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -402,6 +411,9 @@ class AdminAPI:
             if method == "GET":
                 return self.get_message(arg, query)
             return self.cancel_message(arg, query, client)
+        if route == "requeue":
+            self._allow(method, ("POST",))
+            return self.requeue_message(arg, query, client)
         self._allow(method, ("GET",))
         if route == "messages":
             return self.list_messages(query)
@@ -414,7 +426,11 @@ class AdminAPI:
         if path == MESSAGES_PATH:
             return "messages", ""
         if path.startswith(MESSAGES_PATH + "/") and len(path) > len(MESSAGES_PATH) + 1:
-            return "message", parse_message_id(path[len(MESSAGES_PATH) + 1 :])
+            rest = path[len(MESSAGES_PATH) + 1 :]
+            segment, slash, action = rest.partition("/")
+            if slash and action == REQUEUE and segment:
+                return "requeue", parse_message_id(segment)
+            return "message", parse_message_id(rest)
         if path == PREFIX + "/stats":
             return "stats", ""
         if path == PREFIX + "/nodes":
@@ -456,6 +472,24 @@ class AdminAPI:
             message_id,
             client,
             extra={"event": "message_cancelled", "message_id": message_id},
+        )
+        return 204, "application/json", b"", {}
+
+    def requeue_message(self, message_id: str, query: str, client: str) -> Response:
+        parse_query(query, frozenset())
+        outcome = self.store.requeue_message(message_id, self.parked_at)
+        if outcome is RequeueOutcome.NOT_FOUND:
+            raise ApiError(404, f"message {message_id!r} is not scheduled")
+        if outcome is RequeueOutcome.NOT_PARKED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is not parked (waiting or claimed): nothing to requeue",
+            )
+        log.info(
+            "message %s requeued through the admin API by %s",
+            message_id,
+            client,
+            extra={"event": "message_requeued", "message_id": message_id},
         )
         return 204, "application/json", b"", {}
 

@@ -87,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_node(config.validate())
         if args.command == "migrate":
-            return _migrate(config.validate(), args)
+            # The migration may run with its own (schema-owning) role and URL only.
+            return _migrate(
+                config.validate(require_database=not config.migration_database_url), args
+            )
         if args.command == "dev":
             from chronos import dev as dev_module
 
@@ -108,16 +111,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _migrate(config: settings.Settings, args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from chronos import migrate
 
-    url = config.database_url.reveal()
-    if args.downgrade:
-        target = "base" if args.to == "head" else args.to
-        migrate.downgrade(url, target)
-        print(f"chronos: schema downgraded to {target}")
-    else:
-        migrate.upgrade(url, args.to)
-        print(f"chronos: schema upgraded to {args.to}")
+    url = config.effective_migration_database_url.reveal()
+    try:
+        if args.downgrade:
+            target = "base" if args.to == "head" else args.to
+            migrate.downgrade(url, target)
+            print(f"chronos: schema downgraded to {target}")
+        else:
+            migrate.upgrade(url, args.to)
+            print(f"chronos: schema upgraded to {args.to}")
+    except SQLAlchemyError as exc:
+        # e.g. a role without the rights to change the schema: say so without a traceback.
+        raise ChronosError(
+            f"migration failed: {getattr(exc, 'orig', None) or exc} "
+            "(CHRONOS_MIGRATION_DATABASE_URL, else CHRONOS_DATABASE_URL, must own the schema)"
+        ) from exc
     return 0
 
 

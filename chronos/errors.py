@@ -24,9 +24,5 @@ class StoreError(ChronosError):
         self.retryable = retryable
 
 
-class PublishError(ChronosError):
-    """The broker refused or timed out a record."""
-
-
 class TopicMissingError(ChronosError):
     """A configured topic does not exist on the broker."""

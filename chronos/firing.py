@@ -49,7 +49,7 @@ from chronos.leadership import Leadership
 from chronos.loop import Loop
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
-from chronos.store import Claim, ClaimedRow, Store
+from chronos.store import Claim, ClaimedRow, Store, row_bytes
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,7 @@ class Dispatcher:
         self.expired: list[_Timer] = []  # guarded by cond
         self.outcome_ready = threading.Event()
         self.stopping = threading.Event()
+        self.alive_at = time.monotonic()  # start of the latest dispatcher iteration (liveness)
         self._seq = 0
 
     # -- called from the loop thread ------------------------------------------------------
@@ -129,6 +130,7 @@ class Dispatcher:
 
     def run(self) -> None:
         while not self.stopping.is_set():
+            self.alive_at = time.monotonic()
             self.fire_due()
             self.publisher.poll(0)
             with self.cond:
@@ -231,12 +233,17 @@ class FiringLoop(Loop):
         self.claims_since = claims_since  # this process's start (DB clock): its claims' fence
         self.unreleased: list[tuple[list[Claim], bool, list[str] | None]] = []
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
+        self.park_attempts = settings.max_publish_attempts * 2  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[_Timer] = []
+        self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
+
+    def progress_at(self) -> float:
+        return min(self.alive_at, self.dispatcher.alive_at)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -245,9 +252,10 @@ class FiringLoop(Loop):
             target=self.dispatcher.run, name="chronos-dispatcher", daemon=True
         )
         thread.start()
+        self.park_exhausted()
         try:
             while not self.stopping.is_set():
-                self.alive_at = self.monotonic()
+                self.alive_at = time.monotonic()
                 if not thread.is_alive():
                     raise RuntimeError("the dispatcher thread died")
                 self.step()
@@ -321,19 +329,42 @@ class FiringLoop(Loop):
             # Wakes early when a delivery outcome arrives or the loop is stopped.
             self.dispatcher.outcome_ready.wait(min(timeout, 0.1))
 
+    def park_exhausted(self) -> None:
+        """Stamp the rows a previous release parked by their attempts alone, so they leave the
+        index the claim walks (idempotent; rows parked since are stamped as they are parked)."""
+        try:
+            parked = self.store.park_exhausted(self.park_attempts)
+        except Exception as exc:  # StoreError: the claim skips those rows anyway (attempts)
+            log.warning("could not park exhausted rows: %s", exc, extra={"event": "database_error"})
+            return
+        if parked:
+            log.info(
+                "%d rows parked by an earlier release were moved out of the claim's index",
+                parked,
+                extra={"event": "parked_rows_stamped", "count": parked},
+            )
+
     # -- phase 1: claim -----------------------------------------------------------------------
 
     def claim(self, started: float) -> None:
         room = self.settings.max_in_flight - self.dispatcher.held() - len(self.pending_delete)
+        room_bytes = self.settings.max_in_flight_bytes - self.held_bytes
         poll = self.settings.poll_interval_ms / 1000
-        if room <= 0:
+        if room <= 0 or room_bytes <= 0:
             self.next_claim_at = started + poll
             return
         limit = min(self.settings.claim_batch_size, room)
         t0 = time.perf_counter()
         try:
             rows = self.store.claim(
-                self.node_id, self.horizon_ms, limit, self.settings.max_publish_attempts * 2
+                self.node_id,
+                self.horizon_ms,
+                limit,
+                self.park_attempts,
+                max_bytes=room_bytes,
+                # Holding nothing, take one row whatever its size: a message larger than the
+                # budget must still fire (the broker's size limit bounds it).
+                first_always=self.held_bytes == 0,
             )
         except Exception as exc:  # StoreError: keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
@@ -343,13 +374,16 @@ class FiringLoop(Loop):
             return
         self.claim_backoff = 0.0
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
+        claimed_bytes = sum(row_bytes(r.key, r.value, r.headers) for r in rows)
+        self.held_bytes += claimed_bytes
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
             self.dispatcher.add(rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        if len(rows) == limit:
+        if len(rows) == limit or (rows and 2 * claimed_bytes >= room_bytes):
+            # A backlog (by count or by bytes): claim again at once, as room allows.
             self.next_claim_at = returned  # full batch: a backlog, claim again at once
         else:
             elapsed = returned - started
@@ -374,6 +408,7 @@ class FiringLoop(Loop):
             self._handle_failed(failed)
         if expired:
             # The failure detector never resets this node's own claims: give them back.
+            self._forget(expired)
             log.warning(
                 "%d claims expired before firing (paused or slow?); giving them back",
                 len(expired),
@@ -388,7 +423,9 @@ class FiringLoop(Loop):
     def _release(self, claims: list[Claim], failed: bool, errors: list[str] | None) -> None:
         """Give claims back; on a database error keep them to try again (no peer would)."""
         try:
-            self.store.release(self.node_id, claims, failed=failed, errors=errors)
+            self.store.release(
+                self.node_id, claims, failed=failed, errors=errors, park_attempts=self.park_attempts
+            )
         except Exception as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
             log.warning(
@@ -398,6 +435,10 @@ class FiringLoop(Loop):
                 extra={"event": "database_error"},
             )
             self.unreleased.append((claims, failed, errors))
+
+    def _forget(self, timers: list[_Timer]) -> None:
+        """These rows leave this node's hands (deleted, given back or left to the detector)."""
+        self.held_bytes -= sum(row_bytes(t.row.key, t.row.value, t.row.headers) for t in timers)
 
     def _delete_delivered(self) -> None:
         batch, self.pending_delete = self.pending_delete, []
@@ -420,6 +461,7 @@ class FiringLoop(Loop):
             self.pending_delete = batch + self.pending_delete
             self.pending_since = self.monotonic() + DELETE_RETRY_DELAY
             return
+        self._forget(batch)  # only once: a failed delete keeps its rows held and tries again
         metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
         metrics.BATCH_SIZE.labels("delete").observe(len(batch))
         metrics.FIRED.inc(len(batch))
@@ -437,6 +479,7 @@ class FiringLoop(Loop):
     def _handle_failed(self, batch: list[tuple[_Timer, KafkaError | None]]) -> None:
         """Give failed rows back. Permanent refusals count as attempts; outages do not."""
         metrics.PUBLISH_ERRORS.labels("output").inc(len(batch))
+        self._forget([t for t, _ in batch])
         permanent = [(t, err) for t, err in batch if is_permanent(err)]
         transient = [(t, err) for t, err in batch if not is_permanent(err)]
         log.warning(
@@ -461,6 +504,7 @@ class FiringLoop(Loop):
     def drain(self) -> None:
         """Stop claiming; give back unfired rows; wait for reports; delete what was delivered."""
         unfired = self.dispatcher.take_unfired()
+        self._forget(unfired)
         if unfired:
             claims = [(t.row.id, t.row.readied_at) for t in unfired]
             try:

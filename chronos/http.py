@@ -1,7 +1,13 @@
 """The node's HTTP server: liveness, readiness and Prometheus metrics (admin API: chronos.admin).
 
-GET /health/live   200 while every loop thread runs
-GET /health/ready  200 while the loops run, Postgres answers and the broker answers
+GET /health/live   200 while every loop thread runs and each made progress within the
+                   liveness timeout (a loop stuck in a statement fails it)
+GET /health/ready  200 while the loops run, Postgres answers and the broker answers (failures
+                   show a short category; the detail goes to the log, never to the client)
+
+The server is bounded: a fixed pool of worker threads serves the connections, a few more wait
+in a short queue and any beyond it are closed at once; each connection gets a socket timeout
+and a total deadline, so idle or trickling clients cannot exhaust the node.
 GET /metrics       Prometheus text format
 /admin/v1/...      the admin API (off unless CHRONOS_ADMIN_TOKEN is set), see chronos.admin
 """
@@ -10,9 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -24,6 +32,10 @@ from chronos.store import Store
 log = logging.getLogger(__name__)
 
 READY_CACHE_SECONDS = 1.0
+HTTP_WORKERS = 8  # connections served at once
+HTTP_BACKLOG = 32  # accepted connections waiting for a worker; more are closed at once
+HTTP_IDLE_TIMEOUT = 5.0  # seconds a connection may send nothing
+HTTP_REQUEST_DEADLINE = 15.0  # seconds a connection may take in all
 
 
 class Health:
@@ -38,8 +50,12 @@ class Health:
         self._result: tuple[bool, dict[str, str]] = (False, {})
 
     def live(self) -> tuple[bool, dict[str, str]]:
-        alive = self.state.loops_alive()
-        return alive, {"loops": "running" if alive else "stopped", "node": self.state.node_id}
+        if not self.state.loops_alive():
+            return False, {"loops": "stopped", "node": self.state.node_id}
+        stalled = self.state.stalled_loops()
+        if stalled:
+            return False, {"loops": "stalled: " + ", ".join(stalled), "node": self.state.node_id}
+        return True, {"loops": "running", "node": self.state.node_id}
 
     def ready(self) -> tuple[bool, dict[str, str]]:
         with self._lock:
@@ -55,7 +71,12 @@ class Health:
                 self.store.ping()
                 checks["postgres"] = "ok"
             except Exception as exc:
-                ok, checks["postgres"] = False, f"error: {exc}"[:200]
+                # The driver's text names the host, the user, sometimes part of a password:
+                # the log gets it, the unauthenticated probe gets a category.
+                log.warning(
+                    "readiness: Postgres check failed: %s", exc, extra={"event": "not_ready"}
+                )
+                ok, checks["postgres"] = False, "unavailable"
             broker_ok, detail = broker_reachable(self.settings)
             checks["kafka"] = detail
             ok = ok and broker_ok
@@ -89,10 +110,11 @@ def broker_reachable(settings: Settings) -> tuple[bool, str]:
         metadata = AdminClient(conf).list_topics(topic=settings.output_topic, timeout=2)
         topic = metadata.topics.get(settings.output_topic)
         if topic is None or topic.error is not None:
-            return False, f"output topic {settings.output_topic} missing"
+            return False, "output topic missing"
         return True, "ok"
     except Exception as exc:
-        return False, f"error: {exc}"[:200]
+        log.warning("readiness: Kafka check failed: %s", exc, extra={"event": "not_ready"})
+        return False, "unavailable"
 
 
 Route = Any  # (handler, method, path, query) -> (status, content_type, body[, headers]) | None
@@ -100,6 +122,11 @@ Route = Any  # (handler, method, path, query) -> (status, content_type, body[, h
 
 class _Handler(BaseHTTPRequestHandler):
     server: ChronosHTTPServer
+    timeout = HTTP_IDLE_TIMEOUT  # socket timeout of each connection (StreamRequestHandler)
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http: " + format, *args)
@@ -130,8 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("http handler failed for %s %s", method, path)
             self._send(500, "application/json", b'{"error": "internal error"}')
         finally:
-            # Each request runs on a new thread: close its database connection (if it opened
-            # one) rather than leave one open connection behind per request.
+            # Close the worker's database connection (if it opened one): the admin API is
+            # rarely used, and an idle connection per worker would count against Postgres.
             release = getattr(self.server.store, "release_thread_connection", None)
             if release is not None:
                 release()
@@ -151,10 +178,84 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_PATCH = do_OPTIONS = do_TRACE = do_QUERY = _other
 
 
-class ChronosHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
+class ChronosHTTPServer(HTTPServer):
+    """An HTTP server with a bounded pool of workers (see the module docstring)."""
+
     routes: list[Route]
     store: Store | None = None
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        workers: int = HTTP_WORKERS,
+        backlog: int = HTTP_BACKLOG,
+        idle_timeout: float = HTTP_IDLE_TIMEOUT,
+        deadline: float = HTTP_REQUEST_DEADLINE,
+    ):
+        # Set before binding: a bind that fails closes the server (server_close) at once.
+        self.idle_timeout = idle_timeout
+        self.deadline = deadline
+        self._waiting: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(backlog)
+        self._serving: dict[socket.socket, float] = {}  # connection -> deadline (monotonic)
+        self._serving_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._workers: list[threading.Thread] = []
+        super().__init__(address, handler)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"chronos-http-{n}", daemon=True)
+            for n in range(workers)
+        ]
+        for worker in self._workers:
+            worker.start()
+        self._reaper = threading.Thread(target=self._reap, name="chronos-http-reaper", daemon=True)
+        self._reaper.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            self._waiting.put_nowait((request, client_address))
+        except queue.Full:
+            log.debug("http: every worker busy; closing a connection from %s", client_address)
+            self.shutdown_request(request)
+
+    def _work(self) -> None:
+        while True:
+            item = self._waiting.get()
+            if item is None:
+                return
+            request, client_address = item
+            with self._serving_lock:
+                self._serving[request] = time.monotonic() + self.deadline
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                with self._serving_lock:
+                    self._serving.pop(request, None)
+                self.shutdown_request(request)
+
+    def _reap(self) -> None:
+        """Cut connections past their deadline (a client trickling bytes to hold a worker)."""
+        while not self._closed.wait(0.5):
+            now = time.monotonic()
+            with self._serving_lock:
+                late = [conn for conn, deadline in self._serving.items() if deadline < now]
+            for conn in late:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)  # the worker's blocked read returns
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._closed.set()
+        for _ in self._workers:
+            try:
+                self._waiting.put_nowait(None)
+            except queue.Full:
+                break
 
 
 def json_response(status: int, payload: Any) -> tuple[int, str, bytes]:
@@ -178,8 +279,12 @@ def core_routes(health: Health) -> Route:
     return route
 
 
-def start_http_server(settings: Settings, state: Any, store: Store) -> ChronosHTTPServer:
-    server = ChronosHTTPServer((settings.http_host, settings.http_port), _Handler)
+def start_http_server(
+    settings: Settings, state: Any, store: Store, **limits: Any
+) -> ChronosHTTPServer:
+    """Serve on a thread; ``limits`` override the pool's (workers, backlog, idle_timeout,
+    deadline)."""
+    server = ChronosHTTPServer((settings.http_host, settings.http_port), _Handler, **limits)
     server.store = store
     server.routes = [core_routes(Health(settings, state, store)), admin_routes(settings, store)]
     thread = threading.Thread(target=server.serve_forever, name="chronos-http", daemon=True)

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[KafkaError | None], None]
 
+# How long a replaced producer may take to serve the reports of its purged records.
+ABANDON_FLUSH_SECONDS = 0.5
+
 
 class Publisher(Protocol):
     """What the loops need from a producer."""
@@ -52,10 +55,16 @@ class Publisher(Protocol):
     def __len__(self) -> int: ...
 
 
+# librdkafka's own log lines go through Python logging (and so the JSON format when it is
+# chosen) instead of straight to stderr; they are served by the clients' poll/consume calls.
+LIBRDKAFKA_LOG = logging.getLogger("chronos.librdkafka")
+
+
 def _common(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": settings.kafka_bootstrap_servers,
         "client.id": f"chronos-{settings.node_id[:8]}",
+        "logger": LIBRDKAFKA_LOG,
     }
     conf.update(settings.kafka_properties)
     return conf
@@ -74,6 +83,9 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
             "linger.ms": 2,
             "batch.num.messages": 10000,
             "queue.buffering.max.messages": max(100000, 2 * settings.max_in_flight),
+            # The producer copies each record: bound its queue by the byte budget too
+            # (librdkafka's default is 1 GiB).
+            "queue.buffering.max.kbytes": max(1024, settings.max_in_flight_bytes // 1024),
         }
     )
     conf.update(settings.producer_properties)
@@ -158,6 +170,9 @@ class KafkaPublisher:
         self._config = dict(config)
         self._config["error_cb"] = self._on_error
         self._producer = Producer(self._config)
+        # Delivery callbacks of the current producer whose report has not been served yet.
+        self._pending: dict[int, DeliveryCallback] = {}
+        self._token = 0
         self._broken: KafkaError | None = None
         self.replacements = 0
         # No delivery success for this long while deliveries keep failing: a stuck producer
@@ -175,6 +190,7 @@ class KafkaPublisher:
         if self._broken is None:
             return
         old, cause = self._producer, self._broken
+        abandoned, self._pending = self._pending, {}
         self._producer = Producer(self._config)
         self._broken = None
         self._last_success = time.monotonic()
@@ -188,7 +204,21 @@ class KafkaPublisher:
             old.purge(in_queue=True, in_flight=True, blocking=False)
         except (KafkaException, RuntimeError) as exc:  # pragma: no cover - best effort
             log.debug("purge of the broken producer failed: %s", exc)
-        old.flush(0)  # serve the purged records' reports: their callers retry them
+        # Serve the purged records' reports (their callers retry them). A non-blocking purge
+        # hands in-flight records to librdkafka's background thread, so some reports would only
+        # reach a later poll of a producer nobody polls again: report those here, once, with a
+        # purge error. A report the old producer serves afterwards finds its record gone.
+        old.flush(ABANDON_FLUSH_SECONDS)
+        if abandoned:
+            log.warning(
+                "%d records of the replaced producer had no delivery report; failing them",
+                len(abandoned),
+                extra={"event": "producer_records_abandoned"},
+            )
+        purged = KafkaError(KafkaError._PURGE_INFLIGHT)
+        while abandoned:
+            _, callback = abandoned.popitem()
+            callback(purged)
 
     def produce(
         self,
@@ -198,7 +228,14 @@ class KafkaPublisher:
         headers: Headers,
         on_delivery: DeliveryCallback,
     ) -> None:
-        def report(err: KafkaError | None, _msg: Message) -> None:
+        self._renew_if_broken()
+        self._token += 1
+        token, pending = self._token, self._pending
+        pending[token] = on_delivery
+
+        def report(err: KafkaError | None, _msg: Message | None) -> None:
+            if pending.pop(token, None) is None:
+                return  # already reported (abandoned with its replaced producer)
             if err is None:
                 self._last_success = time.monotonic()
             elif breaks_producer(err):
@@ -207,7 +244,6 @@ class KafkaPublisher:
                 self._broken = err
             on_delivery(err)
 
-        self._renew_if_broken()
         while True:
             try:
                 self._producer.produce(
@@ -225,7 +261,7 @@ class KafkaPublisher:
                 err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
                 if breaks_producer(err):
                     self._broken = err
-                on_delivery(err)
+                report(err, None)
                 return
 
     def poll(self, timeout: float) -> int:
@@ -237,7 +273,7 @@ class KafkaPublisher:
         return int(self._producer.flush(timeout))
 
     def __len__(self) -> int:
-        return len(self._producer)
+        return len(self._pending)
 
 
 def make_publisher(settings: Settings, purpose: str) -> KafkaPublisher:

@@ -26,13 +26,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
+# Control characters (and Unicode line breaks) in a text log line could forge lines or
+# terminal escapes: a message id is producer-chosen text. Escape them as Python would.
+_ESCAPES = {
+    code: ascii(chr(code))[1:-1]
+    for code in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)
+}
+
+
+def escape(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``, ...)."""
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """One line per record: the message (with its arguments) has control characters escaped;
+    a traceback, written by the logging code itself, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = escape(record.message)
+        return super().formatMessage(record)
+
+
 def configure(level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s")
+            TextFormatter("%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s")
         )
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
-from collections.abc import Callable
-from typing import TypeVar
-
-from chronos.errors import StoreError
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
+import time
 
 
 class Backoff:
@@ -28,9 +20,6 @@ class Backoff:
         self.attempt += 1
         return random.uniform(delay / 2, delay)
 
-    def reset(self) -> None:
-        self.attempt = 0
-
 
 class Loop:
     """A named, stoppable unit of work run on its own thread by the node."""
@@ -39,7 +28,13 @@ class Loop:
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
-        self.alive_at = 0.0  # monotonic time of the last completed iteration (liveness)
+        # time.monotonic() at the start of the latest iteration (liveness): a loop stuck in
+        # one call (a statement on a black-holed connection) stops moving it.
+        self.alive_at = time.monotonic()
+
+    def progress_at(self) -> float:
+        """The oldest progress mark of this loop's threads (time.monotonic())."""
+        return self.alive_at
 
     def stop(self) -> None:
         self.stopping.set()
@@ -50,24 +45,3 @@ class Loop:
 
     def run(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    def retry_store(self, operation: str, call: Callable[[], T]) -> T | None:
-        """Call ``call`` until it succeeds, backing off on StoreError; None if stopping."""
-        from chronos import metrics
-
-        backoff = Backoff()
-        while True:
-            try:
-                return call()
-            except StoreError as exc:
-                metrics.DATABASE_ERRORS.labels(operation).inc()
-                delay = backoff.next_delay()
-                log.warning(
-                    "%s: database error, retrying in %.2fs: %s",
-                    self.name,
-                    delay,
-                    exc,
-                    extra={"event": "database_error", "operation": operation},
-                )
-                if self.wait(delay):
-                    return None

@@ -37,7 +37,3 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def downgrade(database_url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(database_url), revision)
-
-
-def current(database_url: str) -> None:
-    command.current(alembic_config(database_url), verbose=True)

@@ -44,9 +44,19 @@ class NodeState:
     started_at: float = field(default_factory=time.time)
     stopping: bool = False
     loops: dict[str, tuple[Loop, threading.Thread]] = field(default_factory=dict)
+    liveness_timeout_s: float = 30.0
 
     def loops_alive(self) -> bool:
         return bool(self.loops) and all(t.is_alive() for _, t in self.loops.values())
+
+    def stalled_loops(self) -> list[str]:
+        """Loops that made no progress within the liveness timeout (stuck in one call)."""
+        now = time.monotonic()
+        return [
+            name
+            for name, (loop, _) in self.loops.items()
+            if now - loop.progress_at() > self.liveness_timeout_s
+        ]
 
 
 class Node:
@@ -62,7 +72,11 @@ class Node:
             store
             if store is not None
             else PostgresStore(
-                settings.database_url.reveal(), application_name=f"chronos-{settings.node_id[:8]}"
+                settings.database_url.reveal(),
+                application_name=f"chronos-{settings.node_id[:8]}",
+                statement_timeout_ms=settings.effective_statement_timeout_ms,
+                tcp_timeout_ms=settings.database_tcp_timeout_ms,
+                synchronous_commit=settings.database_synchronous_commit,
             )
         )
         if isinstance(self.store, PostgresStore):
@@ -73,7 +87,9 @@ class Node:
         self._consumer_factory = consumer_factory or (
             lambda **cb: kafka.make_consumer(settings, **cb)
         )
-        self.state = NodeState(settings.node_id)
+        self.state = NodeState(
+            settings.node_id, liveness_timeout_s=settings.liveness_timeout_ms / 1000
+        )
         self._stop = threading.Event()
         self._failed: list[str] = []
         self.http: Any = None

@@ -62,6 +62,12 @@ messages = Table(
         comment="reserved: tenant for fair scheduling under overload",
     ),
     Column(
+        "parked_at",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="when the row was parked (never claimed until requeued); NULL: not parked",
+    ),
+    Column(
         "enqueued_at",
         DateTime(timezone=True),
         nullable=False,
@@ -75,6 +81,13 @@ Index(
     "chronos_messages_due_idx",
     messages.c.deadline,
     postgresql_where=messages.c.readied_at.is_(None),
+)
+# "due, not readied and not parked": the index the claim walks, so parked rows (which stay in the
+# due index above, kept for the previous release's claim during a rolling upgrade) cost it nothing.
+Index(
+    "chronos_messages_ready_idx",
+    messages.c.deadline,
+    postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
 )
 # "readied longer than the hold time": the failure detector is an index range scan on readied_at.
 Index(

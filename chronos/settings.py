@@ -114,6 +114,15 @@ def _optional_topic(text: str) -> str:
     return "" if text == "" else _topic(text)
 
 
+POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+
+
+def _postgres_url_or_empty(text: str) -> str:
+    if text and not text.startswith(POSTGRES_URL_PREFIXES):
+        raise ValueError("must be a postgresql:// URL")
+    return text
+
+
 OPTIONS: tuple[Option, ...] = (
     Option(
         "database_url", "", "Postgres URL, e.g. postgresql://user:pass@host:5432/db", secret=True
@@ -200,6 +209,14 @@ OPTIONS: tuple[Option, ...] = (
         _positive_int,
     ),
     Option(
+        "max_in_flight_bytes",
+        64 * 1024 * 1024,
+        "max bytes (values, keys, headers) a node holds claimed in memory; each byte is held "
+        "about three times at worst (claim result, Python, producer queue): 64 MiB suits a "
+        "512 Mi pod",
+        _positive_int,
+    ),
+    Option(
         "max_delay_ms",
         0,
         "reject (dead-letter) messages whose deadline is further ahead than this (0: no limit)",
@@ -222,6 +239,42 @@ OPTIONS: tuple[Option, ...] = (
         "shutdown_timeout_ms",
         10000,
         "bound on the graceful drain at SIGTERM",
+        _positive_int,
+    ),
+    Option(
+        "statement_timeout_ms",
+        0,
+        "Postgres statement_timeout of the node's sessions (0: four fifths of the hold time)",
+        _non_negative_int,
+    ),
+    Option(
+        "database_tcp_timeout_ms",
+        10000,
+        "drop a Postgres connection whose peer stops answering for this long (TCP keepalives "
+        "and tcp_user_timeout; 0: the operating system's defaults)",
+        _non_negative_int,
+    ),
+    Option(
+        "database_synchronous_commit",
+        "",
+        "synchronous_commit of the node's sessions (empty: the server's setting); with a "
+        "synchronous standby, 'on' or 'remote_apply' keeps enqueued messages through a failover",
+        str.lower,
+        choices=("", "on", "remote_apply", "remote_write", "local", "off"),
+    ),
+    Option(
+        "migration_database_url",
+        "",
+        "Postgres URL of `chronos migrate` (a role that owns the schema; empty: "
+        "CHRONOS_DATABASE_URL); nodes then need only the grants in the README",
+        _postgres_url_or_empty,
+        secret=True,
+    ),
+    Option(
+        "liveness_timeout_ms",
+        30000,
+        "/health/live fails when a loop has made no progress for this long (a stuck statement, "
+        "a black-holed connection)",
         _positive_int,
     ),
     Option("http_host", "0.0.0.0", "address of the HTTP server (metrics, health, admin API)"),
@@ -265,10 +318,16 @@ class Settings:
     consume_batch_size: int
     claim_batch_size: int
     max_in_flight: int
+    max_in_flight_bytes: int
     max_delay_ms: int
     max_publish_attempts: int
     dead_letter_timeout_ms: int
     shutdown_timeout_ms: int
+    statement_timeout_ms: int
+    database_tcp_timeout_ms: int
+    database_synchronous_commit: str
+    migration_database_url: Secret
+    liveness_timeout_ms: int
     http_host: str
     http_port: int
     admin_token: Secret
@@ -278,6 +337,14 @@ class Settings:
     consumer_properties: Mapping[str, str] = field(default_factory=dict)
     producer_properties: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def effective_statement_timeout_ms(self) -> int:
+        return self.statement_timeout_ms or self.hold_time_ms * 4 // 5
+
+    @property
+    def effective_migration_database_url(self) -> Secret:
+        return self.migration_database_url or self.database_url
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -286,9 +353,7 @@ class Settings:
             raise ConfigError(
                 "database_url is required: set CHRONOS_DATABASE_URL or --database-url"
             )
-        if self.database_url and not str(self.database_url).startswith(
-            ("postgresql://", "postgres://", "postgresql+psycopg://")
-        ):
+        if self.database_url and not str(self.database_url).startswith(POSTGRES_URL_PREFIXES):
             raise ConfigError("CHRONOS_DATABASE_URL / --database-url must be a postgresql:// URL")
         budget = self.lookahead_ms + self.delivery_timeout_ms + self.poll_interval_ms
         if budget >= self.hold_time_ms:
@@ -305,6 +370,30 @@ class Settings:
                 "writes its heartbeat every second and stops firing a second before the window "
                 "ends, so a shorter window would take healthy nodes for dead"
             )
+        if self.statement_timeout_ms >= self.hold_time_ms:
+            raise ConfigError(
+                "CHRONOS_STATEMENT_TIMEOUT_MS / --statement-timeout-ms "
+                f"({self.statement_timeout_ms}) must be below the hold time "
+                f"({self.hold_time_ms}): a longer claim statement would return rows "
+                "that peers already took over"
+            )
+        if self.liveness_timeout_ms <= self.effective_statement_timeout_ms + 5000:
+            raise ConfigError(
+                f"CHRONOS_LIVENESS_TIMEOUT_MS / --liveness-timeout-ms ({self.liveness_timeout_ms})"
+                " must exceed the statement timeout "
+                f"({self.effective_statement_timeout_ms} ms) by more than the 5 s retry backoff"
+            )
+        for source, props in (
+            ("CHRONOS_PRODUCER__ / --producer-property", self.producer_properties),
+            ("CHRONOS_KAFKA__ / --kafka-property", self.kafka_properties),
+        ):
+            for name, allowed in AT_LEAST_ONCE_PRODUCER.items():
+                if name in props and str(props[name]).strip().lower() not in allowed:
+                    env = source.split(" ")[0] + name.upper().replace(".", "_")
+                    raise ConfigError(
+                        f"{env} / {source.split(' / ')[1]} {name}={props[name]!r} is refused: "
+                        f"Chronos needs {name}={sorted(allowed)[0]} for at-least-once delivery"
+                    )
         topics = {self.input_topic, self.output_topic}
         if len(topics) != 2:
             raise ConfigError("CHRONOS_INPUT_TOPIC and CHRONOS_OUTPUT_TOPIC must differ")
@@ -315,6 +404,13 @@ class Settings:
         if not self.kafka_bootstrap_servers:
             raise ConfigError("CHRONOS_KAFKA_BOOTSTRAP_SERVERS must not be empty")
         return self
+
+
+# Producer properties at-least-once depends on, and the values a passthrough may give them.
+AT_LEAST_ONCE_PRODUCER = {
+    "enable.idempotence": {"true"},
+    "acks": {"all", "-1"},
+}
 
 
 def _parse_option(option: Option, raw: str, source: str) -> Any:

@@ -1,5 +1,9 @@
 """The Store interface and its Postgres implementation (the only module that talks SQL).
 
+The hot path lives here (enqueue, claim, delete/release, failure detection); the admin and
+monitoring statements and their records are in :mod:`chronos.admin_store`, inherited by
+``PostgresStore`` and re-exported from here.
+
 Every method is one statement, hence one transaction, whatever the number of messages: the hot
 path never costs a round trip per message. Driver errors are translated to StoreError here.
 """
@@ -23,10 +27,38 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row, tuple_row
 
 from chronos import metrics
+from chronos.admin_store import (
+    LIST_QUERIES,
+    AdminQueries,
+    Backlog,
+    CancelOutcome,
+    MessageRecord,
+    NodeRecord,
+    RequeueOutcome,
+)
 from chronos.errors import StoreError
 from chronos.protocol import Headers, ScheduledMessage, decode_headers, header_items
 from chronos.sql import query
 from chronos.store_leadership import LeadershipQueries
+
+__all__ = [
+    "LIST_QUERIES",
+    "Backlog",
+    "CancelOutcome",
+    "Claim",
+    "ClaimedRow",
+    "MessageRecord",
+    "NodeRecord",
+    "Outcome",
+    "PostgresStore",
+    "RequeueOutcome",
+    "Store",
+    "StuckRow",
+    "encode_batch",
+    "libpq_url",
+    "session_options",
+    "statement_params",
+]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -65,105 +97,27 @@ class StuckRow:
 
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
 
-
-# -- admin and monitoring records ---------------------------------------------------------------
-
-
-class CancelOutcome(Enum):
-    """What cancelling a message did."""
-
-    CANCELLED = "cancelled"  # it was waiting (or parked) and is deleted
-    CLAIMED = "claimed"  # a node has claimed it and may be firing it: left alone
-    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
+UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
 
 
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
-    """A scheduled message as the admin API shows it (``value`` only when asked for)."""
-
-    id: str
-    deadline: datetime
-    readied_at: datetime | None
-    readied_by: str | None
-    attempts: int
-    last_error: str | None
-    target_topic: str | None
-    enqueued_at: datetime
-    key: bytes | None
-    headers: Headers
-    value_size: int | None  # None: a tombstone (NULL value)
-    value: bytes | None
-
-    def state(self, park_attempts: int) -> str:
-        """``claimed`` (a node holds it), ``parked`` (never claimed again) or ``waiting``."""
-        if self.readied_at is not None:
-            return "claimed"
-        if self.attempts >= park_attempts:
-            return "parked"
-        return "waiting"
-
-
-@dataclass(frozen=True, slots=True)
-class Backlog:
-    """The table's backlog, measured without a table scan (see the ``backlog`` query).
-
-    ``unclaimed`` is exact when ``unclaimed_exact``, else the planner's live-row estimate less
-    the claimed rows; ``parked`` and ``overdue`` are exact unless capped at the count limit.
-    """
-
-    now: datetime  # the database clock
-    estimated_rows: int | None
-    unclaimed: int  # waiting + parked
-    unclaimed_exact: bool
-    claimed: int
-    parked: int
-    parked_capped: bool
-    overdue: int  # waiting rows past their deadline
-    overdue_capped: bool
-    oldest_overdue: datetime | None
-    oldest_deadline: datetime | None
-    newest_deadline: datetime | None
-
-    @property
-    def waiting(self) -> int:
-        return max(0, self.unclaimed - self.parked)
-
-    @property
-    def oldest_overdue_seconds(self) -> float:
-        """now - the deadline of the oldest overdue waiting row; 0 when none is overdue."""
-        if self.oldest_overdue is None:
-            return 0.0
-        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    """A node known from its heartbeat row, its claims, or both."""
-
-    node_id: str
-    live: bool  # heartbeat within the liveness window
-    started_at: datetime | None
-    heartbeat_at: datetime | None
-    heartbeat_age_seconds: float | None
-    hostname: str | None
-    version: str | None
-    claimed: int
-    oldest_claim_at: datetime | None
-
-
-LIST_QUERIES = {
-    None: "list_all",
-    "waiting": "list_waiting",
-    "claimed": "list_claimed",
-    "parked": "list_parked",
-}
+def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """What a claimed row weighs in memory, as the firing loop's byte budget counts it."""
+    size = len(key or b"") + len(value or b"")
+    return size + sum(len(name) + len(v or b"") for name, v in headers)
 
 
 class Store(Protocol):
     def enqueue(self, messages: Sequence[ScheduledMessage], advance_ms: int) -> list[Outcome]: ...
 
     def claim(
-        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
     ) -> list[ClaimedRow]: ...
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
@@ -175,9 +129,12 @@ class Store(Protocol):
         *,
         failed: bool,
         errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
     ) -> dict[str, int]: ...
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int: ...
+
+    def park_exhausted(self, park_attempts: int) -> int: ...
 
     def find_stuck(
         self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
@@ -211,6 +168,8 @@ class Store(Protocol):
     ) -> list[MessageRecord]: ...
 
     def cancel_message(self, message_id: str) -> CancelOutcome: ...
+
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome: ...
 
     def heartbeat(
         self,
@@ -264,7 +223,7 @@ def libpq_url(url: str) -> str:
     return url
 
 
-class PostgresStore(LeadershipQueries):
+class PostgresStore(AdminQueries, LeadershipQueries):
     """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
 
     def __init__(
@@ -274,12 +233,32 @@ class PostgresStore(LeadershipQueries):
         connect_timeout: float = 5.0,
         application_name: str = "chronos",
         slow_statement_s: float = SLOW_STATEMENT_S,
+        statement_timeout_ms: int = 0,
+        tcp_timeout_ms: int = 0,
+        synchronous_commit: str = "",
     ):
+        """``statement_timeout_ms`` and ``synchronous_commit`` (0 / empty: the server's
+        settings) apply to every session; ``tcp_timeout_ms`` drops a connection whose peer stops
+        answering (TCP keepalives and tcp_user_timeout) instead of waiting for minutes."""
         self._url = libpq_url(url)
         self._connect_timeout = connect_timeout
         self._application_name = application_name
         self._slow_statement_s = slow_statement_s
         self._running: dict[object, float] = {}  # statements under way: their start (monotonic)
+        self._session = {
+            "statement_timeout": str(statement_timeout_ms) if statement_timeout_ms else "",
+            "synchronous_commit": synchronous_commit,
+        }
+        self._tcp: dict[str, Any] = {}
+        if tcp_timeout_ms:
+            seconds = max(3, tcp_timeout_ms // 1000)
+            self._tcp = {
+                "keepalives": 1,
+                "keepalives_idle": max(1, seconds // 2),
+                "keepalives_interval": max(1, seconds // 6),
+                "keepalives_count": 3,
+                "tcp_user_timeout": tcp_timeout_ms,
+            }
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
@@ -298,7 +277,10 @@ class PostgresStore(LeadershipQueries):
                 application_name=self._application_name,
                 row_factory=dict_row,
                 options=session_options(self._url),
+                **self._tcp,
             )
+            if any(self._session.values()):
+                conn.execute(query("configure_session"), self._session)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to Postgres: {exc}") from exc
         conn.prepare_threshold = 0  # prepare every statement on first use
@@ -431,7 +413,14 @@ class PostgresStore(LeadershipQueries):
         return outcomes
 
     def claim(
-        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
     ) -> list[ClaimedRow]:
         rows, arrived = self._execute_tuples(
             "claim_due",
@@ -440,6 +429,8 @@ class PostgresStore(LeadershipQueries):
                 "horizon_ms": horizon_ms,
                 "limit": limit,
                 "park_attempts": park_attempts,
+                "max_bytes": max_bytes,
+                "first_always": first_always,
             },
         )
         return [
@@ -472,17 +463,31 @@ class PostgresStore(LeadershipQueries):
         *,
         failed: bool,
         errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
     ) -> dict[str, int]:
-        """Give claims back; returns the attempts count of each row released."""
+        """Give claims back; returns the attempts count of each row released. A failed row
+        whose attempts reach ``park_attempts`` (None: never) is parked: out of the claim."""
         if not claims:
             return {}
-        params = statement_params("release_claims", node_id, claims, failed=failed, errors=errors)
+        params = statement_params(
+            "release_claims",
+            node_id,
+            claims,
+            failed=failed,
+            errors=errors,
+            park_attempts=park_attempts,
+        )
         rows = self._execute("release_claims", params)
         return {r["id"]: r["attempts"] for r in rows}
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         """Release the claims of ``node_id`` made at or after ``since`` (None: all)."""
         return len(self._execute("release_node", {"node_id": node_id, "since": since}))
+
+    def park_exhausted(self, park_attempts: int) -> int:
+        """Park the unclaimed rows parked by their attempts alone (by a release that predates
+        ``parked_at``), so they leave the claim's index; returns how many."""
+        return len(self._execute("park_exhausted", {"park_attempts": park_attempts}))
 
     def find_stuck(
         self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
@@ -509,115 +514,6 @@ class PostgresStore(LeadershipQueries):
         now: datetime = self._execute("ping", {})[0]["now"]
         return now
 
-    # -- admin and monitoring ----------------------------------------------------------------
-
-    def backlog(
-        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
-    ) -> Backlog:
-        """Backlog statistics in one statement that never scans the table (indexes, estimates)."""
-        r = self._execute(
-            "backlog",
-            {
-                "park_attempts": park_attempts,
-                "exact_below": exact_below,
-                "count_limit": count_limit,
-            },
-        )[0]
-        claimed = int(r["claimed"])
-        bounded = r["unclaimed_bounded"]
-        estimated = None if r["estimated_rows"] is None else int(r["estimated_rows"])
-        if bounded is not None and bounded < exact_below:
-            unclaimed, exact = int(bounded), True
-        else:
-            unclaimed, exact = max((estimated or 0) - claimed, int(bounded or 0)), False
-        parked, overdue = int(r["parked_bounded"]), int(r["overdue_bounded"])
-        return Backlog(
-            now=r["now"],
-            estimated_rows=estimated,
-            unclaimed=unclaimed,
-            unclaimed_exact=exact,
-            claimed=claimed,
-            parked=parked,
-            parked_capped=parked >= count_limit,
-            overdue=overdue,
-            overdue_capped=overdue >= count_limit,
-            oldest_overdue=r["oldest_overdue"],
-            oldest_deadline=r["oldest_deadline"],
-            newest_deadline=r["newest_deadline"],
-        )
-
-    def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
-        rows = self._execute("get_message", {"id": message_id, "include_value": include_value})
-        return _message_record(rows[0]) if rows else None
-
-    def list_messages(
-        self,
-        *,
-        state: str | None,
-        park_attempts: int,
-        limit: int,
-        deadline_from: datetime | None = None,
-        deadline_to: datetime | None = None,
-        after: tuple[datetime, str] | None = None,
-    ) -> list[MessageRecord]:
-        """Up to ``limit`` rows in ``state`` (None: all) ordered by (deadline, id), strictly
-        after the cursor ``after``; ``deadline_from`` inclusive, ``deadline_to`` exclusive."""
-        if state not in LIST_QUERIES:
-            raise ValueError(f"unknown message state {state!r}")
-        rows = self._execute(
-            LIST_QUERIES[state],
-            {
-                "park_attempts": park_attempts,
-                "limit": limit,
-                "deadline_from": deadline_from,
-                "deadline_to": deadline_to,
-                "after_deadline": after[0] if after else None,
-                "after_id": after[1] if after else None,
-            },
-        )
-        return [_message_record(r) for r in rows]
-
-    def cancel_message(self, message_id: str) -> CancelOutcome:
-        rows = self._execute("cancel_message", {"id": message_id})
-        if not rows:
-            return CancelOutcome.NOT_FOUND
-        return CancelOutcome.CANCELLED if rows[0]["deleted"] else CancelOutcome.CLAIMED
-
-    def heartbeat(
-        self,
-        node_id: str,
-        *,
-        started_at: datetime | None = None,
-        hostname: str | None = None,
-        version: str | None = None,
-    ) -> None:
-        self._execute(
-            "heartbeat",
-            {
-                "node_id": node_id,
-                "started_at": started_at,
-                "hostname": hostname,
-                "version": version,
-            },
-        )
-
-    def register_node(
-        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
-    ) -> datetime | None:
-        """Take ``node_id`` for this process unless a live node holds it; returns the start
-        of this process on the database clock (the fence of its claims), None if taken."""
-        rows = self._execute(
-            "register_node",
-            {"node_id": node_id, "live_s": live_s, "hostname": hostname, "version": version},
-        )
-        return rows[0]["started_at"] if rows else None
-
-    def remove_node(self, node_id: str) -> bool:
-        return bool(self._execute("remove_node", {"node_id": node_id}))
-
-    def expire_nodes(self, retain_s: float) -> int:
-        return len(self._execute("expire_nodes", {"retain_s": retain_s}))
-
     def release_thread_connection(self) -> None:
         """Close the calling thread's connection, if any: for short-lived threads (one HTTP
         request each), which would otherwise leave one open connection behind apiece."""
@@ -629,23 +525,6 @@ class PostgresStore(LeadershipQueries):
         except psycopg.Error:
             pass
 
-    def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
-        rows = self._execute("list_nodes", {"live_s": live_s, "include_dead": include_dead})
-        return [
-            NodeRecord(
-                node_id=r["node_id"],
-                live=r["live"],
-                started_at=r["started_at"],
-                heartbeat_at=r["heartbeat_at"],
-                heartbeat_age_seconds=r["heartbeat_age_seconds"],
-                hostname=r["hostname"],
-                version=r["version"],
-                claimed=int(r["claimed"]),
-                oldest_claim_at=r["oldest_claim_at"],
-            )
-            for r in rows
-        ]
-
 
 def statement_params(
     name: str,
@@ -654,6 +533,7 @@ def statement_params(
     *,
     failed: bool = False,
     errors: Sequence[str | None] | None = None,
+    park_attempts: int | None = None,
 ) -> dict[str, Any]:
     """The parameters of a batch write on ``claims`` of ``node_id`` (``delete_fired``,
     ``release_claims`` or ``reset_stuck``), as the store sends them (the plan tests too): the
@@ -665,7 +545,13 @@ def statement_params(
     if name == "release_claims":
         errs = list(errors) if errors is not None else [None] * len(claims)
         entries = {c[0]: [c[1].isoformat(), e] for c, e in zip(claims, errs, strict=True)}
-        return {"node_id": node_id, "ids": ids, "failed": failed, "fence": json.dumps(entries)}
+        return {
+            "node_id": node_id,
+            "ids": ids,
+            "failed": failed,
+            "fence": json.dumps(entries),
+            "park_attempts": park_attempts,
+        }
     if name == "reset_stuck":
         return _reset_params([StuckRow(i, node_id, at) for i, at in claims])
     raise ValueError(f"not a batch write: {name}")
@@ -721,20 +607,3 @@ def _bytes(value: bytes | memoryview | None) -> bytes | None:
     if value is None:
         return None
     return bytes(value)
-
-
-def _message_record(r: dict[str, Any]) -> MessageRecord:
-    return MessageRecord(
-        id=r["id"],
-        deadline=r["deadline"],
-        readied_at=r["readied_at"],
-        readied_by=r["readied_by"],
-        attempts=r["attempts"],
-        last_error=r["last_error"],
-        target_topic=r["target_topic"],
-        enqueued_at=r["enqueued_at"],
-        key=_bytes(r["message_key"]),
-        headers=decode_headers(r["message_headers"]),
-        value_size=r["value_size"],
-        value=_bytes(r["message_value"]),
-    )

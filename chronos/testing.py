@@ -3,9 +3,8 @@
 ``InMemoryStore`` implements :class:`chronos.store.Store` with the semantics of the named SQL in
 ``chronos/sql/queries.sql`` (deadlines and claims compared on an injectable clock, claims fenced
 by ``readied_by`` and ``readied_at``, the column limits of the schema enforced as ``StoreError``).
-``FakePublisher`` implements :class:`chronos.kafka.Publisher`: it records every produced record
-and lets a test decide whether each delivery succeeds or fails, and when its report arrives.
-``FakeConsumer`` feeds records to the intake loop and records the offsets it stores.
+``FakePublisher`` (a :class:`chronos.kafka.Publisher` whose deliveries the test decides) and
+``FakeConsumer`` live in :mod:`chronos.kafka_fakes` and are re-exported here.
 ``ManualClock`` gives the store (wall clock) and the firing loop (monotonic clock) one time line
 that only moves when the test says so.
 
@@ -19,15 +18,12 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from chronos.errors import StoreError
-from chronos.kafka import DeliveryCallback
+from chronos.kafka_fakes import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.leadership import Leadership, lowest_id
 from chronos.protocol import (
     MAX_ID_LENGTH,
@@ -38,6 +34,7 @@ from chronos.protocol import (
 )
 from chronos.store import (
     LIST_QUERIES,
+    UNBOUNDED_BYTES,
     Backlog,
     CancelOutcome,
     Claim,
@@ -45,7 +42,9 @@ from chronos.store import (
     MessageRecord,
     NodeRecord,
     Outcome,
+    RequeueOutcome,
     StuckRow,
+    row_bytes,
 )
 
 __all__ = [
@@ -115,10 +114,17 @@ class StoredRow:
     attempts: int = 0
     last_error: str | None = None
     target_topic: str | None = None
+    parked_at: datetime | None = None
 
     @property
     def headers(self) -> Headers:
         return decode_headers(self.headers_json)
+
+    def parked(self, park_attempts: int) -> bool:
+        """Unclaimed and parked: stamped, or at the threshold by its attempts alone."""
+        return self.readied_at is None and (
+            self.parked_at is not None or (self.attempts > 0 and self.attempts >= park_attempts)
+        )
 
 
 @dataclass(slots=True)
@@ -259,7 +265,14 @@ class InMemoryStore:
             return outcomes
 
     def claim(
-        self, node_id: str, horizon_ms: int, limit: int, park_attempts: int
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
     ) -> list[ClaimedRow]:
         with self._lock:
             now = self._statement("claim_due")
@@ -268,12 +281,20 @@ class InMemoryStore:
             due = [
                 r
                 for r in self._rows.values()
-                if r.readied_at is None and r.deadline <= horizon and r.attempts < park_attempts
+                if r.readied_at is None
+                and r.parked_at is None
+                and r.deadline <= horizon
+                and r.attempts < park_attempts
             ]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
+            running = 0
             for row in due[: max(0, limit)]:
+                size = row_bytes(row.key, row.value, row.headers)
+                running += size
+                if running > max_bytes and not (first_always and running == size):
+                    break
                 row.readied_at = now
                 row.readied_by = node
                 claimed.append(
@@ -319,11 +340,12 @@ class InMemoryStore:
         *,
         failed: bool,
         errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
     ) -> dict[str, int]:
         if not claims:
             return {}
         with self._lock:
-            self._statement("release_claims")
+            now = self._statement("release_claims")
             node = _check_uuid(node_id, "release_claims")
             padded: list[str | None] = list(errors) if errors is not None else []
             padded += [None] * (len(claims) - len(padded))
@@ -341,10 +363,26 @@ class InMemoryStore:
                 row.readied_by = None
                 if failed:
                     row.attempts += 1
+                    if (
+                        row.parked_at is None
+                        and park_attempts is not None
+                        and row.attempts >= park_attempts
+                    ):
+                        row.parked_at = now
                 if error is not None:
                     row.last_error = error
                 released[row.id] = row.attempts
             return released
+
+    def park_exhausted(self, park_attempts: int) -> int:
+        with self._lock:
+            now = self._statement("park_exhausted")
+            rows = [
+                r for r in self._rows.values() if r.parked_at is None and r.parked(park_attempts)
+            ]
+            for row in rows:
+                row.parked_at = now
+            return len(rows)
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         with self._lock:
@@ -416,8 +454,12 @@ class InMemoryStore:
             rows = list(self._rows.values())
             unclaimed = [r for r in rows if r.readied_at is None]
             claimed = [r for r in rows if r.readied_at is not None]
-            parked = [r for r in unclaimed if 0 < r.attempts and r.attempts >= park_attempts]
-            overdue = [r for r in unclaimed if r.deadline < now and r.attempts < park_attempts]
+            parked = [r for r in unclaimed if r.parked(park_attempts)]
+            overdue = [
+                r
+                for r in unclaimed
+                if r.deadline < now and r.parked_at is None and r.attempts < park_attempts
+            ]
             exact = len(rows) < exact_below and len(unclaimed) < exact_below
             deadlines = [r.deadline for r in rows]
             return Backlog(
@@ -450,6 +492,7 @@ class InMemoryStore:
             headers=row.headers,
             value_size=None if row.value is None else len(row.value),
             value=row.value if include_value else None,
+            parked_at=row.parked_at,
         )
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
@@ -474,11 +517,11 @@ class InMemoryStore:
             self._statement(LIST_QUERIES[state])
 
             def wanted(r: StoredRow) -> bool:
-                if state == "waiting" and not (r.readied_at is None and r.attempts < park_attempts):
-                    return False
-                if state == "parked" and not (
-                    r.readied_at is None and 0 < r.attempts and r.attempts >= park_attempts
+                if state == "waiting" and not (
+                    r.readied_at is None and r.parked_at is None and r.attempts < park_attempts
                 ):
+                    return False
+                if state == "parked" and not r.parked(park_attempts):
                     return False
                 if state == "claimed" and r.readied_at is None:
                     return False
@@ -503,6 +546,17 @@ class InMemoryStore:
                 return CancelOutcome.CLAIMED
             del self._rows[message_id]
             return CancelOutcome.CANCELLED
+
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome:
+        with self._lock:
+            self._statement("requeue_message")
+            row = self._rows.get(message_id)
+            if row is None:
+                return RequeueOutcome.NOT_FOUND
+            if not row.parked(park_attempts):
+                return RequeueOutcome.NOT_PARKED
+            row.attempts, row.parked_at, row.last_error = 0, None, None
+            return RequeueOutcome.REQUEUED
 
     def heartbeat(
         self,
@@ -615,234 +669,3 @@ def unfenced(node_id: str, window_ms: int = 5000) -> Leadership:
     leadership = Leadership(node_id, window_ms)
     leadership.renew(math.inf)
     return leadership
-
-
-# -------------------------------------------------------------------------------- publisher
-
-
-PENDING = "pending"
-DELIVERED = "delivered"
-FAILED = "failed"
-
-
-@dataclass(eq=False)
-class ProducedRecord:
-    """One ``produce`` call as the fake publisher saw it."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    timestamp_ms: int  # the producer's wall clock at produce(), like a record's CreateTime
-    status: str = PENDING  # pending -> delivered | failed (decided), then reported
-    error: KafkaError | None = None
-    reported: bool = False  # whether its delivery callback has been served
-    on_delivery: DeliveryCallback | None = field(default=None, repr=False)
-
-
-Decision = Callable[[ProducedRecord], KafkaError | None]
-
-
-def _succeed(_record: ProducedRecord) -> KafkaError | None:
-    return None
-
-
-class FakePublisher:
-    """A ``Publisher`` that records what is produced; the test decides each delivery.
-
-    * ``auto=True`` (default): ``decide(record)`` is asked at ``produce`` time (default: success;
-      return a ``KafkaError`` to fail it) and the report is served by the next ``poll``/``flush``,
-      like a real producer's.
-    * ``auto=False``: every record stays pending until the test calls ``deliver(...)`` or
-      ``fail(...)``; ``poll`` then serves the report.
-    * ``fail_next(n, code)`` fails the next ``n`` produced records (either mode).
-
-    ``poll(timeout)`` waits up to ``timeout`` for a report to serve (so loops on threads do not
-    spin) and returns the number of callbacks served. ``delivered`` lists what a consumer of the
-    topics would now see.
-    """
-
-    def __init__(
-        self,
-        *,
-        auto: bool = True,
-        decide: Decision | None = None,
-        wall_clock: Callable[[], float] = time.time,
-    ):
-        self.auto = auto
-        self.decide = decide or _succeed
-        self.wall_clock = wall_clock
-        self.records: list[ProducedRecord] = []
-        self._fail_next: list[KafkaError] = []
-        self._cond = threading.Condition(threading.RLock())
-
-    # -- test controls ---------------------------------------------------------------------------
-
-    def fail_next(self, count: int = 1, code: int = KafkaError._MSG_TIMED_OUT) -> None:
-        with self._cond:
-            self._fail_next.extend(KafkaError(code) for _ in range(count))
-
-    def pending(self) -> list[ProducedRecord]:
-        with self._cond:
-            return [r for r in self.records if r.status == PENDING]
-
-    def deliver(self, records: Iterable[ProducedRecord] | None = None) -> int:
-        """Decide success for ``records`` (default: every pending one)."""
-        return self._settle(records, None)
-
-    def fail(
-        self, records: Iterable[ProducedRecord] | None = None, code: int = KafkaError._MSG_TIMED_OUT
-    ) -> int:
-        """Decide failure with ``code`` for ``records`` (default: every pending one)."""
-        return self._settle(records, KafkaError(code))
-
-    def _settle(self, records: Iterable[ProducedRecord] | None, error: KafkaError | None) -> int:
-        with self._cond:
-            chosen = list(records) if records is not None else self.pending()
-            count = 0
-            for record in chosen:
-                if record.status != PENDING:
-                    raise ValueError(f"record already {record.status}")
-                record.status, record.error = (
-                    (FAILED, error) if error is not None else (DELIVERED, None)
-                )
-                count += 1
-            self._cond.notify_all()
-            return count
-
-    def delivered(self, topic: str | None = None) -> list[ProducedRecord]:
-        with self._cond:
-            return [r for r in self.records if r.status == DELIVERED and topic in (None, r.topic)]
-
-    def produced(self, topic: str | None = None) -> list[ProducedRecord]:
-        with self._cond:
-            return [r for r in self.records if topic in (None, r.topic)]
-
-    # -- the Publisher interface -----------------------------------------------------------------
-
-    def produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-        on_delivery: DeliveryCallback,
-    ) -> None:
-        record = ProducedRecord(
-            topic=topic,
-            key=key,
-            value=value,
-            headers=list(headers or ()),
-            timestamp_ms=math.floor(self.wall_clock() * 1000 + 1e-6),  # float noise, not time
-            on_delivery=on_delivery,
-        )
-        with self._cond:
-            self.records.append(record)
-            if self._fail_next:
-                record.status, record.error = FAILED, self._fail_next.pop(0)
-            elif self.auto:
-                error = self.decide(record)
-                record.status, record.error = (
-                    (FAILED, error) if error is not None else (DELIVERED, None)
-                )
-            self._cond.notify_all()
-
-    def _ready(self) -> list[ProducedRecord]:
-        return [r for r in self.records if r.status != PENDING and not r.reported]
-
-    def poll(self, timeout: float) -> int:
-        with self._cond:
-            if timeout > 0 and not self._ready():
-                self._cond.wait_for(lambda: bool(self._ready()), timeout)
-            ready = self._ready()
-            for record in ready:
-                record.reported = True
-        for record in ready:  # callbacks run outside the lock, like librdkafka's
-            if record.on_delivery is not None:
-                record.on_delivery(record.error)
-        return len(ready)
-
-    def flush(self, timeout: float) -> int:
-        deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            self.poll(0)
-            outstanding = len(self)
-            remaining = deadline - time.monotonic()
-            if outstanding == 0 or remaining <= 0:
-                return outstanding
-            self.poll(min(remaining, 0.05))
-
-    def __len__(self) -> int:
-        with self._cond:
-            return sum(1 for r in self.records if not r.reported)
-
-
-# --------------------------------------------------------------------------------- consumer
-
-
-def make_record(
-    topic: str,
-    partition: int,
-    offset: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: Sequence[tuple[str, bytes | None]] | None = None,
-    *,
-    error: KafkaError | None = None,
-) -> Message:
-    """A consumed record, as the intake loop receives it from the consumer."""
-    return Message(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=key,
-        value=value,
-        headers=list(headers) if headers is not None else None,
-        error=error,
-    )
-
-
-class FakeConsumer:
-    """The part of a confluent-kafka ``Consumer`` the intake loop uses, fed by the test.
-
-    ``feed(records)`` queues records; ``consume`` hands them out in order, at most
-    ``num_messages`` at a time, waiting up to ``timeout`` for some. ``stored`` holds the offsets
-    stored so far, by (topic, partition): the next offset to read, as Kafka commits them.
-    """
-
-    def __init__(self, **callbacks: Any):
-        self.callbacks = callbacks
-        self.subscribed: list[str] = []
-        self.stored: dict[tuple[str, int], int] = {}
-        self.committed: dict[tuple[str, int], int] = {}
-        self.closed = False
-        self._queue: list[Message] = []
-        self._cond = threading.Condition()
-
-    def feed(self, records: Iterable[Message]) -> None:
-        with self._cond:
-            self._queue.extend(records)
-            self._cond.notify_all()
-
-    def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
-        self.subscribed = list(topics)
-
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        with self._cond:
-            if not self._queue and timeout != 0:
-                self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)
-            batch, self._queue = self._queue[:num_messages], self._queue[num_messages:]
-            return batch
-
-    def store_offsets(self, offsets: list[TopicPartition] | None = None, **_: Any) -> None:
-        for tp in offsets or ():
-            self.stored[(tp.topic, tp.partition)] = tp.offset
-
-    def commit(self, asynchronous: bool = True, **_: Any) -> None:
-        pending = {k: v for k, v in self.stored.items() if self.committed.get(k) != v}
-        if not pending:
-            raise KafkaException(KafkaError(KafkaError._NO_OFFSET))
-        self.committed.update(pending)
-
-    def close(self) -> None:
-        self.closed = True

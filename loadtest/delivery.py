@@ -187,6 +187,16 @@ class Row:
             "note": self.note,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Row:
+        return cls(
+            str(data["scenario"]),
+            str(data["target"]),
+            str(data["measured"]),
+            data.get("pass"),
+            str(data.get("note") or ""),
+        )
+
 
 def _n(value: int | None) -> str:
     return "n/a" if value is None else f"{value:,}"
@@ -227,9 +237,13 @@ def delivery_rows(records: Sequence[Mapping[str, Any]]) -> list[Row]:
     """The loss row over ``records`` (the scenarios judged on loss) and, when messages arrived
     after a window, a reported row for them: late, not lost, so judged by each scenario's own
     lateness or drain target (they are in its lateness figures)."""
-    if not records:
+    return scenario_delivery_rows([ScenarioDelivery.from_record(r) for r in records])
+
+
+def scenario_delivery_rows(scenarios: Sequence[ScenarioDelivery]) -> list[Row]:
+    """``delivery_rows`` over figures already read."""
+    if not scenarios:
         return []
-    scenarios = [ScenarioDelivery.from_record(r) for r in records]
     bad = [s for s in scenarios if s.lost != 0]
     notes = [
         f"{s.name}: {s.output_holes:,} lost are holes in the output topic's offsets (the broker "

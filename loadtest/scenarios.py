@@ -45,7 +45,7 @@ BACKLOG_CLAIM_P99_FACTOR, BACKLOG_CLAIM_P99_SLACK_MS = 2.0, 1.0
 # with an absolute slack, not a factor; and the big backlog must meet the precision targets.
 BACKLOG_P99_SLACK_MS, BACKLOG_P999_SLACK_MS = 5.0, 10.0
 
-# "The backlog does not grow": see loadtest.bench.backlog_verdict.
+# "The backlog does not grow": see loadtest.bench.figures.backlog_verdict.
 BACKLOG_TABLE_FACTOR = 1.25  # rows at the end of sending <= this x rate x mean delay (+ 1 s)
 BACKLOG_OVERDUE_SECONDS = 0.1  # p90 of overdue rows in the steady window <= rate x this
 BACKLOG_LAG_SECONDS = 2.0  # consumer lag at the end of sending <= rate x this

@@ -33,19 +33,31 @@ ORDER BY b.ord;
 
 -- name: claim_due
 -- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
--- skipping rows another node is claiming and rows parked after `park_attempts` failed publishes;
--- return them with the time left until each deadline on the database clock, measured as late
--- as possible (clock_timestamp(), not the statement start) so timers anchored on arrival of the
--- result never fire early and lose little precision.
-WITH due AS (
-    SELECT id
+-- skipping rows another node is claiming and parked rows, and stopping before the rows' bytes
+-- (key + value + stored headers) pass `max_bytes` (the first row is taken whatever its size when
+-- `first_always`); return them with the time left until each deadline on the database clock,
+-- measured as late as possible (clock_timestamp(), not the statement start) so timers anchored
+-- on arrival of the result never fire early and lose little precision. Walks the ready index
+-- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
+-- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
+-- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
+WITH candidates AS (
+    SELECT id, deadline,
+           coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
+           + coalesce(pg_column_size(message_headers), 0) AS size
     FROM chronos_messages
     WHERE readied_at IS NULL
+      AND parked_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
     ORDER BY deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id
+    FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running
+          FROM candidates) c
+    WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 )
 UPDATE chronos_messages m
 SET readied_at = now(), readied_by = %(node_id)s::uuid
@@ -79,7 +91,8 @@ RETURNING m.id;
 
 -- name: release_claims
 -- Give claimed rows back (shutdown, or a failed publish to retry), fenced by this node's claim;
--- `failed` adds one to the attempt counter; a non-null error is remembered as last_error.
+-- `failed` adds one to the attempt counter; a non-null error is remembered as last_error; a row
+-- whose attempts reach `park_attempts` (NULL: never) is parked (parked_at: out of the claim).
 -- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, error]}.
 WITH target AS (
     SELECT m.id
@@ -93,9 +106,25 @@ WITH target AS (
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
     attempts = m.attempts + CASE WHEN %(failed)s THEN 1 ELSE 0 END,
-    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error)
+    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error),
+    parked_at = CASE
+        WHEN m.parked_at IS NULL AND %(failed)s
+             AND m.attempts + 1 >= %(park_attempts)s::int THEN now()
+        ELSE m.parked_at
+    END
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, m.attempts;
+
+-- name: park_exhausted
+-- Stamp parked_at on unclaimed rows parked by their attempts alone (by a release before
+-- parked_at existed), so they leave the ready index the claim walks; failed-publish index.
+UPDATE chronos_messages
+SET parked_at = now()
+WHERE parked_at IS NULL
+  AND attempts > 0
+  AND attempts >= %(park_attempts)s
+  AND readied_at IS NULL
+RETURNING id;
 
 -- name: release_node
 -- Give back every row still claimed by this node process (the end of a graceful shutdown):
@@ -145,16 +174,13 @@ SET readied_at = NULL, readied_by = NULL
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id, (%(fence)s::jsonb -> m.id ->> 1) AS readied_by;
 
--- name: exists_ids
--- Which of these ids are waiting or ready.
-SELECT id FROM chronos_messages WHERE id = ANY(%(ids)s::text[]);
-
 -- name: ping
 -- Liveness of the connection; also returns the database clock.
 SELECT now() AS now;
 
 -- name: backlog
--- Backlog statistics from indexes and the planner's row estimate, never a table scan.
+-- Backlog statistics from indexes and the planner's row estimate, never a table scan: overdue
+-- rows through the ready index (parked rows excluded), parked rows through the failed index.
 WITH est AS (
     SELECT greatest(coalesce(s.n_live_tup::float8, c.reltuples::float8), 0)::bigint AS n
     FROM pg_class c
@@ -176,16 +202,19 @@ SELECT now() AS now,
        (SELECT n FROM claimed) AS claimed,
        (SELECT count(*) FROM (
            SELECT 1 FROM chronos_messages
-           WHERE attempts > 0 AND attempts >= %(park_attempts)s AND readied_at IS NULL
+           WHERE attempts > 0 AND readied_at IS NULL
+             AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
            LIMIT %(count_limit)s
        ) p) AS parked_bounded,
        (SELECT count(*) FROM (
            SELECT 1 FROM chronos_messages
-           WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
+           WHERE readied_at IS NULL AND parked_at IS NULL AND deadline < now()
+             AND attempts < %(park_attempts)s
            ORDER BY deadline LIMIT %(count_limit)s
        ) o) AS overdue_bounded,
        (SELECT deadline FROM chronos_messages
-        WHERE readied_at IS NULL AND deadline < now() AND attempts < %(park_attempts)s
+        WHERE readied_at IS NULL AND parked_at IS NULL AND deadline < now()
+          AND attempts < %(park_attempts)s
         ORDER BY deadline LIMIT 1) AS oldest_overdue,
        least(
            (SELECT deadline FROM chronos_messages WHERE readied_at IS NULL
@@ -201,19 +230,20 @@ SELECT now() AS now,
 -- name: get_message
 -- One scheduled message by id, with the size of its value (the value itself only if asked).
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size,
        CASE WHEN %(include_value)s THEN message_value END AS message_value
 FROM chronos_messages
 WHERE id = %(id)s;
 
 -- name: list_waiting
--- Admin list of waiting rows (unclaimed, not parked) after a (deadline, id) cursor; due index.
+-- Admin list of waiting rows (unclaimed, not parked) after a (deadline, id) cursor; ready index.
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size, NULL::bytea AS message_value
 FROM chronos_messages
 WHERE readied_at IS NULL
+  AND parked_at IS NULL
   AND attempts < %(park_attempts)s
   AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
   AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
@@ -224,13 +254,14 @@ ORDER BY deadline, id
 LIMIT %(limit)s;
 
 -- name: list_parked
--- Admin list of parked rows (attempts at the park threshold) after a cursor; failed index.
+-- Admin list of parked rows (parked_at set, or attempts at the park threshold) after a cursor;
+-- failed index (a parked row has failed at least once).
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size, NULL::bytea AS message_value
 FROM chronos_messages
 WHERE attempts > 0
-  AND attempts >= %(park_attempts)s
+  AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
   AND readied_at IS NULL
   AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
   AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
@@ -243,7 +274,7 @@ LIMIT %(limit)s;
 -- name: list_claimed
 -- Admin list of claimed rows (few: bounded by in-flight limits) after a cursor; claimed index.
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, message_key, message_headers,
        octet_length(message_value) AS value_size, NULL::bytea AS message_value
 FROM chronos_messages
 WHERE readied_at IS NOT NULL
@@ -258,7 +289,7 @@ LIMIT %(limit)s;
 -- Admin list of every row after a cursor: unclaimed (due index) merged with claimed rows.
 SELECT * FROM (
     (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-            target_topic, enqueued_at, message_key, message_headers,
+            target_topic, enqueued_at, parked_at, message_key, message_headers,
             octet_length(message_value) AS value_size, NULL::bytea AS message_value
      FROM chronos_messages
      WHERE readied_at IS NULL
@@ -271,7 +302,7 @@ SELECT * FROM (
      LIMIT %(limit)s)
     UNION ALL
     (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-            target_topic, enqueued_at, message_key, message_headers,
+            target_topic, enqueued_at, parked_at, message_key, message_headers,
             octet_length(message_value) AS value_size, NULL::bytea AS message_value
      FROM chronos_messages
      WHERE readied_at IS NOT NULL
@@ -296,6 +327,26 @@ WITH target AS (
     RETURNING m.id
 )
 SELECT t.readied_at IS NOT NULL AS claimed, EXISTS (SELECT 1 FROM deleted) AS deleted
+FROM target t;
+
+-- name: requeue_message
+-- Give a parked message a fresh start: attempts, parked_at and last_error reset, so the claim
+-- takes it (at once if due). Returns no row for an unknown id, requeued = false if not parked.
+WITH target AS (
+    SELECT id, readied_at, attempts, parked_at
+    FROM chronos_messages
+    WHERE id = %(id)s
+    FOR UPDATE
+), requeued AS (
+    UPDATE chronos_messages m
+    SET attempts = 0, parked_at = NULL, last_error = NULL
+    FROM target t
+    WHERE m.id = t.id
+      AND t.readied_at IS NULL
+      AND (t.parked_at IS NOT NULL OR (t.attempts > 0 AND t.attempts >= %(park_attempts)s))
+    RETURNING m.id
+)
+SELECT EXISTS (SELECT 1 FROM requeued) AS requeued
 FROM target t;
 
 -- name: heartbeat
@@ -383,3 +434,13 @@ WHERE m.id = t.id
   AND m.readied_by = t.readied_by
   AND m.readied_at = t.readied_at
 RETURNING m.id, t.readied_by::text AS readied_by;
+
+-- name: configure_session
+-- Session settings of a node's connection, set once when it opens: statement_timeout and
+-- synchronous_commit (an empty value keeps the server's setting).
+SELECT set_config('statement_timeout',
+                  coalesce(nullif(%(statement_timeout)s::text, ''),
+                           current_setting('statement_timeout')), false),
+       set_config('synchronous_commit',
+                  coalesce(nullif(%(synchronous_commit)s::text, ''),
+                           current_setting('synchronous_commit')), false);

@@ -776,3 +776,46 @@ def test_metrics_named_by_the_chart_exist() -> None:
     assert "chronos_overdue_messages" in names
     for name in names:
         assert f'"{name}"' in source, f"{name} is not a Chronos metric"
+
+
+# ------------------------------------------------------------------------ Postgres TLS and roles
+
+
+@pytest.mark.parametrize("source", ["secretName", "configMapName"])
+def test_a_postgres_ca_bundle_is_mounted_for_verify_full(source: str) -> None:
+    rendered = render({"postgresCA": {source: "pg-ca", "key": "root.crt"}})
+    for workload in rendered.of_kind("Deployment") + rendered.of_kind("Job"):
+        (container,) = containers(workload)
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert env["PGSSLROOTCERT"] == "/etc/chronos/postgres-ca/root.crt"
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["postgres-ca"]["mountPath"] == "/etc/chronos/postgres-ca"
+        assert mounts["postgres-ca"]["readOnly"] is True
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        kind = "secret" if source == "secretName" else "configMap"
+        ref = volumes["postgres-ca"][kind]
+        assert ref.get("secretName", ref.get("name")) == "pg-ca"
+        assert ref["items"] == [{"key": "root.crt", "path": "root.crt"}]
+
+
+def test_no_ca_bundle_by_default_and_never_two_sources() -> None:
+    rendered = render()
+    for workload in rendered.of_kind("Deployment") + rendered.of_kind("Job"):
+        (container,) = containers(workload)
+        assert "PGSSLROOTCERT" not in {e["name"] for e in container.get("env", [])}
+    error = render_error({"postgresCA": {"secretName": "a", "configMapName": "b"}})
+    assert "not both" in error
+    assert "postgresCA" in render_error({"postgresCA": {"bogus": "x"}})
+
+
+def test_the_migration_job_alone_gets_the_migration_url() -> None:
+    owner = "postgresql://owner:pw@db:5432/chronos"
+    rendered = render({"secrets": {"databaseUrl": DB_URL, "migrationDatabaseUrl": owner}})
+    (job,) = rendered.of_kind("Job")
+    (container,) = containers(job)
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["CHRONOS_MIGRATION_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref["key"] == "CHRONOS_MIGRATION_DATABASE_URL"
+    hook_secrets = [s for s in rendered.of_kind("Secret") if s["metadata"]["name"] == ref["name"]]
+    assert secret_payload(hook_secrets[0])["CHRONOS_MIGRATION_DATABASE_URL"] == owner
+    assert owner not in str(rendered.one("Secret", "chronos"))  # the pods never get it

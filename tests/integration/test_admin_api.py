@@ -53,6 +53,9 @@ class FakeState:
     def loops_alive(self) -> bool:
         return self.alive
 
+    def stalled_loops(self) -> list[str]:
+        return []
+
 
 @dataclass
 class Api:
@@ -269,6 +272,7 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/openapi.json",
         "/admin/v1/messages",
         "/admin/v1/messages/{id}",
+        "/admin/v1/messages/{id}/requeue",
         "/admin/v1/stats",
         "/admin/v1/nodes",
     }
@@ -450,6 +454,37 @@ def test_list_rejects_bad_parameters(api: Api, bad: str) -> None:
     status, body = api.get("/admin/v1/messages?" + bad)
     assert status == 400, bad
     assert body["error"]
+
+
+# ------------------------------------------------------------------------ requeue
+
+
+def test_requeue_over_http_and_the_message_is_claimed_again(api: Api) -> None:
+    """Issue 8, item 6: a parked message can be requeued, not only cancelled."""
+    due = datetime.now(UTC) + timedelta(seconds=1)
+    seed(api, [message("bad", due), message("ok", due + timedelta(hours=1))])
+    make_overdue(api, ["bad"], 5)
+    me = str(uuid.uuid4())
+    for _ in range(PARK):  # refused PARK times: parked through the store, as firing does
+        rows = api.store.claim(me, 0, 10, PARK)
+        assert [r.id for r in rows] == ["bad"]
+        api.store.release(
+            me,
+            [(r.id, r.readied_at) for r in rows],
+            failed=True,
+            errors=["refused"],
+            park_attempts=PARK,
+        )
+    assert api.get("/admin/v1/messages/bad")[1]["state"] == "parked"
+    assert api.store.claim(me, 0, 10, PARK) == []
+    assert api.request("POST", "/admin/v1/messages/nope/requeue")[0] == 404
+    status, _, body = api.request("POST", "/admin/v1/messages/ok/requeue")
+    assert status == 409 and "not parked" in body["error"]
+    assert api.request("POST", "/admin/v1/messages/bad/requeue", token=None)[0] == 401
+    assert api.request("POST", "/admin/v1/messages/bad/requeue")[0] == 204
+    _, requeued = api.get("/admin/v1/messages/bad")
+    assert (requeued["state"], requeued["attempts"], requeued["last_error"]) == ("waiting", 0, None)
+    assert [r.id for r in api.store.claim(me, 0, 10, PARK)] == ["bad"]  # due: claimed at once
 
 
 # ------------------------------------------------------------------------ cancel

@@ -26,6 +26,11 @@ pytestmark = pytest.mark.integration
 
 ROWS = 100_000
 BATCH = 2_000
+# The rows are due in DUE_IN, and claimed with a horizon beyond it: every row stays claimable
+# however long filling the table takes (rows already due at enqueue are published directly, not
+# stored, so a deadline that passes while filling would leave the table short of rows).
+DUE_IN = timedelta(minutes=10)
+HORIZON_MS = 20 * 60 * 1000
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +39,15 @@ def filled(database_factory: Any) -> Iterator[tuple[str, PostgresStore]]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ALTER TABLE chronos_messages SET (autovacuum_enabled = false)")
     store = PostgresStore(url)
-    due = store.ping() + timedelta(milliseconds=500)
+    due = store.ping() + DUE_IN
     for start in range(0, ROWS, BATCH):
         batch = [
             ScheduledMessage(f"m{i:07d}", due, None, b"x" * 64, [])
             for i in range(start, start + BATCH)
         ]
         store.enqueue(batch, 0)
-    time.sleep(0.6)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM chronos_messages").fetchone() == (ROWS,)
     yield url, store
     store.close()
     database_factory.drop(url)
@@ -97,7 +103,7 @@ def test_generic_plans_of_batch_writes_probe_the_primary_key(
 ) -> None:
     url, store = filled
     node_id = str(uuid.uuid4())
-    rows = store.claim(node_id, 0, BATCH, 10)
+    rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
     assert len(rows) == BATCH
     claims = [(r.id, r.readied_at) for r in rows]
     try:
@@ -119,14 +125,14 @@ def test_repeated_batches_through_the_store_stay_fast(filled: tuple[str, Postgre
     node_id = str(uuid.uuid4())
     slowest = 0.0
     for _ in range(8):
-        rows = store.claim(node_id, 0, BATCH, 10)
+        rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
         assert len(rows) == BATCH
         claims = [(r.id, r.readied_at) for r in rows]
         started = time.perf_counter()
         store.release(node_id, claims, failed=False)
         slowest = max(slowest, time.perf_counter() - started)
     for _ in range(8):
-        rows = store.claim(node_id, 0, BATCH, 10)
+        rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
         assert len(rows) == BATCH
         started = time.perf_counter()
         assert len(store.delete_fired(node_id, [(r.id, r.readied_at) for r in rows])) == BATCH

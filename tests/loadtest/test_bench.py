@@ -9,13 +9,24 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loadtest import bench
 from loadtest import scenarios as sc
+from loadtest.bench import (
+    driver,
+    evaluation,
+    figures,
+    procstats,
+    profiles,
+    promtext,
+    sampling,
+)
+from loadtest.bench.records import BenchRecord
+from loadtest.bench.results import StackSample, TableCounts
 from loadtest.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,10 +169,10 @@ def _exposition() -> str:
 
 
 def test_parse_prometheus_and_histogram() -> None:
-    samples = bench.parse_prometheus(_exposition())
-    assert bench.metric_total(samples, "chronos_fired_messages_total") == 42
-    assert bench.metric_total(samples, "chronos_nope") is None
-    claim = bench.histogram(samples, "chronos_statement_duration_seconds", statement="claim")
+    samples = promtext.parse_prometheus(_exposition())
+    assert promtext.metric_total(samples, "chronos_fired_messages_total") == 42
+    assert promtext.metric_total(samples, "chronos_nope") is None
+    claim = promtext.histogram(samples, "chronos_statement_duration_seconds", statement="claim")
     assert claim is not None
     assert claim.count == 100 and claim.sum == pytest.approx(98 * 0.002 + 0.32)
     assert claim.mean == pytest.approx((98 * 0.002 + 0.32) / 100)
@@ -171,48 +182,50 @@ def test_parse_prometheus_and_histogram() -> None:
     # p99: rank 99 is the one observation in (0.01, 0.025] -> its upper bound.
     assert claim.quantile(0.99) == pytest.approx(0.025)
     assert claim.quantile(1.0) == pytest.approx(0.5)
-    delete = bench.histogram(samples, "chronos_statement_duration_seconds", statement="delete")
+    delete = promtext.histogram(samples, "chronos_statement_duration_seconds", statement="delete")
     assert delete is not None and delete.count == 1
 
 
 def test_histogram_delta_and_nodes_summed() -> None:
-    before = bench.parse_prometheus(_exposition())
+    before = promtext.parse_prometheus(_exposition())
     text = _exposition()
     # A second node's scrape of the same metrics: summing doubles every bucket.
-    both = bench.parse_prometheus(text) + bench.parse_prometheus(text)
+    both = promtext.parse_prometheus(text) + promtext.parse_prometheus(text)
     name = "chronos_statement_duration_seconds"
-    summed = bench.histogram(both, name, statement="claim")
+    summed = promtext.histogram(both, name, statement="claim")
     assert summed is not None and summed.count == 200
-    delta = summed.minus(bench.histogram(before, name, statement="claim"))
+    delta = summed.minus(promtext.histogram(before, name, statement="claim"))
     assert delta.count == 100 and delta.mean == pytest.approx((98 * 0.002 + 0.32) / 100)
-    summary = bench.histogram_summary(summed, bench.histogram(before, name, statement="claim"), 10)
-    assert summary["count"] == 100 and summary["per_s"] == 10
-    assert summary["mean_ms"] == pytest.approx(5.16, abs=1e-3)
-    assert summary["p99_ms"] == pytest.approx(25.0)
-    assert bench.histogram_summary(None, None)["mean_ms"] is None
+    summary = promtext.histogram_summary(
+        summed, promtext.histogram(before, name, statement="claim"), 10
+    )
+    assert summary.count == 100 and summary.per_s == 10
+    assert summary.mean_ms == pytest.approx(5.16, abs=1e-3)
+    assert summary.p99_ms == pytest.approx(25.0)
+    assert promtext.histogram_summary(None, None).mean_ms is None
 
 
 def test_quantile_in_the_inf_bucket_and_empty() -> None:
-    h = bench.Histogram([0.1, 1.0, math.inf], [0, 1, 10], 50.0, 10)
+    h = promtext.Histogram([0.1, 1.0, math.inf], [0, 1, 10], 50.0, 10)
     assert h.quantile(0.5) == 1.0  # beyond the last finite bound: that bound
-    assert bench.Histogram([0.1, math.inf], [0, 0], 0, 0).quantile(0.99) is None
+    assert promtext.Histogram([0.1, math.inf], [0, 0], 0, 0).quantile(0.99) is None
 
 
 def test_node_metrics_between_scrapes() -> None:
     before, after = _exposition(), _exposition() + "chronos_fired_messages_total 50.0\n"
-    nm = bench.node_metrics([before], [after], 10.0)
-    assert nm["statements"]["claim"]["count"] == 0
-    assert nm["counters"]["fired"] == 50
-    assert nm["counters"]["enqueued"] is None
+    nm = promtext.node_metrics([before], [after], 10.0)
+    assert nm.statements["claim"].count == 0
+    assert nm.counters["fired"] == 50
+    assert nm.counters["enqueued"] is None
 
 
 def test_parse_labels_with_escapes() -> None:
     text = 'm{a="x\\"y",b="1,2"} 3\n# HELP m x\nbroken line\n'
-    (sample,) = bench.parse_prometheus(text)
+    (sample,) = promtext.parse_prometheus(text)
     assert sample.labels == {"a": 'x"y', "b": "1,2"} and sample.value == 3
 
 
-# ------------------------------------------------------------------------ /proc parsing
+# ----------------------------------------------------------------- process statistics
 
 
 STATUS = """Name:\tpython
@@ -225,25 +238,40 @@ Threads:\t12
 
 
 def test_parse_rss() -> None:
-    assert bench.parse_status_kb(STATUS) == 181234
-    assert bench.parse_status_kb(STATUS, "VmHWM") == 190312
-    assert bench.parse_status_kb("Name:\tkthreadd\n") is None
+    assert procstats.parse_status_kb(STATUS) == 181234
+    assert procstats.parse_status_kb(STATUS, "VmHWM") == 190312
+    assert procstats.parse_status_kb("Name:\tkthreadd\n") is None
 
 
-def test_parse_proc_stat_with_awkward_command() -> None:
-    text = "4242 (python (a) b) S 17 4242 4242 0 -1 4194560 1 0 0 0 150 25 7 3 20 0 12 0 1 2 3"
-    st = bench.parse_proc_stat(text)
-    assert st == bench.ProcStat(ppid=17, ticks=175, child_ticks=10)
+def test_tree_cpu_counts_live_children() -> None:
+    """A process tree's CPU time includes its live children (Postgres's backends)."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(60)"])
+    try:
+        limit = time.monotonic() + 30
+        while (st := procstats.proc_stat(child.pid)) is None or st.cpu_s < 0.3:
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        own = procstats.proc_stat(os.getpid())
+        assert own is not None and st.ppid == os.getpid()
+        tree = procstats.tree_cpu_s(os.getpid())
+        assert tree >= own.cpu_s + own.children_cpu_s + 0.3
+    finally:
+        child.kill()
+        child.wait()
+    assert procstats.proc_stat(child.pid) is None
+    assert procstats.tree_cpu_s(None) == 0.0 and procstats.rss_kb(child.pid) is None
 
 
-def test_parse_machine_cpu() -> None:
-    busy, total = bench.parse_machine_cpu("cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 1 2 3 4\n")
-    assert total == 981 and busy == 981 - 820
+def test_machine_busy_and_memory() -> None:
+    first = procstats.machine_busy_s()
+    assert 0 < first <= procstats.machine_busy_s()
+    assert procstats.memory_total_kb() > 100_000
 
 
 def test_own_process_is_readable() -> None:
-    assert (bench.rss_kb(os.getpid()) or 0) > 1000
-    st = bench.proc_stat(os.getpid())
+    assert (procstats.rss_kb(os.getpid()) or 0) > 1000
+    st = procstats.proc_stat(os.getpid())
     assert st is not None and st.ppid == os.getppid()
 
 
@@ -260,24 +288,28 @@ def _timeline(seconds: int, rate: int, fired_factor: float = 1.0) -> list[dict[s
 def test_steady_rates_and_due_not_fired() -> None:
     timeline = _timeline(70, 1000)
     timeline[20]["fired"] = 400  # one slow second
-    steady = bench.steady_rates(timeline, (11, 60))
+    steady = figures.steady_rates(timeline, (11, 60))
     assert steady is not None
-    assert steady["seconds"] == 49 and steady["due_per_s"] == 1000
-    assert steady["fired_per_s"] == pytest.approx((48 * 1000 + 400) / 49, abs=0.1)
-    assert bench.steady_rates(timeline, None) is None
-    series = dict(bench.due_not_fired(timeline))
+    assert steady.seconds == 49 and steady.due_per_s == 1000
+    assert steady.fired_per_s == pytest.approx((48 * 1000 + 400) / 49, abs=0.1)
+    assert figures.steady_rates(timeline, None) is None
+    series = dict(figures.due_not_fired(timeline))
     assert series[19] == 0 and series[20] == 600 and series[69] == 600
 
 
-def _samples(start_ms: int, seconds: int, rows: Any, overdue: Any = 0, lag: float = 50):
+def _samples(
+    start_ms: int, seconds: int, rows: Any, overdue: Any = 0, lag: float = 50
+) -> list[StackSample]:
     return [
-        {
-            "t_ms": start_ms + 1000 * t,
-            "waiting": rows(t),
-            "claimed": 100,
-            "overdue": overdue(t) if callable(overdue) else overdue,
-            "consumer_lag": lag,
-        }
+        StackSample(
+            t_ms=start_ms + 1000 * t,
+            table=TableCounts(
+                waiting=rows(t),
+                claimed=100,
+                overdue=overdue(t) if callable(overdue) else overdue,
+            ),
+            consumer_lag=lag,
+        )
         for t in range(seconds)
     ]
 
@@ -285,7 +317,7 @@ def _samples(start_ms: int, seconds: int, rows: Any, overdue: Any = 0, lag: floa
 def test_backlog_flat() -> None:
     start = 1_000_000
     samples = _samples(start, 62, lambda t: min(t, 10) * 6_000)
-    verdict = bench.backlog_verdict(
+    verdict = figures.backlog_verdict(
         samples,
         send_start_ms=start,
         send_end_ms=start + 60_000,
@@ -294,9 +326,9 @@ def test_backlog_flat() -> None:
         window=(11, 60),
         timeline=_timeline(70, 10_000),
     )
-    assert verdict["growing"] is False
-    assert verdict["expected_rows"] == 65_000 and verdict["rows_at_send_end"] == 60_100
-    assert set(verdict["checks"]) == {
+    assert verdict.growing is False
+    assert verdict.expected_rows == 65_000 and verdict.rows_at_send_end == 60_100
+    assert set(verdict.checks) == {
         "rows_at_send_end",
         "consumer_lag_at_send_end",
         "rows_slope_per_s",
@@ -309,7 +341,7 @@ def test_backlog_growing_is_caught() -> None:
     start = 0
     # Firing keeps up with only 80 %: the table grows 2,000 rows a second, rows go overdue.
     samples = _samples(start, 62, lambda t: 6_000 * min(t, 10) + 2_000 * t, lambda t: 200 * t)
-    verdict = bench.backlog_verdict(
+    verdict = figures.backlog_verdict(
         samples,
         send_start_ms=start,
         send_end_ms=start + 60_000,
@@ -318,20 +350,20 @@ def test_backlog_growing_is_caught() -> None:
         window=(11, 60),
         timeline=_timeline(70, 10_000, 0.8),
     )
-    assert verdict["growing"] is True
-    checks = verdict["checks"]
-    assert not checks["rows_slope_per_s"]["ok"] and not checks["overdue_p90"]["ok"]
-    assert not checks["due_not_fired_at_send_end"]["ok"]
+    assert verdict.growing is True
+    checks = verdict.checks
+    assert not checks["rows_slope_per_s"].ok and not checks["overdue_p90"].ok
+    assert not checks["due_not_fired_at_send_end"].ok
     # A lagging intake alone (table flat, consumer lag large) also counts as growing.
     lagging = _samples(start, 62, lambda t: 1_000, lag=80_000)
-    v2 = bench.backlog_verdict(
+    v2 = figures.backlog_verdict(
         lagging, send_start_ms=0, send_end_ms=60_000, rate=10_000, mean_delay_s=6.5, window=None
     )
-    assert v2["growing"] is True and not v2["checks"]["consumer_lag_at_send_end"]["ok"]
+    assert v2.growing is True and not v2.checks["consumer_lag_at_send_end"].ok
     assert (
-        bench.backlog_verdict(
+        figures.backlog_verdict(
             [], send_start_ms=0, send_end_ms=1, rate=1, mean_delay_s=1, window=None
-        )["growing"]
+        ).growing
         is None
     )
 
@@ -344,9 +376,9 @@ def test_fill_from_summary_burst() -> None:
         "throughput": {"timeline": []},
     }
     run = {"start_ms": 0, "producer": {"start_ms": 0, "end_ms": 50_000, "achieved_rate": 2e4}}
-    samples = [{"t_ms": t * 1000, "waiting": 12_000 * t, "claimed": 0} for t in range(100)]
+    samples = [StackSample(t * 1000, table=TableCounts(12_000 * t, 0, None)) for t in range(100)]
     rec: dict[str, Any] = {}
-    bench.fill_from_summary(rec, scenario, summary, run, samples, 20_000)
+    figures.fill_from_summary(rec, scenario, summary, run, samples, 20_000)
     assert rec["drain"]["rate_per_s"] == 25_000 and rec["drain"]["seconds"] == 40
     assert rec["intake"]["stored_after_s"] == 84  # first sample holding >= 99.9 %
     assert rec["steady"] is None and "backlog" not in rec
@@ -410,23 +442,28 @@ def _canned_bench() -> dict[str, Any]:
     }
 
 
+def _evaluate(bench_dict: dict[str, Any]) -> list[dict[str, Any]]:
+    """The target rows as bench.json holds them."""
+    return [r.as_dict() for r in evaluation.evaluate(BenchRecord.from_dict(bench_dict))]
+
+
 def _results(bench_dict: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
-    return {(r["scenario"], r["target"]): r["pass"] for r in bench.evaluate(bench_dict)}
+    return {(r["scenario"], r["target"]): r["pass"] for r in _evaluate(bench_dict)}
 
 
 def test_evaluate_all_pass() -> None:
-    rows = bench.evaluate(_canned_bench())
+    rows = _evaluate(_canned_bench())
     verdicts = [r["pass"] for r in rows if r["scenario"] != "ceiling"]
     assert verdicts and all(v is True for v in verdicts), rows
     ratio = next(r for r in rows if "x ceiling" in r["target"])
     assert ratio["scenario"] == "saturate" and "0.74" in ratio["measured"]
-    assert bench.capacity(_canned_bench()) == (18_500.0, "saturate")
+    assert evaluation.capacity(BenchRecord.from_dict(_canned_bench())) == (18_500.0, "saturate")
 
 
 def _failing(mutate: Any) -> list[dict[str, Any]]:
     data = copy.deepcopy(_canned_bench())
     mutate({r["name"]: r for r in data["scenarios"]})
-    return [r for r in bench.evaluate(data) if r["pass"] is False]
+    return [r for r in _evaluate(data) if r["pass"] is False]
 
 
 def test_evaluate_failures() -> None:
@@ -493,10 +530,10 @@ def test_evaluate_failures() -> None:
 def test_ratio_without_saturate_is_a_lower_bound() -> None:
     data = _canned_bench()
     data["scenarios"] = [r for r in data["scenarios"] if r["kind"] != "saturate"]
-    ratio = next(r for r in bench.evaluate(data) if "x ceiling" in r["target"])
+    ratio = next(r for r in _evaluate(data) if "x ceiling" in r["target"])
     assert ratio["scenario"] == "sustained" and ratio["pass"] is None  # 0.40: not shown
     data["scenarios"][0]["result"]["ceiling_msg_per_s"] = 12_000.0
-    ratio = next(r for r in bench.evaluate(data) if "x ceiling" in r["target"])
+    ratio = next(r for r in _evaluate(data) if "x ceiling" in r["target"])
     assert ratio["pass"] is True  # even the offered-limited rate clears 0.7 x
 
 
@@ -505,7 +542,7 @@ def test_markdown_and_json_outputs(tmp_path: Path) -> None:
     data["machine"] = {"cores": 2, "loadavg_start": [1.0, 2.0, 3.0], "loadavg_end": [2, 2, 2]}
     data["scenarios"][4]["files"] = {"report": "precision/report.html"}
     data["scenarios"][4]["cpu"] = {"wall_s": 70.0, "nodes_s": 10.0}
-    bench.write_outputs(tmp_path, data)
+    driver.write_outputs(tmp_path, data)
     md = (tmp_path / "BENCHMARK.md").read_text()
     assert "18,500 msg/s capacity = 0.74 x the ceiling (25,000 msg/s" in md
     assert "| precision | p99 lateness <= 10 ms | 4.0 ms | **pass** |" in md
@@ -529,7 +566,8 @@ thread (103): chronos-intake;Thread._bootstrap (threading.py:1002);f (/x/lib/pyt
 
 
 def test_aggregate_profile() -> None:
-    prof = bench.aggregate_profile(RAW_PROFILE)
+    profile = profiles.aggregate_profile(RAW_PROFILE)
+    prof = profile.as_dict()
     assert prof["samples"] == 100
     selfs = {i["function"]: i["samples"] for i in prof["self"]}
     assert selfs == {
@@ -548,7 +586,7 @@ def test_aggregate_profile() -> None:
         "percent": 40.0,
     }
     assert prof["threads"]["thread (101): chronos-firing"] == 40
-    text = bench.profile_text(prof)
+    text = profiles.profile_text(profile)
     assert "decode_headers (chronos/protocol.py)" in text and text.startswith("100 samples")
 
 
@@ -605,7 +643,7 @@ def shutil_which(name: str) -> str | None:
 
 
 def test_stall_watch() -> None:
-    watch = bench.StallWatch(seconds=10)
+    watch = sampling.StallWatch(seconds=10)
     assert not watch.stalled(0, 100, 0)
     # Nothing due: a quiet node is not stalled, however long.
     assert not any(watch.stalled(t, 100, 0) for t in range(1, 30))
@@ -614,19 +652,19 @@ def test_stall_watch() -> None:
     assert not any(watch.stalled(t, 100, 5_000) for t in range(30, 39))
     assert watch.stalled(39, 100, 5_000)
     assert not watch.stalled(40, 100, 5_000)
-    moving = bench.StallWatch(seconds=10)
+    moving = sampling.StallWatch(seconds=10)
     assert not any(moving.stalled(t, 100 + t, 5_000) for t in range(60))
-    assert not bench.StallWatch().stalled(0, None, 5)
+    assert not sampling.StallWatch().stalled(0, None, 5)
 
 
 def test_offset_gaps() -> None:
     records = [("out", 0, o) for o in range(100) if not 40 <= o <= 45]
     records += [("out", 4, o) for o in (5, 3, 4, 9)] + [("dl", 0, 7)]
-    gaps = bench.offset_gaps(records)
+    gaps = figures.offset_gaps(records).as_dict()
     assert gaps["missing"] == 6 + 3 and gaps["gap_count"] == 2
     assert gaps["gaps"][0] == {"topic": "out", "partition": 0, "first": 40, "last": 45, "count": 6}
     assert gaps["gaps"][1]["first"] == 6 and gaps["gaps"][1]["last"] == 8
-    assert bench.offset_gaps([])["missing"] == 0
+    assert figures.offset_gaps([]).missing == 0
 
 
 def test_loss_attributed_to_offset_holes() -> None:
@@ -634,7 +672,7 @@ def test_loss_attributed_to_offset_holes() -> None:
     rec = next(r for r in data["scenarios"] if r["name"] == "sustained2")
     rec["summary"]["counts"]["lost"] = 361
     rec["output_gaps"] = {"missing": 361, "gaps": [], "gap_count": 2}
-    row = next(r for r in bench.evaluate(data) if r["target"].startswith("no message lost"))
+    row = next(r for r in _evaluate(data) if r["target"].startswith("no message lost"))
     assert row["pass"] is False and row["measured"] == "sustained2: 361 lost"
     assert "361 lost are holes" in row["note"]
 
@@ -642,7 +680,7 @@ def test_loss_attributed_to_offset_holes() -> None:
 def test_render_rewrites_an_earlier_run(tmp_path: Path) -> None:
     (tmp_path / "bench.json").write_text(json.dumps(_canned_bench()))
     args = build_parser().parse_args(["bench", "--render", str(tmp_path)])
-    assert bench.main(args) == 0
+    assert driver.main(args) == 0
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["headline"]["targets_failed"] == 0 and saved["targets"]
     assert (tmp_path / "BENCHMARK.md").read_text().startswith("# Chronos benchmark")
@@ -656,7 +694,7 @@ def test_precision_notes_blame_the_stack_when_the_relay_misses_too() -> None:
     relay = _scenario("relay", "relay")
     relay["summary"]["lateness_ms"].update(p99=15_051.0, p99_9=16_000.0)
     data["scenarios"].insert(4, relay)
-    rows = bench.evaluate(data)
+    rows = _evaluate(data)
     floor = next(r for r in rows if r["scenario"] == "relay")
     assert floor["pass"] is None and "15,051.0" in floor["measured"]
     p99 = next(r for r in rows if r["scenario"] == "precision" and "p99 " in r["target"])
@@ -684,13 +722,13 @@ def test_histogram_with_negative_buckets() -> None:
     for _ in range(9):
         h.observe(0.007)  # (0.005, 0.01]
     h.observe(-0.2)  # (-inf, -0.1]
-    samples = bench.parse_prometheus(generate_latest(registry).decode())
-    late = bench.histogram(samples, "chronos_fire_lateness_seconds")
+    samples = promtext.parse_prometheus(generate_latest(registry).decode())
+    late = promtext.histogram(samples, "chronos_fire_lateness_seconds")
     assert late is not None and late.count == 100
     if late.sum is None:
         assert late.mean is None
     assert late.quantile(0.005) == -0.1  # in the first bucket: its bound
     assert late.quantile(0.5) == pytest.approx(-0.05 + 0.025 * (50 - 1) / 90)
     assert late.quantile(0.99) == pytest.approx(0.005 + 0.005 * 8 / 9)
-    summary = bench.histogram_summary(late, None)
-    assert summary["p99_ms"] == pytest.approx(9.444, abs=1e-3)
+    summary = promtext.histogram_summary(late, None)
+    assert summary.p99_ms == pytest.approx(9.444, abs=1e-3)

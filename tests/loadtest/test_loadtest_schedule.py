@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.schedule import LagTracker, RateSchedule, pace
+from loadtest.schedule import LagTracker, PacingResult, RateSchedule, pace
 
 
 class FakeClock:
@@ -41,7 +41,9 @@ def test_rate_must_be_positive(rate: float) -> None:
         RateSchedule(rate=rate, start=0.0, total=1)
 
 
-def _run(rate: float, total: int, emit_cost: float, stall_at: int | None = None, stall: float = 0):
+def _run(
+    rate: float, total: int, emit_cost: float, stall_at: int | None = None, stall: float = 0
+) -> tuple[RateSchedule, LagTracker, list[tuple[int, float]], PacingResult, FakeClock]:
     clock = FakeClock()
     schedule = RateSchedule(rate, clock(), total)
     tracker = LagTracker(threshold_s=0.010, start=clock())

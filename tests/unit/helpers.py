@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronos.firing import FiringLoop
 from chronos.leadership import Leadership
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from chronos.settings import Secret, Settings, load
+from chronos.store import ClaimedRow
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
 
 OUTPUT = "out"
@@ -81,3 +84,24 @@ class Firing:
 
     def at(self, ms: float) -> datetime:
         return self.clock.now() + timedelta(milliseconds=ms)
+
+
+def claimed_rows(count: int, *, size: int, due_in_ms: float = 0) -> list[ClaimedRow]:
+    """Rows as a claim returns them, each with a ``size``-byte value, due in ``due_in_ms``."""
+    now = datetime.now(UTC)
+    return [
+        ClaimedRow(
+            id=f"row-{uuid.uuid4()}",
+            deadline=now.timestamp() + due_in_ms / 1000,
+            readied_at=now,
+            key=None,
+            value=b"v" * size,
+            headers=[],
+            attempts=0,
+            last_error=None,
+            target_topic=None,
+            remaining_ms=due_in_ms,
+            claimed_monotonic=time.monotonic(),
+        )
+        for _ in range(count)
+    ]

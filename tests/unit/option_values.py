@@ -18,7 +18,7 @@ def alternative(option: Option) -> tuple[str, Any]:
     if option.name == "node_id":
         text = str(uuid.uuid4())
         return text, text
-    if option.name == "database_url":
+    if option.name in ("database_url", "migration_database_url"):
         return DB, DB
     if isinstance(option.default, int):
         text = str(option.default + 7)

@@ -17,7 +17,15 @@ import pytest
 
 from chronos.errors import StoreError
 from chronos.protocol import Headers, ScheduledMessage
-from chronos.store import CancelOutcome, ClaimedRow, MessageRecord, Outcome, Store, StuckRow
+from chronos.store import (
+    CancelOutcome,
+    ClaimedRow,
+    MessageRecord,
+    Outcome,
+    RequeueOutcome,
+    Store,
+    StuckRow,
+)
 
 HORIZON = 1_000  # ms: claim rows due within a second
 FAR = 3_600_000  # ms: an hour
@@ -188,6 +196,25 @@ class StoreContract:
         assert [r.id for r in store.claim(me, HORIZON + 500, 10, 5)] == ["third"]
         assert store.claim(me, HORIZON + 500, 10, 5) == []  # "later" is beyond the horizon
 
+    def test_claim_stops_at_its_byte_budget(self, harness: Harness) -> None:
+        store = harness.store
+        now = harness.now()
+        store.enqueue(
+            [
+                msg(f"big{i}", now + timedelta(milliseconds=100 + i), key=None, value=b"x" * 1000)
+                for i in range(6)
+            ],
+            0,
+        )
+        me = node()
+        two = store.claim(me, HORIZON, 10, 5, max_bytes=2500)
+        assert [r.id for r in two] == ["big0", "big1"]  # a third would pass 2,500 bytes
+        assert store.claim(me, HORIZON, 10, 5, max_bytes=500, first_always=False) == []
+        # Nothing held: one row is taken whatever its size, so a large message still fires.
+        one = store.claim(me, HORIZON, 10, 5, max_bytes=500, first_always=True)
+        assert [r.id for r in one] == ["big2"]
+        assert [r.id for r in store.claim(me, HORIZON, 10, 5)] == ["big3", "big4", "big5"]
+
     def test_claim_reports_the_time_left_and_stamps_the_claim(self, harness: Harness) -> None:
         store = harness.store
         deadline = harness.now() + timedelta(milliseconds=800)
@@ -252,6 +279,73 @@ class StoreContract:
         (row,) = store.claim(me, HORIZON, 10, 3)
         assert row.attempts == 2
         assert row.last_error == "too large"
+
+    def _park(self, harness: Harness, message_id: str, park_attempts: int = 2) -> None:
+        """Enqueue a due message and fail its publish until ``release`` parks it."""
+        store, me = harness.store, node()
+        store.enqueue([msg(message_id, harness.now() + timedelta(milliseconds=500))], 0)
+        for _ in range(park_attempts):
+            rows = [r for r in store.claim(me, HORIZON, 100, park_attempts) if r.id == message_id]
+            assert len(rows) == 1
+            store.release(
+                me, claims(rows), failed=True, errors=["refused"], park_attempts=park_attempts
+            )
+
+    def test_a_parked_row_stays_parked_when_the_threshold_rises(self, harness: Harness) -> None:
+        """release stamps parked_at at the threshold: out of the claim until requeued, whatever
+        park_attempts later claims pass (the claim walks the index of unparked rows)."""
+        store = harness.store
+        self._park(harness, "p")
+        assert store.claim(node(), HORIZON, 10, 2) == []
+        assert store.claim(node(), HORIZON, 10, 100) == []
+        record = store.get_message("p")
+        assert record is not None
+        assert record.parked_at is not None
+        assert record.state(100) == "parked"
+        assert [m.id for m in store.list_messages(state="parked", park_attempts=100, limit=10)] == [
+            "p"
+        ]
+        assert store.list_messages(state="waiting", park_attempts=100, limit=10) == []
+        backlog = store.backlog(100)
+        assert (backlog.parked, backlog.overdue) == (1, 0)
+
+    def test_park_exhausted_stamps_rows_parked_by_attempts_alone(self, harness: Harness) -> None:
+        """Rows an earlier release parked (attempts at the threshold, no parked_at)."""
+        store, me = harness.store, node()
+        store.enqueue([msg("old", harness.now() + timedelta(milliseconds=500))], 0)
+        for _ in range(2):
+            store.release(me, claims(store.claim(me, HORIZON, 10, 2)), failed=True)
+        record = store.get_message("old")
+        assert record is not None and record.parked_at is None and record.state(2) == "parked"
+        assert store.park_exhausted(2) == 1
+        assert store.park_exhausted(2) == 0
+        record = store.get_message("old")
+        assert record is not None and record.parked_at is not None
+
+    def test_requeue_gives_a_parked_message_a_fresh_start(self, harness: Harness) -> None:
+        store = harness.store
+        self._park(harness, "p")
+        store.enqueue([msg("w", harness.now() + timedelta(minutes=5))], 0)
+        assert store.requeue_message("ghost", 2) is RequeueOutcome.NOT_FOUND
+        assert store.requeue_message("w", 2) is RequeueOutcome.NOT_PARKED
+        assert store.requeue_message("p", 2) is RequeueOutcome.REQUEUED
+        assert store.requeue_message("p", 2) is RequeueOutcome.NOT_PARKED
+        record = store.get_message("p")
+        assert record is not None
+        assert (record.attempts, record.parked_at, record.last_error) == (0, None, None)
+        assert record.state(2) == "waiting"
+        me = node()
+        (row,) = store.claim(me, HORIZON, 10, 2)
+        assert (row.id, row.attempts) == ("p", 0)
+        assert store.requeue_message("p", 2) is RequeueOutcome.NOT_PARKED  # claimed
+
+    def test_requeue_takes_rows_parked_by_attempts_alone(self, harness: Harness) -> None:
+        store, me = harness.store, node()
+        store.enqueue([msg("old", harness.now() + timedelta(milliseconds=500))], 0)
+        for _ in range(2):
+            store.release(me, claims(store.claim(me, HORIZON, 10, 2)), failed=True)
+        assert store.requeue_message("old", 2) is RequeueOutcome.REQUEUED
+        assert [r.id for r in store.claim(me, HORIZON, 10, 2)] == ["old"]
 
     # -------------------------------------------------------------------- delete (phase 2)
 

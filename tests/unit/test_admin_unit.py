@@ -518,3 +518,38 @@ def test_the_consumer_reports_statistics_unless_a_passthrough_overrides_the_inte
     assert seen[-1]["on_commit"] is print
     kafka.make_consumer(make_settings(consumer_properties={"statistics.interval.ms": "0"}))
     assert seen[-1]["statistics.interval.ms"] == "0"
+
+
+# ------------------------------------------------------------------------------ requeue
+
+
+def test_requeue_a_parked_message_and_refuse_the_others() -> None:
+    h = Harness()  # park_attempts = 4
+    me = str(uuid.uuid4())
+    h.seed(2)
+    h.clock.advance(301_000)  # m0 and m1 are due
+    for _ in range(4):
+        rows = [r for r in h.store.claim(me, 0, 10, 4) if r.id == "m0"]
+        claims = [(r.id, r.readied_at) for r in rows]
+        h.store.release(me, claims, failed=True, errors=["refused"], park_attempts=4)
+    held = [(c.id, c.readied_at) for c in h.store.claimed() if c.readied_at is not None]
+    h.store.release(me, held, failed=False)
+    assert h.call("GET", "/admin/v1/messages/m0")[2]["state"] == "parked"
+    assert h.call("POST", "/admin/v1/messages/nope/requeue")[0] == 404
+    status, _, body = h.call("POST", "/admin/v1/messages/m1/requeue")
+    assert status == 409 and "not parked" in body["error"]
+    status, _, _ = h.call("POST", "/admin/v1/messages/m0/requeue")
+    assert status == 204
+    message = h.call("GET", "/admin/v1/messages/m0")[2]
+    assert (message["state"], message["attempts"], message["last_error"]) == ("waiting", 0, None)
+    assert {r.id for r in h.store.claim(me, 0, 10, 4)} == {"m0", "m1"}
+
+
+def test_requeue_takes_post_only_and_needs_the_token() -> None:
+    h = Harness()
+    status, extra, _ = h.call("GET", "/admin/v1/messages/m0/requeue")
+    assert (status, extra["Allow"]) == (405, "POST")
+    status, extra, _ = h.call("POST", "/admin/v1/messages/m0/requeue", headers={})
+    assert status == 401 and "WWW-Authenticate" in extra
+    assert h.call("POST", "/admin/v1/messages/m0/requeue", "x=1")[0] == 400
+    assert "/admin/v1/messages/{id}/requeue" in SPEC["paths"]

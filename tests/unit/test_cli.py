@@ -83,3 +83,46 @@ def test_every_command_accepts_every_setting_flag(capsys: pytest.CaptureFixture[
         text = capsys.readouterr().out
         for option in OPTIONS:
             assert option.flag in text, (command, option.flag)
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("CHRONOS_PRODUCER__ENABLE_IDEMPOTENCE", "false"),
+        ("CHRONOS_PRODUCER__ACKS", "1"),
+        ("CHRONOS_KAFKA__ACKS", "0"),
+    ],
+)
+def test_producer_passthrough_breaking_at_least_once_exits_2_naming_it(
+    env: str, value: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env, value)
+    assert cli.main(["run", "--database-url", DB]) == 2
+    err = capsys.readouterr().err
+    assert env in err and "at-least-once" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("prop", ["enable.idempotence=false", "acks=1", "acks=0"])
+def test_producer_property_flag_breaking_at_least_once_exits_2_naming_it(
+    prop: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["run", "--database-url", DB, "--producer-property", prop]) == 2
+    err = capsys.readouterr().err
+    assert "--producer-property" in err and prop.split("=")[0] in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--statement-timeout-ms", "6000"], "CHRONOS_STATEMENT_TIMEOUT_MS"),
+        (["--liveness-timeout-ms", "6000"], "CHRONOS_LIVENESS_TIMEOUT_MS"),
+        (["--migration-database-url", "mysql://x"], "--migration-database-url"),
+        (["--database-synchronous-commit", "always"], "--database-synchronous-commit"),
+    ],
+)
+def test_new_runtime_settings_are_checked_at_start_up(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["run", "--database-url", DB, *argv]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err

@@ -93,7 +93,7 @@ def test_a_lapsed_leader_is_replaced_once_its_heartbeat_is_older_than_the_window
 
 
 def test_the_recovery_loop_replaces_a_lapsed_leader_without_waiting_for_a_heartbeat() -> None:
-    c = Cluster(2, hold_time_ms=60_000)
+    c = Cluster(2, hold_time_ms=30_000)
     low, high = c.ids
     c.store.enqueue([msg("m", c.clock.now() + timedelta(hours=1))], 0)
     c.tick(low, high)
@@ -136,7 +136,7 @@ def test_only_the_leader_sweeps() -> None:
 
 
 def test_the_leader_takes_over_a_lapsed_node_before_the_hold_time() -> None:
-    c = Cluster(2, hold_time_ms=60_000)
+    c = Cluster(2, hold_time_ms=30_000)
     low, high = c.ids
     c.store.enqueue([msg(f"m{i}", c.clock.now() + timedelta(hours=1)) for i in range(4)], 0)
     c.tick(low, high)
@@ -151,7 +151,7 @@ def test_the_leader_takes_over_a_lapsed_node_before_the_hold_time() -> None:
 
 
 def test_two_leaders_at_once_reset_each_row_exactly_once() -> None:
-    c = Cluster(3, hold_time_ms=60_000)
+    c = Cluster(3, hold_time_ms=30_000)
     a, b, dead = c.ids
     c.store.enqueue([msg(f"m{i:03d}", c.clock.now() + timedelta(hours=1)) for i in range(50)], 0)
     c.tick(a, b, dead)

@@ -120,14 +120,17 @@ CHRONOS_DATABASE_URL CHRONOS_KAFKA_BOOTSTRAP_SERVERS CHRONOS_INPUT_TOPIC CHRONOS
 CHRONOS_DEAD_LETTER_TOPIC CHRONOS_CONSUMER_GROUP CHRONOS_GROUP_INSTANCE_ID CHRONOS_GROUP_PROTOCOL CHRONOS_NODE_ID CHRONOS_TIMING_ADVANCE_MS
 CHRONOS_HOLD_TIME_MS CHRONOS_POLL_INTERVAL_MS CHRONOS_FAILURE_DETECTION_INTERVAL_MS CHRONOS_LIVENESS_WINDOW_MS
 CHRONOS_LOOKAHEAD_MS CHRONOS_DELIVERY_TIMEOUT_MS CHRONOS_CONSUME_BATCH_SIZE
-CHRONOS_CLAIM_BATCH_SIZE CHRONOS_MAX_IN_FLIGHT CHRONOS_MAX_DELAY_MS CHRONOS_MAX_PUBLISH_ATTEMPTS CHRONOS_DEAD_LETTER_TIMEOUT_MS
-CHRONOS_SHUTDOWN_TIMEOUT_MS CHRONOS_HTTP_HOST CHRONOS_HTTP_PORT CHRONOS_ADMIN_TOKEN
+CHRONOS_CLAIM_BATCH_SIZE CHRONOS_MAX_IN_FLIGHT CHRONOS_MAX_IN_FLIGHT_BYTES CHRONOS_MAX_DELAY_MS
+CHRONOS_MAX_PUBLISH_ATTEMPTS CHRONOS_DEAD_LETTER_TIMEOUT_MS CHRONOS_SHUTDOWN_TIMEOUT_MS
+CHRONOS_STATEMENT_TIMEOUT_MS CHRONOS_DATABASE_TCP_TIMEOUT_MS CHRONOS_DATABASE_SYNCHRONOUS_COMMIT
+CHRONOS_MIGRATION_DATABASE_URL CHRONOS_LIVENESS_TIMEOUT_MS CHRONOS_HTTP_HOST CHRONOS_HTTP_PORT
+CHRONOS_ADMIN_TOKEN
 CHRONOS_LOG_LEVEL CHRONOS_LOG_FORMAT
 {{- end }}
 
 {{/* Settings that are secret (Option(..., secret=True)). */}}
 {{- define "chronos.secretSettings" -}}
-CHRONOS_DATABASE_URL CHRONOS_ADMIN_TOKEN
+CHRONOS_DATABASE_URL CHRONOS_ADMIN_TOKEN CHRONOS_MIGRATION_DATABASE_URL
 {{- end }}
 
 {{/* librdkafka pass-through prefixes. */}}
@@ -255,4 +258,42 @@ read-only).
 {{/* An int-or-string field: 1 stays a number, "50%" becomes a quoted string. */}}
 {{- define "chronos.intOrString" -}}
 {{- if regexMatch "^[0-9]+$" . }}{{ . }}{{ else }}{{ . | quote }}{{ end -}}
+{{- end }}
+
+{{/* The Postgres CA bundle: a volume, its mount and PGSSLROOTCERT (postgresCA). */}}
+{{- define "chronos.postgresCA.enabled" -}}
+{{- $ca := .Values.postgresCA | default dict -}}
+{{- if and $ca.secretName $ca.configMapName -}}
+{{- fail "postgresCA: set secretName or configMapName, not both" -}}
+{{- end -}}
+{{- if or $ca.secretName $ca.configMapName }}true{{ end -}}
+{{- end }}
+
+{{- define "chronos.postgresCA.volume" -}}
+{{- $ca := .Values.postgresCA -}}
+- name: postgres-ca
+  {{- if $ca.secretName }}
+  secret:
+    secretName: {{ $ca.secretName }}
+    items:
+      - key: {{ $ca.key }}
+        path: {{ $ca.key }}
+  {{- else }}
+  configMap:
+    name: {{ $ca.configMapName }}
+    items:
+      - key: {{ $ca.key }}
+        path: {{ $ca.key }}
+  {{- end }}
+{{- end }}
+
+{{- define "chronos.postgresCA.mount" -}}
+- name: postgres-ca
+  mountPath: {{ .Values.postgresCA.mountPath }}
+  readOnly: true
+{{- end }}
+
+{{- define "chronos.postgresCA.env" -}}
+- name: PGSSLROOTCERT
+  value: {{ printf "%s/%s" .Values.postgresCA.mountPath .Values.postgresCA.key | quote }}
 {{- end }}

@@ -1,0 +1,274 @@
+"""Admin and monitoring on the Postgres store: the records the admin API and the backlog gauges
+show, and the statements behind them (message lookup, listing, cancel; backlog statistics; node
+heartbeats). Off the hot path: ``PostgresStore`` inherits these statements, the firing and intake
+loops never call them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from chronos.protocol import Headers, decode_headers
+
+
+class CancelOutcome(Enum):
+    """What cancelling a message did."""
+
+    CANCELLED = "cancelled"  # it was waiting (or parked) and is deleted
+    CLAIMED = "claimed"  # a node has claimed it and may be firing it: left alone
+    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
+
+
+class RequeueOutcome(Enum):
+    """What requeueing a message did."""
+
+    REQUEUED = "requeued"  # it was parked: attempts, parked_at and last_error reset
+    NOT_PARKED = "not_parked"  # waiting or claimed: left alone
+    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """A scheduled message as the admin API shows it (``value`` only when asked for)."""
+
+    id: str
+    deadline: datetime
+    readied_at: datetime | None
+    readied_by: str | None
+    attempts: int
+    last_error: str | None
+    target_topic: str | None
+    enqueued_at: datetime
+    key: bytes | None
+    headers: Headers
+    value_size: int | None  # None: a tombstone (NULL value)
+    value: bytes | None
+    parked_at: datetime | None = None  # None: not parked (or parked by attempts alone)
+
+    def state(self, park_attempts: int) -> str:
+        """``claimed`` (a node holds it), ``parked`` (not claimed until requeued) or
+        ``waiting``."""
+        if self.readied_at is not None:
+            return "claimed"
+        if self.parked_at is not None or self.attempts >= park_attempts:
+            return "parked"
+        return "waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The table's backlog, measured without a table scan (see the ``backlog`` query).
+
+    ``unclaimed`` is exact when ``unclaimed_exact``, else the planner's live-row estimate less
+    the claimed rows; ``parked`` and ``overdue`` are exact unless capped at the count limit.
+    """
+
+    now: datetime  # the database clock
+    estimated_rows: int | None
+    unclaimed: int  # waiting + parked
+    unclaimed_exact: bool
+    claimed: int
+    parked: int
+    parked_capped: bool
+    overdue: int  # waiting rows past their deadline
+    overdue_capped: bool
+    oldest_overdue: datetime | None
+    oldest_deadline: datetime | None
+    newest_deadline: datetime | None
+
+    @property
+    def waiting(self) -> int:
+        return max(0, self.unclaimed - self.parked)
+
+    @property
+    def oldest_overdue_seconds(self) -> float:
+        """now - the deadline of the oldest overdue waiting row; 0 when none is overdue."""
+        if self.oldest_overdue is None:
+            return 0.0
+        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A node known from its heartbeat row, its claims, or both."""
+
+    node_id: str
+    live: bool  # heartbeat within the liveness window
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    heartbeat_age_seconds: float | None
+    hostname: str | None
+    version: str | None
+    claimed: int
+    oldest_claim_at: datetime | None
+
+
+LIST_QUERIES = {
+    None: "list_all",
+    "waiting": "list_waiting",
+    "claimed": "list_claimed",
+    "parked": "list_parked",
+}
+
+
+class AdminQueries:
+    """The admin and monitoring statements of :class:`chronos.store.PostgresStore`."""
+
+    def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError  # PostgresStore runs the named statement
+
+    def backlog(
+        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
+    ) -> Backlog:
+        """Backlog statistics in one statement that never scans the table (indexes, estimates)."""
+        r = self._execute(
+            "backlog",
+            {
+                "park_attempts": park_attempts,
+                "exact_below": exact_below,
+                "count_limit": count_limit,
+            },
+        )[0]
+        claimed = int(r["claimed"])
+        bounded = r["unclaimed_bounded"]
+        estimated = None if r["estimated_rows"] is None else int(r["estimated_rows"])
+        if bounded is not None and bounded < exact_below:
+            unclaimed, exact = int(bounded), True
+        else:
+            unclaimed, exact = max((estimated or 0) - claimed, int(bounded or 0)), False
+        parked, overdue = int(r["parked_bounded"]), int(r["overdue_bounded"])
+        return Backlog(
+            now=r["now"],
+            estimated_rows=estimated,
+            unclaimed=unclaimed,
+            unclaimed_exact=exact,
+            claimed=claimed,
+            parked=parked,
+            parked_capped=parked >= count_limit,
+            overdue=overdue,
+            overdue_capped=overdue >= count_limit,
+            oldest_overdue=r["oldest_overdue"],
+            oldest_deadline=r["oldest_deadline"],
+            newest_deadline=r["newest_deadline"],
+        )
+
+    def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
+        rows = self._execute("get_message", {"id": message_id, "include_value": include_value})
+        return _message_record(rows[0]) if rows else None
+
+    def list_messages(
+        self,
+        *,
+        state: str | None,
+        park_attempts: int,
+        limit: int,
+        deadline_from: datetime | None = None,
+        deadline_to: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[MessageRecord]:
+        """Up to ``limit`` rows in ``state`` (None: all) ordered by (deadline, id), strictly
+        after the cursor ``after``; ``deadline_from`` inclusive, ``deadline_to`` exclusive."""
+        if state not in LIST_QUERIES:
+            raise ValueError(f"unknown message state {state!r}")
+        rows = self._execute(
+            LIST_QUERIES[state],
+            {
+                "park_attempts": park_attempts,
+                "limit": limit,
+                "deadline_from": deadline_from,
+                "deadline_to": deadline_to,
+                "after_deadline": after[0] if after else None,
+                "after_id": after[1] if after else None,
+            },
+        )
+        return [_message_record(r) for r in rows]
+
+    def cancel_message(self, message_id: str) -> CancelOutcome:
+        rows = self._execute("cancel_message", {"id": message_id})
+        if not rows:
+            return CancelOutcome.NOT_FOUND
+        return CancelOutcome.CANCELLED if rows[0]["deleted"] else CancelOutcome.CLAIMED
+
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome:
+        """Give a parked message a fresh start (attempts, parked_at, last_error reset)."""
+        rows = self._execute("requeue_message", {"id": message_id, "park_attempts": park_attempts})
+        if not rows:
+            return RequeueOutcome.NOT_FOUND
+        return RequeueOutcome.REQUEUED if rows[0]["requeued"] else RequeueOutcome.NOT_PARKED
+
+    def heartbeat(
+        self,
+        node_id: str,
+        *,
+        started_at: datetime | None = None,
+        hostname: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        self._execute(
+            "heartbeat",
+            {
+                "node_id": node_id,
+                "started_at": started_at,
+                "hostname": hostname,
+                "version": version,
+            },
+        )
+
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None:
+        """Take ``node_id`` for this process unless a live node holds it; returns the start
+        of this process on the database clock (the fence of its claims), None if taken."""
+        rows = self._execute(
+            "register_node",
+            {"node_id": node_id, "live_s": live_s, "hostname": hostname, "version": version},
+        )
+        return rows[0]["started_at"] if rows else None
+
+    def remove_node(self, node_id: str) -> bool:
+        return bool(self._execute("remove_node", {"node_id": node_id}))
+
+    def expire_nodes(self, retain_s: float) -> int:
+        return len(self._execute("expire_nodes", {"retain_s": retain_s}))
+
+    def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
+        rows = self._execute("list_nodes", {"live_s": live_s, "include_dead": include_dead})
+        return [
+            NodeRecord(
+                node_id=r["node_id"],
+                live=r["live"],
+                started_at=r["started_at"],
+                heartbeat_at=r["heartbeat_at"],
+                heartbeat_age_seconds=r["heartbeat_age_seconds"],
+                hostname=r["hostname"],
+                version=r["version"],
+                claimed=int(r["claimed"]),
+                oldest_claim_at=r["oldest_claim_at"],
+            )
+            for r in rows
+        ]
+
+
+def _bytes(value: bytes | memoryview | None) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _message_record(r: dict[str, Any]) -> MessageRecord:
+    return MessageRecord(
+        id=r["id"],
+        deadline=r["deadline"],
+        readied_at=r["readied_at"],
+        readied_by=r["readied_by"],
+        attempts=r["attempts"],
+        last_error=r["last_error"],
+        target_topic=r["target_topic"],
+        enqueued_at=r["enqueued_at"],
+        key=_bytes(r["message_key"]),
+        headers=decode_headers(r["message_headers"]),
+        value_size=r["value_size"],
+        value=_bytes(r["message_value"]),
+        parked_at=r["parked_at"],
+    )

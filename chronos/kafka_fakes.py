@@ -1,0 +1,254 @@
+"""Fakes of the Kafka side: the publisher the firing loop produces to and the consumer intake
+reads from (re-exported by :mod:`chronos.testing`).
+
+``FakePublisher`` implements :class:`chronos.kafka.Publisher`: it records every produced record
+and lets a test decide whether each delivery succeeds or fails, and when its report arrives.
+``FakeConsumer`` feeds records to the intake loop and records the offsets it stores.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from chronos.kafka import DeliveryCallback
+from chronos.protocol import Headers
+
+__all__ = ["FakeConsumer", "FakePublisher", "ProducedRecord", "make_record"]
+
+
+# -------------------------------------------------------------------------------- publisher
+
+
+PENDING = "pending"
+DELIVERED = "delivered"
+FAILED = "failed"
+
+
+@dataclass(eq=False)
+class ProducedRecord:
+    """One ``produce`` call as the fake publisher saw it."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int  # the producer's wall clock at produce(), like a record's CreateTime
+    status: str = PENDING  # pending -> delivered | failed (decided), then reported
+    error: KafkaError | None = None
+    reported: bool = False  # whether its delivery callback has been served
+    on_delivery: DeliveryCallback | None = field(default=None, repr=False)
+
+
+Decision = Callable[[ProducedRecord], KafkaError | None]
+
+
+def _succeed(_record: ProducedRecord) -> KafkaError | None:
+    return None
+
+
+class FakePublisher:
+    """A ``Publisher`` that records what is produced; the test decides each delivery.
+
+    * ``auto=True`` (default): ``decide(record)`` is asked at ``produce`` time (default: success;
+      return a ``KafkaError`` to fail it) and the report is served by the next ``poll``/``flush``,
+      like a real producer's.
+    * ``auto=False``: every record stays pending until the test calls ``deliver(...)`` or
+      ``fail(...)``; ``poll`` then serves the report.
+    * ``fail_next(n, code)`` fails the next ``n`` produced records (either mode).
+
+    ``poll(timeout)`` waits up to ``timeout`` for a report to serve (so loops on threads do not
+    spin) and returns the number of callbacks served. ``delivered`` lists what a consumer of the
+    topics would now see.
+    """
+
+    def __init__(
+        self,
+        *,
+        auto: bool = True,
+        decide: Decision | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ):
+        self.auto = auto
+        self.decide = decide or _succeed
+        self.wall_clock = wall_clock
+        self.records: list[ProducedRecord] = []
+        self._fail_next: list[KafkaError] = []
+        self._cond = threading.Condition(threading.RLock())
+
+    # -- test controls ---------------------------------------------------------------------------
+
+    def fail_next(self, count: int = 1, code: int = KafkaError._MSG_TIMED_OUT) -> None:
+        with self._cond:
+            self._fail_next.extend(KafkaError(code) for _ in range(count))
+
+    def pending(self) -> list[ProducedRecord]:
+        with self._cond:
+            return [r for r in self.records if r.status == PENDING]
+
+    def deliver(self, records: Iterable[ProducedRecord] | None = None) -> int:
+        """Decide success for ``records`` (default: every pending one)."""
+        return self._settle(records, None)
+
+    def fail(
+        self, records: Iterable[ProducedRecord] | None = None, code: int = KafkaError._MSG_TIMED_OUT
+    ) -> int:
+        """Decide failure with ``code`` for ``records`` (default: every pending one)."""
+        return self._settle(records, KafkaError(code))
+
+    def _settle(self, records: Iterable[ProducedRecord] | None, error: KafkaError | None) -> int:
+        with self._cond:
+            chosen = list(records) if records is not None else self.pending()
+            count = 0
+            for record in chosen:
+                if record.status != PENDING:
+                    raise ValueError(f"record already {record.status}")
+                record.status, record.error = (
+                    (FAILED, error) if error is not None else (DELIVERED, None)
+                )
+                count += 1
+            self._cond.notify_all()
+            return count
+
+    def delivered(self, topic: str | None = None) -> list[ProducedRecord]:
+        with self._cond:
+            return [r for r in self.records if r.status == DELIVERED and topic in (None, r.topic)]
+
+    def produced(self, topic: str | None = None) -> list[ProducedRecord]:
+        with self._cond:
+            return [r for r in self.records if topic in (None, r.topic)]
+
+    # -- the Publisher interface -----------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        on_delivery: DeliveryCallback,
+    ) -> None:
+        record = ProducedRecord(
+            topic=topic,
+            key=key,
+            value=value,
+            headers=list(headers or ()),
+            timestamp_ms=math.floor(self.wall_clock() * 1000 + 1e-6),  # float noise, not time
+            on_delivery=on_delivery,
+        )
+        with self._cond:
+            self.records.append(record)
+            if self._fail_next:
+                record.status, record.error = FAILED, self._fail_next.pop(0)
+            elif self.auto:
+                error = self.decide(record)
+                record.status, record.error = (
+                    (FAILED, error) if error is not None else (DELIVERED, None)
+                )
+            self._cond.notify_all()
+
+    def _ready(self) -> list[ProducedRecord]:
+        return [r for r in self.records if r.status != PENDING and not r.reported]
+
+    def poll(self, timeout: float) -> int:
+        with self._cond:
+            if timeout > 0 and not self._ready():
+                self._cond.wait_for(lambda: bool(self._ready()), timeout)
+            ready = self._ready()
+            for record in ready:
+                record.reported = True
+        for record in ready:  # callbacks run outside the lock, like librdkafka's
+            if record.on_delivery is not None:
+                record.on_delivery(record.error)
+        return len(ready)
+
+    def flush(self, timeout: float) -> int:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            self.poll(0)
+            outstanding = len(self)
+            remaining = deadline - time.monotonic()
+            if outstanding == 0 or remaining <= 0:
+                return outstanding
+            self.poll(min(remaining, 0.05))
+
+    def __len__(self) -> int:
+        with self._cond:
+            return sum(1 for r in self.records if not r.reported)
+
+
+# --------------------------------------------------------------------------------- consumer
+
+
+def make_record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
+    *,
+    error: KafkaError | None = None,
+) -> Message:
+    """A consumed record, as the intake loop receives it from the consumer."""
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=value,
+        headers=list(headers) if headers is not None else None,
+        error=error,
+    )
+
+
+class FakeConsumer:
+    """The part of a confluent-kafka ``Consumer`` the intake loop uses, fed by the test.
+
+    ``feed(records)`` queues records; ``consume`` hands them out in order, at most
+    ``num_messages`` at a time, waiting up to ``timeout`` for some. ``stored`` holds the offsets
+    stored so far, by (topic, partition): the next offset to read, as Kafka commits them.
+    """
+
+    def __init__(self, **callbacks: Any):
+        self.callbacks = callbacks
+        self.subscribed: list[str] = []
+        self.stored: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self.closed = False
+        self._queue: list[Message] = []
+        self._cond = threading.Condition()
+
+    def feed(self, records: Iterable[Message]) -> None:
+        with self._cond:
+            self._queue.extend(records)
+            self._cond.notify_all()
+
+    def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
+        self.subscribed = list(topics)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        with self._cond:
+            if not self._queue and timeout != 0:
+                self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)
+            batch, self._queue = self._queue[:num_messages], self._queue[num_messages:]
+            return batch
+
+    def store_offsets(self, offsets: list[TopicPartition] | None = None, **_: Any) -> None:
+        for tp in offsets or ():
+            self.stored[(tp.topic, tp.partition)] = tp.offset
+
+    def commit(self, asynchronous: bool = True, **_: Any) -> None:
+        pending = {k: v for k, v in self.stored.items() if self.committed.get(k) != v}
+        if not pending:
+            raise KafkaException(KafkaError(KafkaError._NO_OFFSET))
+        self.committed.update(pending)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,157 @@
+"""Process and machine statistics, read with psutil: a process's RSS, peak RSS and CPU time, a
+process tree's CPU time (Postgres and its backends), the machine's busy CPU time, and the CPU each
+component used during a load."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from loadtest.bench.results import CpuUsage
+
+KB = 1024
+
+
+def parse_status_kb(status_text: str, field_name: str = "VmRSS") -> int | None:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``)."""
+    for line in status_text.splitlines():
+        if line.startswith(field_name + ":"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1])
+    return None
+
+
+def read_proc(path: str) -> str | None:
+    """A ``/proc`` file, for the two facts psutil does not give: a process's peak RSS
+    (``VmHWM``) and the CPU model (``/proc/cpuinfo``)."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str | None:
+    for line in (read_proc("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    ppid: int
+    cpu_s: float  # user + system
+    children_cpu_s: float  # reaped children: user + system
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """Parent and CPU seconds of a process (None once it is gone)."""
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            times = process.cpu_times()
+            return ProcStat(
+                ppid=process.ppid(),
+                cpu_s=times.user + times.system,
+                children_cpu_s=times.children_user + times.children_system,
+            )
+    except psutil.Error:
+        return None
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).memory_info().rss) // KB
+    except psutil.Error:
+        return None
+
+
+def hwm_kb(pid: int) -> int | None:
+    """Peak RSS (``VmHWM``): psutil has no field for it."""
+    text = read_proc(f"/proc/{pid}/status")
+    return None if text is None else parse_status_kb(text, "VmHWM")
+
+
+def tree_cpu_s(root: int | None) -> float:
+    """CPU seconds of ``root``, its reaped children and its live children (Postgres backends)."""
+    if root is None:
+        return 0.0
+    top = proc_stat(root)
+    if top is None:
+        return 0.0
+    total = top.cpu_s + top.children_cpu_s
+    try:
+        children = psutil.Process(root).children()
+    except psutil.Error:
+        children = []
+    for child in children:
+        st = proc_stat(child.pid)
+        if st is not None:
+            total += st.cpu_s + st.children_cpu_s
+    return total
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all CPUs spent busy (neither idle nor waiting for I/O) since boot."""
+    t = psutil.cpu_times()
+    # guest time is already counted in user
+    return float(t.user + t.nice + t.system + t.irq + t.softirq + t.steal)
+
+
+def memory_total_kb() -> int:
+    return int(psutil.virtual_memory().total) // KB
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    nodes: dict[int, float]
+    postgres: float
+    broker: float
+    machine_busy: float
+    children_s: float  # reaped children of this process (the load generator)
+
+
+def cpu_snapshot(
+    nodes: Mapping[int, int], postgres_pid: int | None, broker_pid: int | None
+) -> CpuSnapshot:
+    """CPU seconds so far of the nodes (index -> pid), Postgres, the broker, this process's
+    reaped children and the machine."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return CpuSnapshot(
+        wall=time.monotonic(),
+        nodes={i: (st.cpu_s if (st := proc_stat(pid)) else 0.0) for i, pid in nodes.items()},
+        postgres=tree_cpu_s(postgres_pid),
+        broker=tree_cpu_s(broker_pid),
+        machine_busy=machine_busy_s(),
+        children_s=usage.ru_utime + usage.ru_stime,
+    )
+
+
+def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
+    nodes = {i: after.nodes.get(i, 0.0) - before.nodes.get(i, 0.0) for i in after.nodes}
+    nodes_s = sum(nodes.values())
+    pg = after.postgres - before.postgres
+    broker = after.broker - before.broker
+    harness = after.children_s - before.children_s
+    machine = after.machine_busy - before.machine_busy
+    wall = after.wall - before.wall
+    return CpuUsage(
+        wall_s=round(wall, 1),
+        nodes_s=round(nodes_s, 1),
+        per_node_s={str(i): round(v, 1) for i, v in nodes.items()},
+        node_util=round(nodes_s / wall, 3) if wall > 0 else None,
+        postgres_s=round(pg, 1),
+        broker_s=round(broker, 1),
+        harness_s=round(harness, 1),
+        machine_busy_s=round(machine, 1),
+        machine_util=round(machine / wall / (os.cpu_count() or 1), 3) if wall > 0 else None,
+        other_s=round(max(0.0, machine - nodes_s - pg - broker - harness), 1),
+    )

@@ -1,0 +1,252 @@
+"""``BENCHMARK.md`` and the summaries printed on stderr."""
+
+from __future__ import annotations
+
+import sys
+
+from loadtest.bench.evaluation import capacity, ceiling_rate, fmt
+from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
+from loadtest.bench.results import Intake
+from loadtest.bench.sampling import STALL_SECONDS
+
+
+def _pass_text(ok: bool | None) -> str:
+    return {True: "**pass**", False: "**FAIL**", None: "—"}[ok]
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(bench: BenchRecord) -> str:
+    """BENCHMARK.md: headline, targets, scenario details, machine facts and links."""
+    lines: list[str] = ["# Chronos benchmark", ""]
+    if bench.quick:
+        lines += [
+            "> **Quick mode**: a smoke test with shrunken scenarios, not the headline benchmark.",
+            "",
+        ]
+    ceiling = ceiling_rate(bench)
+    cap, source = capacity(bench)
+    if cap and ceiling:
+        kind = "capacity" if source == "saturate" else "sustained rate (offered-limited)"
+        lines.append(
+            f"**One Chronos node: {cap:,.0f} msg/s {kind} = {cap / ceiling:.2f} x the ceiling "
+            f"({ceiling:,.0f} msg/s, the raw SQL pipeline measured in the same run on the same "
+            "Postgres).**"
+        )
+        sustained = next(iter(bench.by_kind("sustained")), None)
+        steady = sustained.steady if sustained is not None and sustained.ok else None
+        fired = None if steady is None else steady.fired_per_s
+        if fired and source != "sustained":
+            lines.append(
+                f"At the 10,000 msg/s target load it fired {fired:,.0f} msg/s "
+                f"({fired / ceiling:.2f} x the ceiling)."
+            )
+        lines.append("")
+    lines += [
+        f"Command: `{bench.command}`  ",
+        f"Started {bench.started}, finished {bench.ended} ({fmt(bench.elapsed_s, 0)} s).",
+        "",
+        "## Targets",
+        "",
+        "| scenario | target | measured | result |",
+        "|---|---|---|---|",
+    ]
+    for row in bench.targets:
+        measured = row.measured + (f" ({row.note})" if row.note else "")
+        lines.append(
+            f"| {row.scenario} | {_md_escape(row.target)} | "
+            f"{_md_escape(measured)} | {_pass_text(row.ok)} |"
+        )
+    lines += ["", "## Scenarios", ""]
+    lines += [
+        "| scenario | nodes | load | sent | fired | lost | late after window | dup ids | "
+        "lateness p50 / p99 / p99.9 / max ms | early | steady fired/s | claim mean / p99 ms | "
+        "node RSS max MB | node CPU s | backlog |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in bench.scenarios:
+        if rec.kind == "ceiling":
+            continue
+        if not rec.ok:
+            lines.append(
+                f"| {rec.name} | {rec.nodes} | {rec.load} | "
+                f"{_md_escape(rec.error or rec.status or '')} |" + " |" * 11
+            )
+            continue
+        lines.append("| " + " | ".join(_scenario_cells(rec)) + " |")
+    lines += [
+        "",
+        "CPU seconds per component during each load (the machine is shared: *other* is "
+        "every process that is not part of the benchmark):",
+        "",
+        "| scenario | wall s | nodes | postgres | broker | load generator | other | machine busy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in bench.scenarios:
+        cpu = rec.cpu
+        if cpu is None:
+            continue
+        lines.append(
+            "| "
+            + " | ".join(
+                [rec.name]
+                + [
+                    fmt(cpu.get(k))
+                    for k in (
+                        "wall_s",
+                        "nodes_s",
+                        "postgres_s",
+                        "broker_s",
+                        "harness_s",
+                        "other_s",
+                        "machine_busy_s",
+                    )
+                ]
+            )
+            + " |"
+        )
+    stalled = [r for r in bench.scenarios if r.stalls]
+    if stalled:
+        lines += ["", "### Stalls", ""]
+        for rec in stalled:
+            for stall in rec.stalls:
+                lines.append(
+                    f"- **{rec.name}**: node {stall.node} fired nothing for "
+                    f"{STALL_SECONDS:.0f} s while {fmt(stall.overdue)} rows were overdue; "
+                    f"thread stacks and database sessions in [{stall.file}]"
+                    f"({rec.name}/{stall.file})."
+                )
+    extra = [r for r in bench.scenarios if r.kind in ("burst", "backlog")]
+    if extra:
+        lines += ["", "### Burst and backlog", ""]
+        lines += [line for rec in extra if (line := _burst_or_backlog(rec))]
+    machine = bench.machine
+    lines += ["", "## Machine", ""]
+    for key, label in (
+        ("cpu_model", "CPU"),
+        ("cores", "cores"),
+        ("memory_gb", "memory GB"),
+        ("loadavg_start", "load average at start (1, 5, 15 min)"),
+        ("loadavg_end", "load average at end"),
+        ("kernel", "kernel"),
+        ("python", "Python"),
+        ("postgres", "Postgres"),
+        ("chronos", "Chronos"),
+        ("commit", "commit"),
+    ):
+        value = machine.get(key)
+        if isinstance(value, list):
+            value = ", ".join(f"{v:.2f}" for v in value)
+        lines.append(f"- {label}: {value if value is not None else 'n/a'}")
+    stack = bench.stack
+    if stack:
+        lines.append(
+            f"- stack: Postgres durable={stack.get('postgres_durable')}, "
+            f"{stack.get('partitions')} partitions per topic, node settings "
+            f"{stack.get('node_settings_summary', '')}"
+        )
+    lines += ["", "## Reports", ""]
+    for rec in bench.scenarios:
+        links = [f"[{label}]({path})" for label, path in rec.files.items()]
+        if links:
+            lines.append(f"- {rec.name}: " + ", ".join(links))
+    profiled = [r for r in bench.scenarios if r.profile is not None]
+    if profiled:
+        lines += ["", "## Profiles", ""]
+        for rec in profiled:
+            lines += _profile_lines(rec)
+    return "\n".join(lines) + "\n"
+
+
+def _scenario_cells(rec: ScenarioRecord) -> list[str]:
+    counts = rec.counts
+    late = rec.lateness or Lateness()
+    claim = rec.claim
+    return [
+        rec.name,
+        str(rec.nodes),
+        rec.load,
+        fmt(counts.sent),
+        fmt(counts.fired_distinct),
+        fmt(counts.lost),
+        fmt(None if rec.delivery is None else rec.delivery.late_after_window),
+        fmt(counts.duplicate_ids),
+        " / ".join(fmt(v) for v in (late.p50, late.p99, late.p99_9, late.max)),
+        fmt(rec.early_count),
+        fmt(None if rec.steady is None else rec.steady.fired_per_s),
+        f"{fmt(claim.mean_ms, 2)} / {fmt(claim.p99_ms, 2)}",
+        fmt(rec.rss_max_mb, 0),
+        fmt(None if rec.cpu is None else rec.cpu.nodes_s),
+        {True: "grew", False: "flat", None: "—"}[rec.growing],
+    ]
+
+
+def _burst_or_backlog(rec: ScenarioRecord) -> str | None:
+    if rec.kind == "burst" and rec.drain is not None:
+        d, intake = rec.drain, rec.intake or Intake()
+        return (
+            f"- **{rec.name}**: {fmt(d.count)} messages fired in "
+            f"{fmt(d.seconds, 2)} s from the first fire to the last = "
+            f"{fmt(d.rate_per_s)} msg/s; all stored "
+            f"{fmt(intake.stored_after_s)} s after the first send "
+            f"({fmt(intake.rate_per_s)} msg/s intake); "
+            f"{fmt(rec.published_directly)} published directly."
+        )
+    if rec.kind == "backlog":
+        pre = rec.preload
+        return (
+            f"- **{rec.name}**: {fmt(pre.rows)} rows pre-loaded in "
+            f"{fmt(pre.seconds)} s ({fmt(pre.table_mb, 0)} MB table + "
+            f"indexes); claims {fmt(rec.claim.count)}, "
+            f"{fmt(rec.claim.rows)} rows each."
+        )
+    return None
+
+
+def _profile_lines(rec: ScenarioRecord) -> list[str]:
+    prof = rec.profile
+    if prof is None:
+        return []
+    lines = [
+        f"### {rec.name} (node 0, {prof.samples} samples holding the GIL)",
+        "",
+        "| self % | total % | function |",
+        "|---|---|---|",
+    ]
+    totals = {i.function: i.percent for i in prof.total}
+    for item in prof.self[:15]:
+        lines.append(
+            f"| {item.percent} | {totals.get(item.function, '')} | `{_md_escape(item.function)}` |"
+        )
+    lines.append("")
+    return lines
+
+
+def one_line(rec: ScenarioRecord) -> str:
+    """A scenario's figures in one line, for the progress on stderr."""
+    if rec.kind == "ceiling":
+        return f"{rec.ceiling_msg_per_s or 0:,.0f} msg/s"
+    late = rec.lateness or Lateness()
+    counts = rec.counts
+    late_after = None if rec.delivery is None else rec.delivery.late_after_window
+    parts = [
+        f"sent {fmt(counts.sent)}, fired {fmt(counts.fired_distinct)}, "
+        f"lost {fmt(counts.lost)}, late after the window {fmt(late_after)}",
+        f"lateness p99 {fmt(late.p99)} p99.9 {fmt(late.p99_9)} ms",
+    ]
+    if rec.steady is not None:
+        parts.append(f"steady fired {fmt(rec.steady.fired_per_s)}/s")
+    if rec.drain is not None:
+        parts.append(f"drain {fmt(rec.drain.rate_per_s)}/s")
+    parts.append(f"claim mean {fmt(rec.claim.mean_ms, 2)} ms")
+    parts.append(f"RSS max {fmt(rec.rss_max_mb, 0)} MB")
+    return "; ".join(parts)
+
+
+def print_table(bench: BenchRecord) -> None:
+    print("", file=sys.stderr)
+    for row in bench.targets:
+        mark = {True: "pass", False: "FAIL", None: "  - "}[row.ok]
+        print(f"  {mark}  {row.scenario:<12} {row.target}: {row.measured}", file=sys.stderr)

@@ -1,0 +1,412 @@
+"""Running one scenario: the ceiling, or a load against fresh nodes (or the echo relay) with
+the sampler, the profiler and the analysis around it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from loadtest import scenarios as sc
+from loadtest.bench.figures import fill_from_summary, received_gaps
+from loadtest.bench.procstats import cpu_delta, cpu_snapshot, hwm_kb
+from loadtest.bench.profiles import Profiler, finish_profile
+from loadtest.bench.promtext import node_metrics
+from loadtest.bench.results import CpuUsage, StackSample
+from loadtest.bench.sampling import Sampler
+from loadtest.bench.stack import NodeProcess, Stack, Topics, clean_env, launch
+from loadtest.delivery import locate_loss
+from loadtest.scenarios import Scenario, Workload
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM."""
+
+
+@dataclass
+class Context:
+    out: Path
+    stack: Stack
+    quick: bool
+    profile: set[str]
+    profile_seconds: float
+    analyze_memory: str = "4g"
+
+
+def say(message: str) -> None:
+    stamp = datetime.now().strftime("%H:%M:%S")
+    print(f"bench {stamp} {message}", file=sys.stderr, flush=True)
+
+
+def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
+    from loadtest.ceiling import run_ceiling
+
+    sdir = ctx.out / scenario.name
+    sdir.mkdir(parents=True, exist_ok=True)
+    tag = f"[{scenario.name}]"
+    say(f"{tag} raw SQL pipeline on the same Postgres for {scenario.ceiling_seconds:g} s")
+    result = run_ceiling(
+        ctx.stack.url, seconds=scenario.ceiling_seconds, warmup=scenario.ceiling_warmup_s
+    )
+    data = asdict(result)
+    (sdir / "ceiling.json").write_text(json.dumps(data, indent=2) + "\n")
+    say(
+        f"{tag} {result.ceiling_msg_per_s:,.0f} msg/s (claim {result.claim_ms_avg} ms, "
+        f"delete {result.delete_ms_avg} ms, insert {result.insert_ms_avg} ms per 2,000 rows)"
+    )
+    return {
+        **scenario.as_dict(),
+        "status": "ok",
+        "result": data,
+        "files": {"ceiling.json": f"{scenario.name}/ceiling.json"},
+    }
+
+
+def _offered_rate(scenario: Scenario, ceiling: float | None) -> float:
+    assert scenario.workload is not None
+    if scenario.workload.rate_from_ceiling:
+        return (
+            float(round(sc.SATURATE_FACTOR * ceiling, -2)) if ceiling else 2.0 * sc.SUSTAINED_RATE
+        )
+    return scenario.workload.rate
+
+
+def _profile_start_s(w: Workload) -> float:
+    window = w.steady_window_s()
+    if window is not None:
+        return window[0] + 1.0
+    low, _, _ = w.delay_bounds_s()
+    return max(0.0, low - 1.0) if w.is_burst() else low
+
+
+def _wait_child(proc: subprocess.Popen[bytes], what: str) -> int:
+    """Wait for a child; on Ctrl-C give it SIGINT (the load generator still writes its
+    files), then kill it if it lingers."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise Interrupted(f"interrupted during {what}") from None
+
+
+def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -> dict[str, Any]:
+    """One load against fresh nodes: its record for bench.json (``status`` ok), or an error."""
+    assert scenario.workload is not None
+    w = scenario.workload
+    sdir = ctx.out / scenario.name
+    sdir.mkdir(parents=True, exist_ok=True)
+    rate = _offered_rate(scenario, ceiling)
+    rec: dict[str, Any] = {
+        **scenario.as_dict(),
+        "status": "running",
+        "offered_rate": rate,
+        "load": w.describe(rate),
+    }
+    tag = f"[{scenario.name}]"
+    topics, nodes = _start(ctx.stack, scenario, sdir, rec)
+    rec["node_pids"] = [n.pid for n in nodes]
+    say(
+        f"{tag} {len(nodes)} node(s) ready (pid {', '.join(str(n.pid) for n in nodes)}); "
+        f"sending {w.describe(rate)}"
+    )
+    events = sdir / "events"
+    advance = int(nodes[0].settings.timing_advance_ms)
+    harness_argv = _harness_argv(ctx.stack, topics, w, rate, advance, events)
+    rec["harness_command"] = "python " + shlex.join(harness_argv)
+    load = _run_load(ctx, scenario, sdir, nodes, harness_argv)
+    _record_load(rec, load, nodes, sdir)
+    if load.sampler.stalls:
+        say(f"{tag} node stalled: see {', '.join(s.file for s in load.sampler.stalls)}")
+    if load.returncode != 0:
+        raise RuntimeError(
+            f"the load generator exited with {load.returncode}; see {sdir / 'harness.log'}"
+        )
+
+    say(f"{tag} load done in {load.elapsed:.0f} s; analysing")
+    summary, run = _analyse(ctx, scenario.name, events, sdir)
+    fill_from_summary(rec, scenario, summary, run, load.sampler.samples, rate)
+    _locate_loss(rec, ctx.stack, run, events)
+    rec["files"] = _files(scenario.name, sdir)
+    _plot_stack(sdir / "stack.png", load.sampler.samples, run, scenario)
+    if (sdir / "stack.png").exists():
+        rec["files"]["stack timeline"] = f"{scenario.name}/stack.png"
+    rec["status"] = "ok"
+    return rec
+
+
+def _start(
+    stack: Stack, scenario: Scenario, sdir: Path, rec: dict[str, Any]
+) -> tuple[Topics, list[NodeProcess]]:
+    """An empty broker and table (pre-loaded if the scenario says so), then its nodes, ready."""
+    tag = f"[{scenario.name}]"
+    stack.fresh_broker()
+    topics = stack.topics(scenario.name)
+    stack.reset_table()
+    if scenario.preload_rows:
+        say(f"{tag} pre-loading {scenario.preload_rows:,} far-future rows")
+        preload = stack.preload(scenario.preload_rows)
+        rec["preload"] = preload.as_dict()
+        say(f"{tag} pre-loaded in {preload.seconds} s ({preload.table_mb or 0:,.0f} MB)")
+    if scenario.kind == "relay":
+        return topics, [stack.start_relay(topics, sdir)]
+    nodes = stack.start_nodes(scenario.nodes, topics, sdir)
+    stack.wait_ready(nodes, topics)
+    return topics, nodes
+
+
+def _harness_argv(
+    stack: Stack, topics: Topics, w: Workload, rate: float, advance: int, events: Path
+) -> list[str]:
+    """``python -m loadtest run`` for this load, recording into ``events``."""
+    return [
+        "-m",
+        "loadtest",
+        "run",
+        "--bootstrap",
+        stack.bootstrap,
+        "--input-topic",
+        topics.input,
+        "--output-topic",
+        topics.output,
+        "--dead-letter-topic",
+        topics.dead_letter,
+        *w.harness_args(rate),
+        "--timing-advance-ms",
+        str(advance),
+        "--seed",
+        "1",
+        "--out",
+        str(events),
+    ]
+
+
+@dataclass
+class LoadRun:
+    """What was measured around one run of the load generator."""
+
+    returncode: int
+    elapsed: float
+    load_before: tuple[float, float, float]
+    cpu: CpuUsage
+    metrics_before: list[str]
+    metrics_after: list[str]
+    hwm_kb: dict[int, int | None]
+    exit_codes: dict[int, int | None]
+    sampler: Sampler
+    profiler: Profiler | None
+
+
+def _run_load(
+    ctx: Context, scenario: Scenario, sdir: Path, nodes: Sequence[NodeProcess], argv: list[str]
+) -> LoadRun:
+    """The load generator with the sampler (and the profiler) running; the nodes stopped."""
+    assert scenario.workload is not None
+    stack = ctx.stack
+    metrics_before = [n.metrics_text() for n in nodes]
+    pids = {n.index: n.pid for n in nodes}
+    cpu_before = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
+    load_before = os.getloadavg()
+    sampler = Sampler(stack.url, nodes, stall_dir=sdir)
+    sampler.start()
+    profiler: Profiler | None = None
+    if scenario.name in ctx.profile or scenario.kind in ctx.profile:
+        start_s = _profile_start_s(scenario.workload) + 1.5
+        profiler = Profiler(nodes[0].pid, start_s, ctx.profile_seconds, sdir / "profile-node0.raw")
+        profiler.start()
+    started = time.monotonic()
+    try:
+        harness = launch(
+            argv,
+            log_path=sdir / "harness.log",
+            env=clean_env(),
+            death_signal=signal.SIGTERM,
+        )
+        code = _wait_child(harness, f"the load of {scenario.name}")
+    finally:
+        elapsed = time.monotonic() - started
+        cpu_after = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
+        metrics_after = [n.metrics_text() for n in nodes]
+        hwm = {n.index: hwm_kb(n.pid) for n in nodes}
+        if profiler is not None:
+            profiler.stop()
+        sampler.stop()
+        exit_codes = stack.stop_nodes()
+    return LoadRun(
+        returncode=code,
+        elapsed=elapsed,
+        load_before=load_before,
+        cpu=cpu_delta(cpu_before, cpu_after),
+        metrics_before=metrics_before,
+        metrics_after=metrics_after,
+        hwm_kb=hwm,
+        exit_codes=exit_codes,
+        sampler=sampler,
+        profiler=profiler,
+    )
+
+
+def _record_load(
+    rec: dict[str, Any], load: LoadRun, nodes: Sequence[NodeProcess], sdir: Path
+) -> None:
+    """The load's figures into the record; the scrapes and the samples into ``sdir``."""
+    rec["harness"] = {"returncode": load.returncode, "elapsed_s": round(load.elapsed, 1)}
+    rec["loadavg"] = {
+        "start": [round(x, 2) for x in load.load_before],
+        "end": [round(x, 2) for x in os.getloadavg()],
+    }
+    rec["cpu"] = load.cpu.as_dict()
+    pairs = zip(load.metrics_before, load.metrics_after, strict=True)
+    for i, (first, text) in enumerate(pairs):
+        (sdir / f"metrics-before-node{i}.txt").write_text(first)
+        (sdir / f"metrics-node{i}.txt").write_text(text)
+    nm = node_metrics(load.metrics_before, load.metrics_after, load.elapsed)
+    rec["claim"] = nm.claim.as_dict()
+    rec["statements"] = nm.statements_dict()
+    rec["node_counters"] = dict(nm.counters)
+    rec["node_lateness"] = nm.node_lateness.as_dict()
+    sampled = load.sampler.rss_max_kb
+    rec["nodes_stats"] = [
+        {
+            "index": n.index,
+            "pid": n.pid,
+            "rss_max_mb": round(
+                max(sampled.get(n.index, 0), load.hwm_kb.get(n.index) or 0) / 1024, 1
+            ),
+            "rss_sampled_max_mb": round(sampled.get(n.index, 0) / 1024, 1),
+            "cpu_s": load.cpu.per_node_s.get(str(n.index)),
+            "exit_code": load.exit_codes.get(n.index),
+        }
+        for n in nodes
+    ]
+    rec["rss_max_mb"] = max((s["rss_max_mb"] for s in rec["nodes_stats"]), default=None)
+    samples = [s.as_dict() for s in load.sampler.samples]
+    (sdir / "samples.json").write_text(json.dumps(samples) + "\n")
+    if load.sampler.stalls:
+        rec["stalls"] = [s.as_dict() for s in load.sampler.stalls]
+    if load.profiler is not None:
+        rec["profile"] = finish_profile(load.profiler, sdir).as_dict()
+
+
+def _analyse(
+    ctx: Context, name: str, events: Path, sdir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``python -m loadtest analyze`` on the recorded events: its summary and the run.json."""
+    analyze_argv = [
+        "-m",
+        "loadtest",
+        "analyze",
+        str(events),
+        "--out",
+        str(sdir),
+        "--driver-memory",
+        ctx.analyze_memory,
+    ]
+    analysis = launch(
+        analyze_argv, log_path=sdir / "analyze.log", env=clean_env(), death_signal=signal.SIGTERM
+    )
+    acode = _wait_child(analysis, f"the analysis of {name}")
+    if acode != 0:
+        raise RuntimeError(f"the analysis exited with {acode}; see {sdir / 'analyze.log'}")
+    summary = json.loads((sdir / "summary.json").read_text())
+    run = json.loads((events / "run.json").read_text())
+    return summary, run
+
+
+def _locate_loss(rec: dict[str, Any], stack: Stack, run: dict[str, Any], events: Path) -> None:
+    """When messages were lost: holes in the output offsets, rows still in the table."""
+    lost = int(rec["summary"]["counts"].get("lost") or 0)
+    if lost and not run.get("consumer", {}).get("foreign_records"):
+        gaps = received_gaps(events / "received.parquet")
+        rec["output_gaps"] = None if gaps is None else gaps.as_dict()
+    if lost:
+        rec["loss_location"] = locate_loss(
+            lost, stack.sql, str(run.get("run_id")), rec.get("output_gaps")
+        ).as_dict()
+
+
+def _files(name: str, sdir: Path) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for label, filename in (
+        ("report", "report.html"),
+        ("summary", "summary.json"),
+        ("lateness CDF", "lateness_cdf.png"),
+        ("lateness histogram", "lateness_hist.png"),
+        ("throughput", "throughput.png"),
+        ("samples", "samples.json"),
+        ("profile", "profile-node0.txt"),
+        ("load generator log", "harness.log"),
+    ):
+        if (sdir / filename).exists():
+            files[label] = f"{name}/{filename}"
+    if (sdir / "relay.log").exists():
+        files["relay log"] = f"{name}/relay.log"
+    for log in sorted(sdir.glob("node-*.log")):
+        files[log.stem + " log"] = f"{name}/{log.name}"
+    for stall in sorted(sdir.glob("stall-node*.txt")):
+        files[stall.stem] = f"{name}/{stall.name}"
+    return files
+
+
+def _plot_stack(
+    path: Path, samples: Sequence[StackSample], run: dict[str, Any], scenario: Scenario
+) -> None:
+    if not samples:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    start = int(run.get("start_ms") or samples[0].t_ms)
+    end = run.get("producer", {}).get("end_ms")
+    xs = [(s.t_ms - start) / 1000 for s in samples]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    series: tuple[tuple[str, Callable[[StackSample], float | None]], ...] = (
+        ("waiting rows", lambda s: None if s.table is None else s.table.waiting),
+        ("claimed rows", lambda s: None if s.table is None else s.table.claimed),
+        ("overdue rows", lambda s: s.overdue),
+        ("consumer lag", lambda s: s.consumer_lag),
+    )
+    for label, value in series:
+        ys = [value(s) for s in samples]
+        if any(y is not None for y in ys):
+            ax.plot(xs, [float("nan") if y is None else y for y in ys], label=label)
+    ax.set_xlabel("seconds since the first send")
+    ax.set_ylabel("messages")
+    if end:
+        ax.axvline((int(end) - start) / 1000, color="grey", linestyle="--", linewidth=1)
+    ax2 = ax.twinx()
+    for i in range(scenario.nodes):
+        ys = [s.rss_mb.get(i) for s in samples]
+        ax2.plot(
+            xs,
+            [float("nan") if y is None else y for y in ys],
+            linestyle=":",
+            label=f"node {i} RSS MB",
+        )
+    ax2.set_ylabel("RSS MB")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax.legend(handles, labels, loc="upper left", fontsize="small")
+    ax.set_title(f"{scenario.name}: table, lag and node memory (dashed: end of sending)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,172 @@
+"""The sampler: every second, node RSS, the table's waiting/claimed/overdue rows and each
+node's consumer lag; and the stall watch that saves a stalled node's stacks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench.procstats import rss_kb
+from loadtest.bench.profiles import py_spy_binary
+from loadtest.bench.promtext import metric_total, parse_prometheus
+from loadtest.bench.results import StackSample, Stall, TableCounts
+from loadtest.bench.stack import SAMPLE_SQL, NodeProcess
+
+SAMPLE_INTERVAL_S = 1.0
+
+
+class Sampler(threading.Thread):
+    """Every second: node RSS, the table's waiting/claimed/overdue rows, consumer lag."""
+
+    def __init__(
+        self,
+        url: str,
+        nodes: Sequence[NodeProcess],
+        interval: float = SAMPLE_INTERVAL_S,
+        stall_dir: Path | None = None,
+    ) -> None:
+        super().__init__(name="bench-sampler", daemon=True)
+        self.url = url
+        self.nodes = list(nodes)
+        self.interval = interval
+        self.samples: list[StackSample] = []
+        self.rss_max_kb: dict[int, int] = {}
+        self.stall_dir = stall_dir
+        self.stalls: list[Stall] = []
+        self._watch = {n.index: StallWatch() for n in self.nodes}
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(30)
+
+    def run(self) -> None:
+        import psycopg
+
+        conn: Any = None
+        next_at = time.monotonic()
+        while not self._stop_event.is_set():
+            t_ms = int(time.time() * 1000)
+            load1 = round(os.getloadavg()[0], 2)
+            rss_mb = self._rss_mb()
+            table: TableCounts | None = None
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+                    conn.execute("SET statement_timeout = '5s'")
+                row = conn.execute(SAMPLE_SQL).fetchone()
+                table = TableCounts(
+                    waiting=row[0],
+                    claimed=row[1],
+                    overdue=row[2],
+                    oldest_overdue_s=None if row[3] is None else round(row[3], 3),
+                )
+            except Exception:  # noqa: BLE001 - a missed sample, retried next second
+                with contextlib.suppress(Exception):
+                    if conn is not None:
+                        conn.close()
+                conn = None
+            overdue = None if table is None else table.overdue
+            lag = in_flight = 0.0
+            scraped = False
+            for node in self.nodes:
+                samples = parse_prometheus(node.metrics_text())
+                value = metric_total(samples, "chronos_consumer_lag_messages")
+                held = metric_total(samples, "chronos_in_flight_messages")
+                fired = metric_total(samples, "chronos_fired_messages_total")
+                if value is not None:
+                    lag += value
+                    scraped = True
+                in_flight += held or 0.0
+                if self._watch[node.index].stalled(t_ms / 1000, fired, overdue):
+                    self._record_stall(node, conn, t_ms, overdue)
+            self.samples.append(
+                StackSample(t_ms, load1, rss_mb, table, lag if scraped else None, in_flight)
+            )
+            next_at += self.interval
+            self._stop_event.wait(max(0.0, next_at - time.monotonic()))
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _rss_mb(self) -> dict[int, float | None]:
+        """Each node's RSS now; the largest seen is kept in ``rss_max_kb``."""
+        out: dict[int, float | None] = {}
+        for node in self.nodes:
+            rss = rss_kb(node.pid)
+            out[node.index] = None if rss is None else round(rss / 1024, 1)
+            if rss is not None:
+                self.rss_max_kb[node.index] = max(self.rss_max_kb.get(node.index, 0), rss)
+        return out
+
+    def _record_stall(self, node: NodeProcess, conn: Any, t_ms: int, overdue: int | None) -> None:
+        """The node fires nothing while rows are overdue: keep its thread stacks and what the
+        database sessions are doing, for whoever investigates."""
+        if self.stall_dir is None:
+            return
+        path = self.stall_dir / f"stall-node{node.index}.txt"
+        parts = [
+            f"stall of node {node.index} (pid {node.pid}) at {t_ms} ms: "
+            f"no message fired for {STALL_SECONDS:.0f} s while {overdue} "
+            "rows are overdue",
+            "",
+        ]
+        binary = py_spy_binary()
+        if binary is not None:
+            try:
+                dump = subprocess.run(
+                    [binary, "dump", "-p", str(node.pid), "--locals"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                parts += ["== py-spy dump", dump.stdout, dump.stderr]
+            except (OSError, subprocess.SubprocessError) as exc:
+                parts.append(f"py-spy dump failed: {exc}")
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                rows = conn.execute(ACTIVITY_SQL).fetchall()
+                parts.append("== pg_stat_activity")
+                parts += [" | ".join("" if v is None else str(v) for v in row) for row in rows]
+        path.write_text("\n".join(parts) + "\n")
+        self.stalls.append(Stall(node.index, t_ms, overdue, path.name))
+
+
+STALL_SECONDS = 10.0
+"""A node that fires nothing for this long while rows are overdue is stalled."""
+
+ACTIVITY_SQL = """
+SELECT pid, application_name, state, wait_event_type, wait_event,
+       round(extract(epoch FROM now() - query_start)::numeric, 3) AS running_s,
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 160) AS query
+FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+ORDER BY query_start
+"""
+
+
+class StallWatch:
+    """Tells once when a node's fired counter has not moved for ``STALL_SECONDS`` while rows
+    are overdue."""
+
+    def __init__(self, seconds: float = STALL_SECONDS) -> None:
+        self.seconds = seconds
+        self.last_fired: float | None = None
+        self.since: float | None = None
+        self.reported = False
+
+    def stalled(self, t: float, fired: float | None, overdue: int | None) -> bool:
+        if fired is None or self.reported:
+            return False
+        if fired != self.last_fired or not overdue:
+            self.last_fired, self.since = fired, t
+            return False
+        if self.since is not None and t - self.since >= self.seconds:
+            self.reported = True
+            return True
+        return False

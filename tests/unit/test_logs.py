@@ -1,0 +1,61 @@
+"""Log formats: producer-chosen text (message ids) can never forge or break a log line."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from chronos import logs
+
+HOSTILE = "id-1\n2026-01-01 00:00:00,000 ERROR   chronos [x] forged\r\x1b[31mred\u2028"
+
+
+def _emit(fmt: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.configure("INFO", fmt)
+        logging.getLogger("chronos.firing").warning(
+            "fired message %s was no longer claimed", HOSTILE, extra={"event": "fenced_delete"}
+        )
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    return stream.getvalue()
+
+
+def test_text_log_escapes_control_characters_in_message_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = _emit("text", monkeypatch)
+    assert out.endswith("\n") and out.count("\n") == 1, out  # one record, one line
+    assert "\x1b" not in out and "\r" not in out and "\u2028" not in out
+    assert "id-1\\n2026-01-01" in out and "\\x1b[31mred\\u2028" in out
+
+
+def test_json_log_keeps_the_exact_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _emit("json", monkeypatch)
+    assert out.count("\n") == 1
+    assert HOSTILE in json.loads(out)["message"]
+
+
+def test_text_log_keeps_a_traceback_readable(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.configure("INFO", "text")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("chronos").exception("loop died")
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    assert "Traceback (most recent call last):\n" in stream.getvalue()
