@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: dev test unit check lint format-check typecheck install lock clean reliability bench
+.PHONY: system-deps dev test unit check lint format-check typecheck install lock clean reliability bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,23 @@ dev: $(RUN_STAMP)
 
 # The full suite (unit, integration, e2e, migration, deploy, load-test and fault tiers), after
 # the static checks. CI (.ci/run) runs exactly this.
-test: check
+test: check system-deps
 	$(BIN)/python -m pytest $(ARGS)
+
+# Debian binaries the suite runs: promtool (the alert rules' tests) and headless Chromium with
+# its driver (the console's browser test). Installed when missing and we are root; otherwise
+# those tests skip locally and fail in CI (tests/support/services.py unavailable()).
+SYSTEM_BINARIES := promtool chromium chromedriver
+system-deps:
+	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages for:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus chromium chromium-driver; \
+	  else \
+	    echo "missing:$$missing (apt-get install prometheus chromium chromium-driver)" >&2; \
+	  fi; \
+	fi
 
 # The fast tier: no services, a few seconds.
 unit: $(DEV_STAMP)

@@ -6,6 +6,8 @@ chronos dev        the whole system on one machine: embedded Postgres, embedded 
                    broker, migrations, topics and N nodes (each its own process)
 chronos schedule   publish a message to the input topic, due N seconds from now
 chronos tail       print what arrives on the output (or dead-letter) topic
+chronos admin      the admin API from the command line (chronos.admin_cli)
+chronos import     schedule every row of a JSON Lines or Parquet file
 """
 
 from __future__ import annotations
@@ -69,16 +71,32 @@ def _parser() -> argparse.ArgumentParser:
     schedule.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
     settings.add_arguments(schedule)
 
+    importer = sub.add_parser(
+        "import",
+        help="schedule every row of a JSON Lines or Parquet file (id, deadline|delay, "
+        "key, value, headers)",
+    )
+    importer.add_argument("file", help="a .jsonl or .parquet file")
+    settings.add_arguments(importer)
+
     tail = sub.add_parser("tail", help="print records arriving on the output topic")
     tail.add_argument("--dead-letter", action="store_true", help="tail the dead-letter topic")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
     tail.add_argument("--max", type=int, default=0, help="stop after this many records")
     settings.add_arguments(tail)
+
+    from chronos import admin_cli
+
+    admin_cli.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "admin":
+        from chronos import admin_cli
+
+        return admin_cli.run(args)
     try:
         config = settings.load(args)
         logs.configure(config.log_level, config.log_format)
@@ -97,6 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return dev_module.run_dev(args)
         if args.command == "schedule":
             return _schedule(config.validate(require_database=False), args)
+        if args.command == "import":
+            from pathlib import Path
+
+            from chronos.importer import run_import
+
+            result = run_import(config.validate(require_database=False), Path(args.file))
+            print(f"imported {result.rows} rows ({result.rate:,.0f} rows/s)")
+            return 0
         if args.command == "tail":
             return _tail(config.validate(require_database=False), args)
     except ConfigError as exc:

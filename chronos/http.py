@@ -9,6 +9,8 @@ The server is bounded: a fixed pool of worker threads serves the connections, a 
 in a short queue and any beyond it are closed at once; each connection gets a socket timeout
 and a total deadline, so idle or trickling clients cannot exhaust the node.
 GET /metrics       Prometheus text format
+GET /console       the operator's console (chronos/console/index.html: static HTML and JS that
+                   call the admin API with a token entered in the page)
 /admin/v1/...      the admin API (off unless CHRONOS_ADMIN_TOKEN is set), see chronos.admin
 """
 
@@ -20,7 +22,9 @@ import queue
 import socket
 import threading
 import time
+from functools import cache
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from importlib import resources
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -262,8 +266,27 @@ def json_response(status: int, payload: Any) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(payload, default=str).encode()
 
 
+# The console is self-contained: no script, style or image from anywhere but the page itself,
+# and it talks only to this node (the admin API and /metrics).
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@cache
+def console_page() -> bytes:
+    return resources.files("chronos").joinpath("console/index.html").read_bytes()
+
+
 def core_routes(health: Health) -> Route:
-    def route(_h: _Handler, method: str, path: str, _q: str) -> tuple[int, str, bytes] | None:
+    def route(
+        _h: _Handler, method: str, path: str, _q: str
+    ) -> tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]] | None:
         if method != "GET":
             return None
         if path == "/health/live":
@@ -274,6 +297,8 @@ def core_routes(health: Health) -> Route:
             return json_response(200 if ok else 503, detail)
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, generate_latest()
+        if path in ("/console", "/console/"):
+            return 200, "text/html; charset=utf-8", console_page(), CONSOLE_HEADERS
         return None
 
     return route

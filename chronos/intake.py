@@ -31,6 +31,7 @@ from confluent_kafka import (
 )
 
 from chronos import metrics
+from chronos.actions import ACTION_OUTCOMES, Folded, report
 from chronos.backlog import record_consumer_stats
 from chronos.errors import StoreError
 from chronos.faults import fault_point
@@ -42,6 +43,7 @@ from chronos.protocol import (
     ScheduledMessage,
     dead_letter_headers,
     parse_record,
+    topic_policy,
 )
 from chronos.quarantine import HeaderProbe
 from chronos.settings import Settings
@@ -93,6 +95,7 @@ class IntakeLoop(Loop):
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
         self.probe = HeaderProbe()
+        self.topic_allowed = topic_policy(settings.output_topic, settings.allowed_topics)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -205,9 +208,7 @@ class IntakeLoop(Loop):
 
     def process_batch(self, consumer: Consumer | None, records: Sequence[Message]) -> bool:
         """Make one consumed batch durable, then store its offsets. False if interrupted."""
-        valid: list[ScheduledMessage] = []
-        sources: list[tuple[Message, Headers | None]] = []
-        seen: set[str] = set()
+        folded: Folded[tuple[Message, Headers | None]] = Folded()
         pending: list[_Pending] = []
         offsets: dict[tuple[str, int], int] = {}
         now = self.database_now()
@@ -242,18 +243,16 @@ class IntakeLoop(Loop):
                 headers,
                 now=now,
                 max_delay=self.max_delay,
+                topic_allowed=self.topic_allowed,
             )
             if isinstance(parsed, Rejection):
                 dl = self._dead_letter(record, headers, parsed, f"{topic}/{partition}/{offset}")
                 if dl is not None:
                     pending.append(dl)
                 continue
-            if parsed.id in seen:
-                duplicates += 1
-                continue
-            seen.add(parsed.id)
-            valid.append(parsed)
-            sources.append((record, headers))
+            folded.add(parsed, (record, headers))
+        valid, sources = folded.messages, folded.sources
+        duplicates += folded.duplicates
 
         if valid:
             started = time.perf_counter()
@@ -275,11 +274,13 @@ class IntakeLoop(Loop):
                         pending.append(dl)
                 elif outcome is Outcome.INSERTED:
                     enqueued += 1
+                elif outcome in ACTION_OUTCOMES:
+                    continue  # counted and logged by report()
                 elif outcome is Outcome.FIRE_NOW:
                     record = source[0]
                     pending.append(
                         _Pending(
-                            self.settings.output_topic,
+                            message.target_topic or self.settings.output_topic,
                             message.key,
                             message.value,
                             message.headers,
@@ -290,6 +291,7 @@ class IntakeLoop(Loop):
                 else:
                     duplicates += 1
             metrics.ENQUEUED.inc(enqueued)
+            report(valid, outcomes)
         metrics.CONSUMED.inc(consumed)
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
@@ -307,7 +309,11 @@ class IntakeLoop(Loop):
         backoff = Backoff()
         while True:
             try:
-                return list(self.store.enqueue(messages, self.settings.timing_advance_ms))
+                return list(
+                    self.store.enqueue(
+                        messages, self.settings.timing_advance_ms, self.settings.cancel_ttl_ms
+                    )
+                )
             except StoreError as exc:
                 metrics.DATABASE_ERRORS.labels("enqueue").inc()
                 if not exc.retryable:

@@ -24,6 +24,11 @@ DROPPED = Counter(
 DUPLICATES = Counter(
     "chronos_duplicate_messages_total", "Records ignored because their id was already scheduled"
 )
+ACTIONS = Counter(
+    "chronos_actions_total",
+    "Reschedules and cancels (chronosAction), and schedules dropped by a cancel, by outcome",
+    ["action", "outcome"],
+)
 SUSPECTED_FAILURES = Counter(
     "chronos_suspected_failures_total",
     "Claimed messages reset because their node's heartbeat lapsed or their claim outlived the "

@@ -2,7 +2,10 @@
 
 An input record carries ``chronosMessageId`` (1-128 characters of UTF-8) and ``chronosDeadline``
 (ISO-8601 with millisecond precision; no offset means UTC, ``Z`` or ``±hh:mm`` is converted).
-Chronos headers are not relayed; every other header is, in order, repeats included.
+``chronosAction`` (absent: ``schedule``) may say ``reschedule`` or ``cancel`` (a cancel needs no
+deadline); ``chronosTopic`` names the topic to fire to instead of the output topic (allowed only if
+it matches the configured patterns). Chronos headers are not relayed; every other header is, in
+order, repeats included.
 
 ``parse_record`` turns a raw record into a ``ScheduledMessage`` or a ``Rejection`` whose reason is a
 short, stable, human-readable string (it becomes the dead-letter reason header).
@@ -13,13 +16,17 @@ from __future__ import annotations
 import json
 import re
 from binascii import a2b_base64, b2a_base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from fnmatch import fnmatchcase
 
 MESSAGE_ID_HEADER = "chronosMessageId"
 DEADLINE_HEADER = "chronosDeadline"
-CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER})
+ACTION_HEADER = "chronosAction"
+TOPIC_HEADER = "chronosTopic"
+CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER, ACTION_HEADER, TOPIC_HEADER})
 
 DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"
 DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"
@@ -37,15 +44,41 @@ _DEADLINE_RE = re.compile(
 )
 
 
+class Action(StrEnum):
+    """What an input record asks for (the ``chronosAction`` header; absent: schedule)."""
+
+    SCHEDULE = "schedule"  # store it unless the id is waiting or ready (idempotent)
+    RESCHEDULE = "reschedule"  # store it, or replace the waiting message with that id
+    CANCEL = "cancel"  # delete the waiting message with that id (and keep a cancel marker)
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduledMessage:
-    """A valid Chronos message: what is stored and later fired."""
+    """A valid Chronos message: what is stored and later fired (or, for a cancel, the id to
+    cancel: its deadline is the time it was read and is never stored)."""
 
     id: str
     deadline: datetime  # timezone-aware, UTC
     key: bytes | None
     value: bytes | None
     headers: Headers  # non-Chronos headers, in order
+    action: Action = Action.SCHEDULE
+    target_topic: str | None = None  # chronosTopic (None: the output topic)
+
+
+def topic_policy(output_topic: str, allowed_patterns: str) -> Callable[[str], bool]:
+    """Whether a ``chronosTopic`` may be fired to: the output topic always, any other topic only
+    if it matches one of the comma-separated glob patterns (case-sensitive; empty: none)."""
+    patterns = [p.strip() for p in allowed_patterns.split(",") if p.strip()]
+
+    def allowed(topic: str) -> bool:
+        return topic == output_topic or any(fnmatchcase(topic, p) for p in patterns)
+
+    return allowed
+
+
+def _is_topic_name(name: str) -> bool:
+    return 0 < len(name) <= 249 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +133,16 @@ def parse_record(
     *,
     now: datetime | None = None,
     max_delay: timedelta | None = None,
+    topic_allowed: Callable[[str], bool] | None = None,
 ) -> ScheduledMessage | Rejection:
-    """Validate one input record. Never raises on bad input: returns a Rejection instead."""
+    """Validate one input record. Never raises on bad input: returns a Rejection instead.
+    ``topic_allowed`` decides on a ``chronosTopic`` (None: no topic is allowed)."""
     message_id: bytes | None = None
     deadline_raw: bytes | None = None
+    action_raw: bytes | None = None
+    topic_raw: bytes | None = None
     relayed: Headers = []
-    seen_id = seen_deadline = 0
+    seen_id = seen_deadline = seen_action = seen_topic = 0
     bad_name: str | None = None
     for name, header_value in headers or ():
         if name == MESSAGE_ID_HEADER:
@@ -114,6 +151,12 @@ def parse_record(
         elif name == DEADLINE_HEADER:
             seen_deadline += 1
             deadline_raw = header_value
+        elif name == ACTION_HEADER:
+            seen_action += 1
+            action_raw = header_value
+        elif name == TOPIC_HEADER:
+            seen_topic += 1
+            topic_raw = header_value
         else:
             relayed.append((name, header_value))
             if not _storable_name(name):
@@ -128,25 +171,26 @@ def parse_record(
         return Rejection("missing_id", f"missing header {MESSAGE_ID_HEADER}")
     if seen_id > 1:
         return Rejection("duplicate_header", f"header {MESSAGE_ID_HEADER} appears {seen_id} times")
+    for header, seen in ((ACTION_HEADER, seen_action), (TOPIC_HEADER, seen_topic)):
+        if seen > 1:
+            return Rejection("duplicate_header", f"header {header} appears {seen} times")
+    action = _parse_action(action_raw) if seen_action else Action.SCHEDULE
+    if isinstance(action, Rejection):
+        return action
+    if action is Action.CANCEL:
+        return _parse_cancel(message_id, key, now)
     if seen_deadline == 0:
         return Rejection("missing_deadline", f"missing header {DEADLINE_HEADER}")
     if seen_deadline > 1:
         return Rejection(
             "duplicate_header", f"header {DEADLINE_HEADER} appears {seen_deadline} times"
         )
-    if message_id is None or len(message_id) == 0:
-        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is empty")
-    try:
-        id_text = message_id.decode("utf-8")
-    except UnicodeDecodeError:
-        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is not valid UTF-8")
-    if len(id_text) > MAX_ID_LENGTH:
-        return Rejection(
-            "invalid_id",
-            f"header {MESSAGE_ID_HEADER} is {len(id_text)} characters long (max {MAX_ID_LENGTH})",
-        )
-    if "\x00" in id_text:
-        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} contains a NUL character")
+    id_text = _parse_id(message_id)
+    if isinstance(id_text, Rejection):
+        return id_text
+    target_topic = _parse_topic(topic_raw, topic_allowed) if seen_topic else None
+    if isinstance(target_topic, Rejection):
+        return target_topic
     if deadline_raw is None or len(deadline_raw) == 0:
         return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is empty")
     if len(deadline_raw) > 64:
@@ -165,7 +209,62 @@ def parse_record(
             f"{DEADLINE_HEADER} {format_deadline(deadline)} is more than "
             f"{int(max_delay.total_seconds() * 1000)} ms ahead (max delay)",
         )
-    return ScheduledMessage(id_text, deadline, key, value, relayed)
+    return ScheduledMessage(id_text, deadline, key, value, relayed, action, target_topic)
+
+
+def _parse_id(message_id: bytes | None) -> str | Rejection:
+    if message_id is None or len(message_id) == 0:
+        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is empty")
+    try:
+        id_text = message_id.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} is not valid UTF-8")
+    if len(id_text) > MAX_ID_LENGTH:
+        return Rejection(
+            "invalid_id",
+            f"header {MESSAGE_ID_HEADER} is {len(id_text)} characters long (max {MAX_ID_LENGTH})",
+        )
+    if "\x00" in id_text:
+        return Rejection("invalid_id", f"header {MESSAGE_ID_HEADER} contains a NUL character")
+    return id_text
+
+
+def _parse_action(raw: bytes | None) -> Action | Rejection:
+    text = (raw or b"").decode("utf-8", errors="replace").strip().lower()
+    try:
+        return Action(text)
+    except ValueError:
+        return Rejection(
+            "unknown_action",
+            f"header {ACTION_HEADER} {text[:64]!r} is not one of schedule, reschedule, cancel",
+        )
+
+
+def _parse_cancel(
+    message_id: bytes | None, key: bytes | None, now: datetime | None
+) -> ScheduledMessage | Rejection:
+    """A cancel needs only the id (its deadline, value and other headers are ignored)."""
+    id_text = _parse_id(message_id)
+    if isinstance(id_text, Rejection):
+        return id_text
+    return ScheduledMessage(id_text, now or datetime.now(UTC), key, None, [], Action.CANCEL, None)
+
+
+def _parse_topic(raw: bytes | None, allowed: Callable[[str], bool] | None) -> str | Rejection:
+    try:
+        topic = (raw or b"").decode("ascii")
+    except UnicodeDecodeError:
+        return Rejection("invalid_topic", f"header {TOPIC_HEADER} is not ASCII")
+    if not _is_topic_name(topic):
+        return Rejection(
+            "invalid_topic", f"header {TOPIC_HEADER} {topic[:64]!r} is not a Kafka topic name"
+        )
+    if allowed is None or not allowed(topic):
+        return Rejection(
+            "topic_not_allowed",
+            f"header {TOPIC_HEADER} {topic!r} is not allowed (CHRONOS_ALLOWED_TOPICS)",
+        )
+    return topic
 
 
 def _storable_name(name: str) -> bool:

@@ -111,6 +111,21 @@ Index(
     postgresql_where=messages.c.attempts > 0,
 )
 
+# One row per cancelled id, for CHRONOS_CANCEL_TTL_MS: a schedule of that id arriving later (another
+# partition, a producer retry, a replay) is dropped. Purged in batches by the enqueue statement.
+cancels = Table(
+    "chronos_cancels",
+    metadata,
+    Column("id", String(128), primary_key=True, comment="chronosMessageId of a cancel"),
+    Column(
+        "expires_at",
+        DateTime(timezone=True),
+        nullable=False,
+        comment="until when a schedule of this id is dropped (DB clock)",
+    ),
+)
+Index("chronos_cancels_expires_idx", cancels.c.expires_at)
+
 # One row per running node, written by its heartbeat every second and deleted at graceful
 # shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).
 nodes = Table(

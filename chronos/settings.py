@@ -110,6 +110,14 @@ def _topic(text: str) -> str:
     return text
 
 
+def _topic_patterns(text: str) -> str:
+    patterns = [p.strip() for p in text.split(",") if p.strip()]
+    for pattern in patterns:
+        if len(pattern) > 249 or any(not (c.isalnum() or c in "._-*?[]!") for c in pattern):
+            raise ValueError(f"{pattern!r} is not a glob pattern of Kafka topic names")
+    return ",".join(patterns)
+
+
 def _optional_topic(text: str) -> str:
     return "" if text == "" else _topic(text)
 
@@ -223,6 +231,20 @@ OPTIONS: tuple[Option, ...] = (
         _non_negative_int,
     ),
     Option(
+        "cancel_ttl_ms",
+        3600000,
+        "how long a cancel (chronosAction: cancel) is remembered, so that its schedule or "
+        "reschedule arriving later (another partition, a producer retry, a replay) is dropped",
+        _positive_int,
+    ),
+    Option(
+        "allowed_topics",
+        "",
+        "comma-separated glob patterns of the topics a message may name in chronosTopic "
+        "(empty: only the output topic); others are dead-lettered",
+        _topic_patterns,
+    ),
+    Option(
         "max_publish_attempts",
         5,
         "publish attempts of one message before it is dead-lettered",
@@ -320,6 +342,8 @@ class Settings:
     max_in_flight: int
     max_in_flight_bytes: int
     max_delay_ms: int
+    cancel_ttl_ms: int
+    allowed_topics: str
     max_publish_attempts: int
     dead_letter_timeout_ms: int
     shutdown_timeout_ms: int

@@ -15,7 +15,6 @@ import logging
 import random
 import threading
 import time
-from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,8 +35,9 @@ from chronos.admin_store import (
     NodeRecord,
     RequeueOutcome,
 )
+from chronos.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
 from chronos.errors import StoreError
-from chronos.protocol import Headers, ScheduledMessage, decode_headers, header_items
+from chronos.protocol import Headers, ScheduledMessage, decode_headers
 from chronos.sql import query
 from chronos.store_leadership import LeadershipQueries
 
@@ -71,6 +71,12 @@ class Outcome(Enum):
     DUPLICATE = "duplicate"  # its id is already waiting or ready: ignored
     FIRE_NOW = "fire_now"  # deadline lapsed and id unknown: publish directly
     DUE_DUPLICATE = "due_duplicate"  # deadline lapsed but id already waiting/ready: ignored
+    BLOCKED = "blocked"  # a schedule or reschedule of an id cancelled within the cancel TTL
+    RESCHEDULED = "rescheduled"  # reschedule: inserted, or the waiting row replaced
+    RESCHEDULE_CLAIMED = "reschedule_claimed"  # reschedule of a claimed (firing) row: unchanged
+    CANCELLED = "cancelled"  # cancel: the waiting row was deleted
+    CANCEL_CLAIMED = "cancel_claimed"  # cancel of a claimed (firing) row: not deleted
+    CANCEL_UNKNOWN = "cancel_unknown"  # cancel of an id not scheduled (the marker is kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +112,16 @@ def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     return size + sum(len(name) + len(v or b"") for name, v in headers)
 
 
+DEFAULT_CANCEL_TTL_MS = 3_600_000
+
+
 class Store(Protocol):
-    def enqueue(self, messages: Sequence[ScheduledMessage], advance_ms: int) -> list[Outcome]: ...
+    def enqueue(
+        self,
+        messages: Sequence[ScheduledMessage],
+        advance_ms: int,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+    ) -> list[Outcome]: ...
 
     def claim(
         self,
@@ -394,22 +408,28 @@ class PostgresStore(AdminQueries, LeadershipQueries):
 
     # -- the statements --------------------------------------------------------------------
 
-    def enqueue(self, messages: Sequence[ScheduledMessage], advance_ms: int) -> list[Outcome]:
-        """Insert a batch (ids must be distinct within the batch). One statement."""
+    def enqueue(
+        self,
+        messages: Sequence[ScheduledMessage],
+        advance_ms: int,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+    ) -> list[Outcome]:
+        """Apply a batch of schedules, reschedules and cancels (ids must be distinct within the
+        batch). One statement."""
         if not messages:
             return []
         outcomes = [Outcome.INSERTED] * len(messages)
-        for start, end in _chunks_by_size(messages, ENQUEUE_CHUNK_BYTES):
+        for start, end in chunks_by_size(messages, ENQUEUE_CHUNK_BYTES):
             rows, _ = self._execute_tuples(
                 "enqueue_batch",
-                {"batch": encode_batch(messages[start:end]), "advance_ms": advance_ms},
+                {
+                    "batch": encode_batch(messages[start:end]),
+                    "advance_ms": advance_ms,
+                    "cancel_ttl_ms": cancel_ttl_ms,
+                },
             )
-            for ordinal, due, existed in rows:
-                if due:
-                    outcome = Outcome.DUE_DUPLICATE if existed else Outcome.FIRE_NOW
-                else:
-                    outcome = Outcome.DUPLICATE
-                outcomes[start + ordinal - 1] = outcome
+            for ordinal, outcome in rows:
+                outcomes[start + ordinal - 1] = Outcome(outcome)
         return outcomes
 
     def claim(
@@ -560,47 +580,6 @@ def statement_params(
 def _reset_params(rows: Sequence[StuckRow]) -> dict[str, Any]:
     fence = {r.id: [r.readied_at.isoformat(), r.readied_by] for r in rows}
     return {"ids": [r.id for r in rows], "fence": json.dumps(fence)}
-
-
-ENQUEUE_CHUNK_BYTES = 32 * 1024 * 1024
-"""A consumed batch is written in statements of at most about this much JSON (Postgres limits a
-JSON document to 256 MB); an ordinary batch is one statement."""
-
-
-def _chunks_by_size(messages: Sequence[ScheduledMessage], limit: int) -> list[tuple[int, int]]:
-    """[start, end) ranges whose estimated encoded size stays under ``limit`` (at least 1 each)."""
-    ranges: list[tuple[int, int]] = []
-    start, size = 0, 0
-    for index, m in enumerate(messages):
-        estimate = 200 + (len(m.key or b"") + len(m.value or b"")) * 4 // 3
-        estimate += sum(len(n) + len(v or b"") * 4 // 3 + 16 for n, v in m.headers)
-        if index > start and size + estimate > limit:
-            ranges.append((start, index))
-            start, size = index, 0
-        size += estimate
-    ranges.append((start, len(messages)))
-    return ranges
-
-
-def _b64(value: bytes | None) -> str | None:
-    return None if value is None else b2a_base64(value, newline=False).decode("ascii")
-
-
-def encode_batch(messages: Sequence[ScheduledMessage]) -> str:
-    """A batch as one JSON document (see enqueue_batch): C-speed encoding, one parameter."""
-    return json.dumps(
-        [
-            {
-                "i": m.id,
-                "d": m.deadline.isoformat(),
-                "k": _b64(m.key),
-                "v": _b64(m.value),
-                "h": header_items(m.headers),
-            }
-            for m in messages
-        ],
-        separators=(",", ":"),
-    )
 
 
 def _bytes(value: bytes | memoryview | None) -> bytes | None:

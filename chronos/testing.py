@@ -27,12 +27,14 @@ from chronos.kafka_fakes import FakeConsumer, FakePublisher, ProducedRecord, mak
 from chronos.leadership import Leadership, lowest_id
 from chronos.protocol import (
     MAX_ID_LENGTH,
+    Action,
     Headers,
     ScheduledMessage,
     decode_headers,
     encode_headers,
 )
 from chronos.store import (
+    DEFAULT_CANCEL_TTL_MS,
     LIST_QUERIES,
     UNBOUNDED_BYTES,
     Backlog,
@@ -171,6 +173,7 @@ class InMemoryStore:
             self.monotonic = monotonic or time.monotonic
         self._rows: dict[str, StoredRow] = {}
         self._nodes: dict[str, _NodeRow] = {}
+        self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
         self._lock = threading.RLock()
         self._failures: list[tuple[str | None, StoreError]] = []
         self.closed = False
@@ -223,7 +226,12 @@ class InMemoryStore:
 
     # -- the Store interface -------------------------------------------------------------------
 
-    def enqueue(self, messages: Sequence[ScheduledMessage], advance_ms: int) -> list[Outcome]:
+    def enqueue(
+        self,
+        messages: Sequence[ScheduledMessage],
+        advance_ms: int,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+    ) -> list[Outcome]:
         if not messages:
             return []
         ids = [m.id for m in messages]
@@ -242,27 +250,62 @@ class InMemoryStore:
                     raise _refused("enqueue_batch failed: naive deadline")
             threshold = now + timedelta(milliseconds=advance_ms)
             existed_before = {m.id for m in messages if m.id in self._rows}
-            outcomes: list[Outcome] = []
-            for m in messages:
-                due = m.deadline <= threshold
-                if due:
-                    outcomes.append(
-                        Outcome.DUE_DUPLICATE if m.id in existed_before else Outcome.FIRE_NOW
-                    )
-                    continue
-                if m.id in self._rows:
-                    outcomes.append(Outcome.DUPLICATE)
-                    continue
-                self._rows[m.id] = StoredRow(
-                    id=m.id,
-                    deadline=m.deadline,
-                    key=None if m.key is None else bytes(m.key),
-                    value=None if m.value is None else bytes(m.value),
-                    headers_json=encode_headers(m.headers),
-                    enqueued_at=now,
-                )
-                outcomes.append(Outcome.INSERTED)
-            return outcomes
+            blocked = {m.id for m in messages if self._cancels.get(m.id, now) > now}
+            batch_cancels = {m.id for m in messages if m.action is Action.CANCEL}
+            expired = [i for i, at in self._cancels.items() if at <= now and i not in batch_cancels]
+            for i in sorted(expired, key=lambda i: self._cancels[i])[:1000]:
+                del self._cancels[i]
+            return [
+                self._apply(m, now, threshold, existed_before, blocked, cancel_ttl_ms)
+                for m in messages
+            ]
+
+    def _apply(
+        self,
+        m: ScheduledMessage,
+        now: datetime,
+        threshold: datetime,
+        existed_before: set[str],
+        blocked: set[str],
+        cancel_ttl_ms: int,
+    ) -> Outcome:
+        """One message of an enqueued batch, as the enqueue statement treats it."""
+        row = self._rows.get(m.id)
+        if m.action is Action.CANCEL:
+            self._cancels[m.id] = now + timedelta(milliseconds=cancel_ttl_ms)
+            if row is None:
+                return Outcome.CANCEL_UNKNOWN
+            if row.readied_at is not None:
+                return Outcome.CANCEL_CLAIMED
+            del self._rows[m.id]
+            return Outcome.CANCELLED
+        if m.id in blocked:
+            return Outcome.BLOCKED
+        fresh = StoredRow(
+            id=m.id,
+            deadline=m.deadline,
+            key=None if m.key is None else bytes(m.key),
+            value=None if m.value is None else bytes(m.value),
+            headers_json=encode_headers(m.headers),
+            enqueued_at=now,
+            target_topic=m.target_topic,
+        )
+        if m.action is Action.RESCHEDULE:
+            if row is not None and row.readied_at is not None:
+                return Outcome.RESCHEDULE_CLAIMED
+            self._rows[m.id] = fresh
+            return Outcome.RESCHEDULED
+        if m.deadline <= threshold:
+            return Outcome.DUE_DUPLICATE if m.id in existed_before else Outcome.FIRE_NOW
+        if row is not None:
+            return Outcome.DUPLICATE
+        self._rows[m.id] = fresh
+        return Outcome.INSERTED
+
+    def cancel_markers(self) -> dict[str, datetime]:
+        """The live and expired cancel markers not yet purged, by id (a test convenience)."""
+        with self._lock:
+            return dict(self._cancels)
 
     def claim(
         self,

@@ -3,32 +3,104 @@
 -- string formatting. All deadline and hold-time comparisons use the database clock (now()).
 
 -- name: enqueue_batch
--- Insert a consumed batch in one statement: rows not yet due (deadline beyond now + advance) are
--- inserted (an id already waiting or ready is ignored). Only the exceptions come back, by their
--- 1-based position in the batch: rows that were due (with whether their id already existed,
--- before this statement) and rows ignored as duplicates. A healthy batch returns no rows.
--- The batch arrives as one JSON array (decoded by the server, not row by row by the driver):
--- [{"i": id, "d": deadline, "k": base64 key|null, "v": base64 value|null, "h": headers|null}].
+-- Apply a consumed batch in one statement (ids distinct within the batch). Action "s" (schedule):
+-- rows not yet due (deadline beyond now + advance) are inserted (an id already waiting or ready
+-- is ignored). "r" (reschedule): inserted, or replacing the deadline, key, value, headers and
+-- topic of the unclaimed row with that id (a parked one is given a fresh start); a claimed row is
+-- left alone. "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
+-- until now + cancel_ttl_ms. A schedule or reschedule whose id has a live marker is dropped.
+-- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
+-- Only the exceptions come back, by their 1-based position in the batch, with what happened:
+-- fire_now, due_duplicate, duplicate, blocked (a live cancel marker), rescheduled,
+-- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
+-- all inserted returns no rows. The batch arrives as one JSON array (decoded by the server):
+-- [{"i": id, "a": "s"|"r"|"c", "d": deadline|null, "k": base64 key|null,
+--   "v": base64 value|null, "h": headers|null, "t": target topic|null}].
 WITH batch AS (
-    SELECT b.ord, b.i AS id, b.d AS deadline, decode(b.k, 'base64') AS message_key,
-           decode(b.v, 'base64') AS message_value, b.h AS message_headers,
-           b.d <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due
+    SELECT b.ord, b.i AS id, coalesce(b.a, 's') AS action, b.d AS deadline,
+           decode(b.k, 'base64') AS message_key, decode(b.v, 'base64') AS message_value,
+           b.h AS message_headers, b.t AS target_topic,
+           b.d <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
+           EXISTS (SELECT 1 FROM chronos_cancels c
+                   WHERE c.id = b.i AND c.expires_at > now()) AS blocked
     FROM ROWS FROM (
-             jsonb_to_recordset(%(batch)s::jsonb) AS (i text, d timestamptz, k text, v text, h jsonb)
-         ) WITH ORDINALITY AS b(i, d, k, v, h, ord)
+             jsonb_to_recordset(%(batch)s::jsonb)
+                 AS (i text, a text, d timestamptz, k text, v text, h jsonb, t text)
+         ) WITH ORDINALITY AS b(i, a, d, k, v, h, t, ord)
 ), inserted AS (
-    INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers)
-    SELECT id, deadline, message_key, message_value, message_headers
+    INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
+                                  target_topic)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic
     FROM batch
-    WHERE NOT due
+    WHERE action = 's' AND NOT due AND NOT blocked
     ORDER BY ord
     ON CONFLICT (id) DO NOTHING
     RETURNING id
+), rescheduled AS (
+    INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
+                                  target_topic)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+    FROM batch
+    WHERE action = 'r' AND NOT blocked
+    ORDER BY id
+    ON CONFLICT (id) DO UPDATE
+    SET deadline = excluded.deadline, message_key = excluded.message_key,
+        message_value = excluded.message_value, message_headers = excluded.message_headers,
+        target_topic = excluded.target_topic, attempts = 0, last_error = NULL, parked_at = NULL,
+        enqueued_at = now()
+    WHERE chronos_messages.readied_at IS NULL
+    RETURNING id
+), cancel_target AS (
+    SELECT m.id, m.readied_at
+    FROM chronos_messages m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM batch WHERE action = 'c'))
+    ORDER BY m.id
+    FOR UPDATE
+), cancelled AS (
+    DELETE FROM chronos_messages m
+    USING cancel_target t
+    WHERE m.id = t.id AND t.readied_at IS NULL
+    RETURNING m.id
+), marked AS (
+    INSERT INTO chronos_cancels (id, expires_at)
+    SELECT id, now() + make_interval(secs => %(cancel_ttl_ms)s / 1000.0)
+    FROM batch
+    WHERE action = 'c'
+    ORDER BY id
+    ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING id
+), purged AS (
+    DELETE FROM chronos_cancels
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM chronos_cancels
+        WHERE expires_at <= now()
+          AND id <> ALL(ARRAY(SELECT id FROM batch WHERE action = 'c'))
+        ORDER BY expires_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED))
+    RETURNING id
 )
-SELECT b.ord, b.due,
-       EXISTS (SELECT 1 FROM chronos_messages m WHERE m.id = b.id) AS existed
+SELECT b.ord,
+       CASE
+           WHEN b.action = 'c' THEN
+               CASE WHEN EXISTS (SELECT 1 FROM cancelled x WHERE x.id = b.id) THEN 'cancelled'
+                    WHEN EXISTS (SELECT 1 FROM cancel_target x WHERE x.id = b.id)
+                        THEN 'cancel_claimed'
+                    ELSE 'cancel_unknown' END
+           WHEN b.blocked THEN 'blocked'
+           WHEN b.action = 'r' THEN
+               CASE WHEN EXISTS (SELECT 1 FROM rescheduled x WHERE x.id = b.id)
+                        THEN 'rescheduled'
+                    ELSE 'reschedule_claimed' END
+           WHEN b.due THEN
+               CASE WHEN EXISTS (SELECT 1 FROM chronos_messages m WHERE m.id = b.id)
+                        THEN 'due_duplicate'
+                    ELSE 'fire_now' END
+           ELSE 'duplicate'
+       END AS outcome
 FROM batch b
-WHERE b.due OR NOT EXISTS (SELECT 1 FROM inserted i WHERE i.id = b.id)
+WHERE b.action <> 's' OR b.blocked OR b.due
+   OR NOT EXISTS (SELECT 1 FROM inserted i WHERE i.id = b.id)
 ORDER BY b.ord;
 
 -- name: claim_due

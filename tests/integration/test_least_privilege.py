@@ -1,4 +1,4 @@
-"""A node needs only DML on its two tables: the schema belongs to the migration role
+"""A node needs only DML on its three tables: the schema belongs to the migration role
 (CHRONOS_MIGRATION_DATABASE_URL), and a node with exactly the README's grants fires messages."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 NODE_GRANTS = (
     "GRANT CONNECT ON DATABASE {database} TO {role}",
     "GRANT USAGE ON SCHEMA public TO {role}",
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, chronos_cancels "
+    "TO {role}",
 )
 
 

@@ -32,7 +32,7 @@ from chronos.protocol import (
     format_deadline,
 )
 from chronos.settings import Settings
-from chronos.store import ClaimedRow, Outcome, PostgresStore
+from chronos.store import DEFAULT_CANCEL_TTL_MS, ClaimedRow, Outcome, PostgresStore
 from tests.support import Topics, consumer_config, make_settings
 
 pytestmark = pytest.mark.integration
@@ -186,8 +186,10 @@ class RecordingStore:
         self.claimed: list[str] = []
         self._lock = threading.Lock()
 
-    def enqueue(self, messages: Any, advance_ms: int) -> list[Outcome]:
-        result = self._store.enqueue(messages, advance_ms)
+    def enqueue(
+        self, messages: Any, advance_ms: int, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+    ) -> list[Outcome]:
+        result = self._store.enqueue(messages, advance_ms, cancel_ttl_ms)
         with self._lock:
             for m, outcome in zip(messages, result, strict=True):
                 self.outcomes.setdefault(m.id, []).append(outcome)

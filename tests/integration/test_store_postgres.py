@@ -23,6 +23,7 @@ from chronos.testing import FakeConsumer, FakePublisher, make_record
 from tests.support import Topics, make_settings
 from tests.unit.helpers import chronos_headers
 from tests.unit.store_contract import HORIZON, StoreContract, msg, node
+from tests.unit.store_contract_actions import ActionContract
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,7 @@ def harness(migrated_database_url: str) -> Iterator[PostgresHarness]:
     harness.store.close()
 
 
-class TestPostgresStore(StoreContract):
+class TestPostgresStore(StoreContract, ActionContract):
     pass
 
 

@@ -55,7 +55,12 @@ def test_header_names_are_those_of_the_design() -> None:
     assert MESSAGE_ID_HEADER == "chronosMessageId"
     assert DEADLINE_HEADER == "chronosDeadline"
     assert DEAD_LETTER_REASON_HEADER == "chronosDeadLetterReason"
-    assert CHRONOS_HEADERS == {"chronosMessageId", "chronosDeadline"}
+    assert CHRONOS_HEADERS == {
+        "chronosMessageId",
+        "chronosDeadline",
+        "chronosAction",
+        "chronosTopic",
+    }
 
 
 # ------------------------------------------------------------------------------ deadlines

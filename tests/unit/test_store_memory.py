@@ -14,6 +14,7 @@ from chronos.kafka import Publisher
 from chronos.store import Outcome, Store
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock
 from tests.unit.store_contract import HORIZON, StoreContract, claims, msg, node
+from tests.unit.store_contract_actions import ActionContract
 
 
 class MemoryHarness:
@@ -33,7 +34,7 @@ def harness() -> MemoryHarness:
     return MemoryHarness()
 
 
-class TestInMemoryStore(StoreContract):
+class TestInMemoryStore(StoreContract, ActionContract):
     pass
 
 
