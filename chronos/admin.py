@@ -26,7 +26,6 @@ import hmac
 import json
 import logging
 import re
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,8 +34,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from chronos.backlog import COUNT_LIMIT, EXACT_COUNT_BELOW, LIVENESS_WINDOW_S, park_attempts
+from chronos.backlog import COUNT_LIMIT, EXACT_COUNT_BELOW, park_attempts
 from chronos.errors import StoreError
+from chronos.leadership import lowest_id
 from chronos.protocol import MAX_ID_LENGTH
 from chronos.settings import Settings
 from chronos.store import (
@@ -326,9 +326,9 @@ def stats_json(backlog: Backlog, parked_at: int) -> dict[str, Any]:
 
 
 def leader_of(nodes: list[NodeRecord]) -> str | None:
-    """The lowest node id among live nodes (uuid order), or None when no node is live."""
-    live = [n.node_id for n in nodes if n.live]
-    return str(min(uuid.UUID(n) for n in live)) if live else None
+    """The lowest node id among live nodes (uuid order), or None when no node is live: the node
+    the election (``chronos.leadership``) makes the leader."""
+    return lowest_id([n.node_id for n in nodes if n.live])
 
 
 def node_json(node: NodeRecord, leader: str | None, this_node: str) -> dict[str, Any]:
@@ -525,14 +525,15 @@ class AdminAPI:
     def nodes(self, query: str) -> Response:
         params = parse_query(query, frozenset({"include_dead"}))
         include_dead = parse_bool("include_dead", params.get("include_dead"))
-        nodes = self.store.list_nodes(LIVENESS_WINDOW_S, include_dead=include_dead)
+        window_s = self.settings.liveness_window_ms / 1000
+        nodes = self.store.list_nodes(window_s, include_dead=include_dead)
         leader = leader_of(nodes)
         return _json(
             200,
             {
                 "nodes": [node_json(n, leader, self.settings.node_id) for n in nodes],
                 "leader": leader,
-                "liveness_window_seconds": LIVENESS_WINDOW_S,
+                "liveness_window_seconds": window_s,
             },
         )
 

@@ -1,18 +1,18 @@
-"""A node's monitor: its heartbeat, the backlog gauges and the input topic's consumer lag.
+"""A node's monitor: its heartbeat, the election, the backlog gauges and the consumer lag.
 
 A thread started by the node (not one of the three loops: it never touches a message) that
 
-* writes the node's heartbeat row (``chronos_nodes``) every second, deletes it at graceful
-  shutdown, and forgets nodes silent for an hour (killed, never shut down). A node is *live*
-  while its heartbeat is younger than ``LIVENESS_WINDOW_S`` (10 s, on the database clock); the
-  lowest live node id is the leader (nothing acts on that yet);
-* refreshes the backlog gauges every ``BACKLOG_INTERVAL_S`` (5 s) with one statement that never
-  scans the table (see the ``backlog`` query): claimed rows through the claimed index, the
-  oldest overdue deadline through the due index, parked rows through the failed-publish index,
-  and waiting rows counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW``
-  (100k), the estimate above. Every node runs it: it costs a few index probes, and the gauges
-  do not depend on which nodes are up. They describe the shared table, so every node reports
-  the same values: aggregate them with ``max()``, not ``sum()``.
+* writes the node's heartbeat row (``chronos_nodes``) every second, renewing the node's lease
+  (see ``chronos.leadership``), and deletes the row at graceful shutdown;
+* after each heartbeat works out the leader: the lowest node id whose heartbeat is younger than
+  ``liveness_window_ms`` on the database clock (``chronos_leader`` is 1 on it);
+* on the leader only: forgets nodes silent for an hour (killed, never shut down) and refreshes
+  the backlog gauges every ``BACKLOG_INTERVAL_S`` (5 s) with one statement that never scans the
+  table (see the ``backlog`` query): claimed rows through the claimed index, the oldest overdue
+  deadline through the due index, parked rows through the failed-publish index, and waiting rows
+  counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW`` (100k), the
+  estimate above. They describe the shared table: the leader reports them and the other nodes
+  report 0, so aggregate them with ``max()``, not ``sum()``.
 
 The consumer lag comes from librdkafka's statistics (``statistics.interval.ms``, see
 ``chronos.kafka.make_consumer``): ``record_consumer_stats`` publishes, for the partitions
@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from chronos import __version__, metrics
+from chronos.leadership import Leadership
 from chronos.settings import Settings
 from chronos.store import Backlog, Store
 
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
 BACKLOG_INTERVAL_S = 5.0
-LIVENESS_WINDOW_S = 10.0
 NODE_RETENTION_S = 3600.0
 EXACT_COUNT_BELOW = 100_000
 COUNT_LIMIT = 10_000
@@ -57,6 +57,7 @@ class Monitor:
         self,
         settings: Settings,
         store: Store,
+        leadership: Leadership | None = None,
         *,
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         backlog_interval: float = BACKLOG_INTERVAL_S,
@@ -64,10 +65,12 @@ class Monitor:
         self.settings = settings
         self.store = store
         self.node_id = settings.node_id
+        self.leadership = leadership or Leadership(settings.node_id, settings.liveness_window_ms)
         self.heartbeat_interval = heartbeat_interval
         self.backlog_interval = backlog_interval
         self.hostname = socket.gethostname()[:255]
         self.last_backlog: Backlog | None = None
+        self._next_maintenance = 0.0  # monotonic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned_at: dict[str, float] = {}
@@ -86,28 +89,49 @@ class Monitor:
             self._thread.join(timeout)
 
     def run(self) -> None:
-        next_backlog = 0.0
         while not self._stop.is_set():
             started = time.monotonic()
-            self.beat()
-            if started >= next_backlog:
-                self.refresh_backlog()
-                self.expire_nodes()
-                next_backlog = started + self.backlog_interval
+            self.tick(started)
             elapsed = time.monotonic() - started
             self._stop.wait(max(0.0, self.heartbeat_interval - elapsed))
         self.leave()
 
+    def tick(self, now: float) -> None:
+        """One round: heartbeat, election, and the leader's periodic maintenance when due."""
+        self.beat()
+        if not self.elect():
+            self._next_maintenance = 0.0  # at once on becoming the leader
+            return
+        if now >= self._next_maintenance:
+            self.refresh_backlog()
+            self.expire_nodes()
+            self._next_maintenance = now + self.backlog_interval
+
     # -- the work ------------------------------------------------------------------------------
 
     def beat(self) -> bool:
+        sent_at = self.leadership.monotonic()  # before the statement: see chronos.leadership
         try:
             self.store.heartbeat(self.node_id, hostname=self.hostname, version=__version__)
         except Exception as exc:
             self._failed("heartbeat", exc)
             return False
+        self.leadership.renew(sent_at)
         metrics.HEARTBEAT_UPDATED.set(time.time())
         return True
+
+    def elect(self) -> bool:
+        """Work out the leader; True if it is this node. Not the leader when unsure."""
+        was_leader = self.leadership.is_leader()
+        try:
+            leader = self.store.elect_leader(self.settings.liveness_window_ms)
+        except Exception as exc:
+            self._failed("elect_leader", exc)
+            leader = None
+        leads = self.leadership.elected(leader)
+        if was_leader and not leads:
+            clear_backlog()  # only the leader reports the shared table
+        return leads
 
     def refresh_backlog(self) -> Backlog | None:
         started = time.perf_counter()
@@ -126,13 +150,14 @@ class Monitor:
         return backlog
 
     def leave(self) -> None:
+        self.leadership.elected(None)  # a leaving node leads no more
         try:
             self.store.remove_node(self.node_id)
         except Exception as exc:
             log.warning(
                 "could not delete the heartbeat of node %s (it is no longer live after %.0f s): %s",
                 self.node_id,
-                LIVENESS_WINDOW_S,
+                self.settings.liveness_window_ms / 1000,
                 exc,
                 extra={"event": "database_error"},
             )
@@ -164,6 +189,19 @@ class Monitor:
                 exc,
                 extra={"event": "database_error", "operation": operation},
             )
+
+
+def clear_backlog() -> None:
+    """A node that is not the leader reports an empty backlog (``max()`` over nodes is right)."""
+    for gauge in (
+        metrics.WAITING,
+        metrics.CLAIMED,
+        metrics.PARKED,
+        metrics.OVERDUE,
+        metrics.OLDEST_OVERDUE,
+        metrics.BACKLOG_EXACT,
+    ):
+        gauge.set(0)
 
 
 def publish_backlog(backlog: Backlog) -> None:

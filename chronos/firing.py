@@ -19,6 +19,12 @@ permanent refusal (e.g. too large) counts as an attempt, and after ``max_publish
 message is dead-lettered with the broker's error; an outage does not count, and claiming backs
 off instead.
 
+The fence (``chronos.leadership``): a node fires and claims only while its lease, renewed by
+each successful heartbeat, lasts. Past it (the database unreachable, the process paused) the
+dispatcher fires nothing and the loop gives back what it holds, before the leader may take the
+node's claims over; when the lease is renewed, the loop gives back whatever it still holds in the
+table, then claims again.
+
 The claim statement runs again at once while it returns full batches (a backlog drains at full
 speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
 """
@@ -39,6 +45,7 @@ from confluent_kafka import KafkaError
 from chronos import metrics
 from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
+from chronos.leadership import Leadership
 from chronos.loop import Loop
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
@@ -65,10 +72,12 @@ class Dispatcher:
         self,
         settings: Settings,
         publisher: Publisher,
+        leadership: Leadership,
         monotonic: Callable[[], float] = time.monotonic,
     ):
         self.settings = settings
         self.publisher = publisher
+        self.leadership = leadership
         self.monotonic = monotonic
         self.hold = settings.hold_time_ms / 1000
         self.cond = threading.Condition()
@@ -137,6 +146,8 @@ class Dispatcher:
 
     def fire_due(self) -> None:
         now = self.monotonic()
+        if not self.leadership.may_fire(now):
+            return  # past this node's lease: fire nothing (the loop gives the timers back)
         due: list[_Timer] = []
         with self.cond:
             while self.timers and self.timers[0].fire_at <= now:
@@ -208,6 +219,7 @@ class FiringLoop(Loop):
         settings: Settings,
         store: Store,
         publisher: Publisher,
+        leadership: Leadership,
         monotonic: Callable[[], float] = time.monotonic,
         *,
         claims_since: datetime | None = None,
@@ -215,13 +227,15 @@ class FiringLoop(Loop):
         super().__init__()
         self.settings = settings
         self.store = store
+        self.leadership = leadership
         self.monotonic = monotonic
         self.node_id = settings.node_id
         self.claims_since = claims_since  # this process's start (DB clock): its claims' fence
         self.unreleased: list[tuple[list[Claim], bool, list[str] | None]] = []
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
         self.park_attempts = settings.max_publish_attempts * 2  # then parked: never claimed
-        self.dispatcher = Dispatcher(settings, publisher, monotonic)
+        self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
+        self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[_Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
         self.pending_since = 0.0
@@ -254,9 +268,57 @@ class FiringLoop(Loop):
     def step(self) -> None:
         """One iteration: claim if it is time, then finish the rows whose outcome is known."""
         now = self.monotonic()
-        if now >= self.next_claim_at:
+        if not self.leadership.may_fire(now):
+            self.fence(now)
+        elif self.fenced:
+            self.unfence(now)
+        elif now >= self.next_claim_at:
             self.claim(now)
         self.finish(force=False)
+
+    # -- the fence ----------------------------------------------------------------------------
+
+    def fence(self, now: float) -> None:
+        """The lease ended: give back every unfired row (kept to try again if the database is
+        out of reach: the leader takes them over meanwhile once the heartbeat lapsed) and claim
+        nothing."""
+        if not self.fenced:
+            self.fenced = True
+            log.warning(
+                "node %s could not renew its heartbeat in time: it stops firing and gives back "
+                "its claims before its peers may take them over",
+                self.node_id,
+                extra={"event": "lease_lapsed", "node": self.node_id},
+            )
+        self.next_claim_at = now + self.settings.poll_interval_ms / 1000
+        unfired = self.dispatcher.take_unfired()
+        metrics.IN_FLIGHT.set(self.dispatcher.held())
+        if unfired:
+            log.warning(
+                "%d claims expired before firing (the lease ended); giving them back",
+                len(unfired),
+                extra={"event": "claim_expired", "cause": "lease"},
+            )
+            self._release([(t.row.id, t.row.readied_at) for t in unfired], False, None)
+
+    def unfence(self, now: float) -> None:
+        """The lease is back: give back what the table still has claimed by this node (rows a
+        failed release left behind), then claim again."""
+        self.next_claim_at = now + self.settings.poll_interval_ms / 1000
+        self.finish(force=True)  # delete what was delivered first: it must not fire again
+        try:
+            released = self.store.release_node(self.node_id, self.claims_since)
+        except Exception as exc:
+            metrics.DATABASE_ERRORS.labels("release").inc()
+            log.warning("release after the lease ended failed: %s", exc)
+            return
+        self.fenced = False
+        log.info(
+            "node %s renewed its heartbeat: firing again (%d stale claims given back)",
+            self.node_id,
+            released,
+            extra={"event": "lease_renewed", "node": self.node_id},
+        )
 
     def idle(self) -> None:
         wake = self.next_claim_at

@@ -31,7 +31,8 @@ ACTIONS = Counter(
 )
 SUSPECTED_FAILURES = Counter(
     "chronos_suspected_failures_total",
-    "Claimed messages reset because their claim outlived the hold time",
+    "Claimed messages reset because their node's heartbeat lapsed or their claim outlived the "
+    "hold time",
 )
 PUBLISH_ERRORS = Counter("chronos_publish_errors_total", "Failed delivery reports", ["topic_kind"])
 DATABASE_ERRORS = Counter(
@@ -125,6 +126,11 @@ BACKLOG_EXACT = Gauge(
 BACKLOG_UPDATED = Gauge(
     "chronos_backlog_last_success_timestamp_seconds",
     "When the backlog gauges were last refreshed successfully (Unix time)",
+)
+LEADER = Gauge(
+    "chronos_leader",
+    "1 on the leader (lowest live node id: it runs the failure detection and the backlog "
+    "statistics), 0 elsewhere",
 )
 HEARTBEAT_UPDATED = Gauge(
     "chronos_heartbeat_last_success_timestamp_seconds",

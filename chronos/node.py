@@ -21,10 +21,11 @@ from types import FrameType
 from typing import Any
 
 from chronos import __version__, kafka, metrics
-from chronos.backlog import LIVENESS_WINDOW_S, Monitor
+from chronos.backlog import Monitor
 from chronos.errors import ConfigError
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
+from chronos.leadership import Leadership
 from chronos.loop import Loop
 from chronos.recovery import RecoveryLoop
 from chronos.settings import Settings
@@ -92,7 +93,9 @@ class Node:
         self._stop = threading.Event()
         self._failed: list[str] = []
         self.http: Any = None
-        self.monitor = Monitor(settings, self.store)  # heartbeat and backlog gauges
+        # The lease and the election: renewed by the monitor, read by firing and recovery.
+        self.leadership = Leadership(settings.node_id, settings.liveness_window_ms)
+        self.monitor = Monitor(settings, self.store, self.leadership)  # heartbeat, election
         self.claims_since: datetime | None = None  # set by start(): this process's claim fence
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -109,9 +112,12 @@ class Node:
                 self.settings,
                 self.store,
                 self._publisher_factory("firing"),
+                self.leadership,
                 claims_since=self.claims_since,
             ),
-            RecoveryLoop(self.settings, self.store, claims_since=self.claims_since),
+            RecoveryLoop(
+                self.settings, self.store, self.leadership, claims_since=self.claims_since
+            ),
         ]
 
     def start(self) -> None:
@@ -160,18 +166,20 @@ class Node:
     def register(self) -> None:
         """Take the node id in chronos_nodes, refusing it while a live node holds it (two
         processes sharing an id would release and fence each other's claims)."""
+        sent_at = self.leadership.monotonic()
         self.claims_since = self.store.register_node(
             self.settings.node_id,
-            LIVENESS_WINDOW_S,
+            self.settings.liveness_window_ms / 1000,
             hostname=self.monitor.hostname,
             version=__version__,
         )
         if self.claims_since is None:
             raise ConfigError(
                 f"node id {self.settings.node_id} is held by a live node (heartbeat within "
-                f"{LIVENESS_WINDOW_S:.0f} s): give each node its own CHRONOS_NODE_ID / "
-                "--node-id, or leave it unset for a random one"
+                f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
+                "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
             )
+        self.leadership.renew(sent_at)  # registering is this node's first heartbeat
 
     def _run_loop(self, loop: Loop) -> None:
         try:

@@ -184,6 +184,14 @@ OPTIONS: tuple[Option, ...] = (
         _positive_int,
     ),
     Option(
+        "liveness_window_ms",
+        5000,
+        "a node whose heartbeat (written every second) is older than this on the database clock "
+        "is dead: the leader (lowest live node id) takes its claims over at once; a node that "
+        "cannot write its heartbeat stops firing a second before (at least 3000)",
+        _positive_int,
+    ),
+    Option(
         "lookahead_ms",
         1000,
         "claim messages this far ahead of their deadline and fire them from an in-memory timer",
@@ -307,6 +315,9 @@ OPTIONS: tuple[Option, ...] = (
 
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
+# Three heartbeat intervals (1 s each): see chronos.leadership.
+MIN_LIVENESS_WINDOW_MS = 3000
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -323,6 +334,7 @@ class Settings:
     hold_time_ms: int
     poll_interval_ms: int
     failure_detection_interval_ms: int
+    liveness_window_ms: int
     lookahead_ms: int
     delivery_timeout_ms: int
     consume_batch_size: int
@@ -374,6 +386,13 @@ class Settings:
                 f"({self.hold_time_ms}) must exceed lookahead_ms + delivery_timeout_ms + "
                 f"poll_interval_ms ({budget}); otherwise peers would take over messages "
                 "a healthy node is still firing"
+            )
+        if self.liveness_window_ms < MIN_LIVENESS_WINDOW_MS:
+            raise ConfigError(
+                "CHRONOS_LIVENESS_WINDOW_MS / --liveness-window-ms "
+                f"({self.liveness_window_ms}) must be at least {MIN_LIVENESS_WINDOW_MS}: a node "
+                "writes its heartbeat every second and stops firing a second before the window "
+                "ends, so a shorter window would take healthy nodes for dead"
             )
         if self.statement_timeout_ms >= self.hold_time_ms:
             raise ConfigError(

@@ -39,6 +39,7 @@ from chronos.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
 from chronos.errors import StoreError
 from chronos.protocol import Headers, ScheduledMessage, decode_headers
 from chronos.sql import query
+from chronos.store_leadership import LeadershipQueries
 
 __all__ = [
     "LIST_QUERIES",
@@ -203,6 +204,14 @@ class Store(Protocol):
 
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]: ...
 
+    # -- leadership (chronos.leadership; Postgres side in chronos.store_leadership) -------------
+
+    def elect_leader(self, window_ms: int) -> str | None: ...
+
+    def reset_lapsed_claims(
+        self, window_ms: int, node_id: str, limit: int
+    ) -> list[tuple[str, str]]: ...
+
 
 SLOW_STATEMENT_S = 1.0
 """A statement running longer than this is counted (chronos_slow_statements_total) and logged."""
@@ -228,7 +237,7 @@ def libpq_url(url: str) -> str:
     return url
 
 
-class PostgresStore(AdminQueries):
+class PostgresStore(AdminQueries, LeadershipQueries):
     """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
 
     def __init__(

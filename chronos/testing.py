@@ -14,6 +14,7 @@ deterministically; the integration tests re-run the same behaviours against the 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from chronos.errors import StoreError
 from chronos.kafka_fakes import FakeConsumer, FakePublisher, ProducedRecord, make_record
+from chronos.leadership import Leadership, lowest_id
 from chronos.protocol import (
     MAX_ID_LENGTH,
     Action,
@@ -676,3 +678,37 @@ class InMemoryStore:
                     )
                 )
             return records
+
+    def elect_leader(self, window_ms: int) -> str | None:
+        with self._lock:
+            now = self._statement("elect_leader")
+            cutoff = now - timedelta(milliseconds=window_ms)
+            return lowest_id([n for n, row in self._nodes.items() if row.heartbeat_at > cutoff])
+
+    def reset_lapsed_claims(
+        self, window_ms: int, node_id: str, limit: int
+    ) -> list[tuple[str, str]]:
+        with self._lock:
+            now = self._statement("reset_lapsed_claims")
+            me = _check_uuid(node_id, "reset_lapsed_claims")
+            cutoff = now - timedelta(milliseconds=window_ms)
+            lapsed = {n for n, row in self._nodes.items() if row.heartbeat_at < cutoff and n != me}
+            taken = [
+                r
+                for r in self._rows.values()
+                if r.readied_at is not None and r.readied_by in lapsed
+            ]
+            taken.sort(key=lambda r: r.readied_at or now)
+            reset: list[tuple[str, str]] = []
+            for row in taken[: max(0, limit)]:
+                reset.append((row.id, row.readied_by or ""))
+                row.readied_at = None
+                row.readied_by = None
+            return reset
+
+
+def unfenced(node_id: str, window_ms: int = 5000) -> Leadership:
+    """A lease that never ends (for tests of the loops that are not about the fence)."""
+    leadership = Leadership(node_id, window_ms)
+    leadership.renew(math.inf)
+    return leadership

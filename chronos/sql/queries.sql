@@ -473,6 +473,40 @@ FROM known
 WHERE live OR claimed > 0 OR %(include_dead)s
 ORDER BY node_id;
 
+-- name: elect_leader
+-- The leader: the lowest node id whose heartbeat is younger than `window_ms` (database clock).
+SELECT node_id::text AS node_id
+FROM chronos_nodes
+WHERE heartbeat_at > now() - make_interval(secs => %(window_ms)s / 1000.0)
+ORDER BY node_id
+LIMIT 1;
+
+-- name: reset_lapsed_claims
+-- Fast takeover: reset up to `limit` claims of nodes whose heartbeat is older than `window_ms`
+-- (never the caller's own), oldest first; compare-and-set on the claim read. Claims of a node
+-- with no heartbeat row are left to the hold time. Returns the rows reset and their node.
+WITH lapsed AS (
+    SELECT node_id
+    FROM chronos_nodes
+    WHERE heartbeat_at < now() - make_interval(secs => %(window_ms)s / 1000.0)
+      AND node_id <> %(node_id)s::uuid
+), taken AS (
+    SELECT m.id, m.readied_by, m.readied_at
+    FROM chronos_messages m
+    JOIN lapsed l ON l.node_id = m.readied_by
+    WHERE m.readied_at IS NOT NULL
+    ORDER BY m.readied_at
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+)
+UPDATE chronos_messages m
+SET readied_at = NULL, readied_by = NULL
+FROM taken t
+WHERE m.id = t.id
+  AND m.readied_by = t.readied_by
+  AND m.readied_at = t.readied_at
+RETURNING m.id, t.readied_by::text AS readied_by;
+
 -- name: configure_session
 -- Session settings of a node's connection, set once when it opens: statement_timeout and
 -- synchronous_commit (an empty value keeps the server's setting).

@@ -9,7 +9,8 @@ database clock, every 50 ms.
   hold time; reset no later than hold + detection interval (+ ``SLACK_MS``).
 * **more than one batch**: 12,000 stuck rows (the sweep reads 5,000 at a time). Pass: all reset
   within one detection interval (+ ``SLACK_MS``) by one node.
-* **concurrent sweepers**: three nodes sweep the same 12,000 stuck rows. Pass: every row is
+* **concurrent sweepers**: three nodes run, the leader among them sweeps the 12,000 stuck rows
+  (two leaders at once: ``tests/integration/test_leadership.py``). Pass: every row is
   reset exactly once — one ``suspected failure`` log line per row across all nodes, and the
   nodes' ``chronos_suspected_failures_total`` add up to 12,000.
 * **interleaved compare-and-set** (deterministic, the node's own statements): two sweepers read
@@ -30,7 +31,7 @@ import pytest
 
 from chronos.store import PostgresStore
 from tests.support.checker import ScenarioResult, analyse, record_result
-from tests.support.cluster import Cluster, Table
+from tests.support.cluster import Cluster, Table, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -133,6 +134,12 @@ def test_concurrent_sweepers_never_double_reset(make_cluster: Callable[..., Clus
     # Claimed just under the hold time: they go stale at the same instant for all three nodes.
     insert_stuck(cluster.table, ids, hold - 300)
     assert cluster.table.wait(lambda t: t.claimed() == 0, timeout=15, every=0.05)
+    # A sweep logs its resets once they are all done: wait for the lines, then a second more.
+
+    def logged() -> int:
+        return sum(len(n.events("suspected_failure")) for n in nodes)
+
+    eventually(lambda: logged() >= count, timeout=15)
     time.sleep(1.0)  # any late double reset would be logged by now
 
     per_node = {n.name: [e["message_id"] for e in n.events("suspected_failure")] for n in nodes}
@@ -140,7 +147,7 @@ def test_concurrent_sweepers_never_double_reset(make_cluster: Callable[..., Clus
     metric = sum(n.metric("chronos_suspected_failures_total") for n in nodes)
     empty_result(
         "04-detector-concurrent",
-        "12,000 stuck rows, 3 sweeping nodes",
+        "12,000 stuck rows, 3 nodes (the leader sweeps)",
         count,
         None,
         resets_per_node={name: len(logged) for name, logged in per_node.items()},

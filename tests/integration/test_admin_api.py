@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 import chronos
 from chronos import http as chronos_http
 from chronos import migrate
-from chronos.backlog import LIVENESS_WINDOW_S, Monitor
+from chronos.backlog import Monitor
 from chronos.http import ChronosHTTPServer, start_http_server
 from chronos.protocol import ScheduledMessage
 from chronos.settings import Secret, Settings, load
@@ -630,7 +630,7 @@ def test_heartbeat_lists_live_nodes_with_their_claims_and_the_leader(api: Api) -
     api.sql(
         "UPDATE chronos_nodes SET heartbeat_at = now() - make_interval(secs => %(s)s) "
         "WHERE node_id = %(n)s",
-        {"s": LIVENESS_WINDOW_S + 5, "n": silent},
+        {"s": api.settings.liveness_window_ms / 1000 + 5, "n": silent},
     )
     seed(api, [message(f"c{i}", datetime.now(UTC) + timedelta(hours=1)) for i in range(3)])
     claim(api, claims_only, ["c0", "c1"])
@@ -648,8 +648,8 @@ def test_heartbeat_lists_live_nodes_with_their_claims_and_the_leader(api: Api) -
     leader = str(min(uuid.UUID(me), uuid.UUID(peer)))
     assert body["leader"] == leader
     assert [n["node_id"] for n in body["nodes"] if n["leader"]] == [leader]
-    assert body["liveness_window_seconds"] == LIVENESS_WINDOW_S
-    assert nodes[me]["heartbeat_age_seconds"] < LIVENESS_WINDOW_S
+    assert body["liveness_window_seconds"] == api.settings.liveness_window_ms / 1000
+    assert nodes[me]["heartbeat_age_seconds"] < api.settings.liveness_window_ms / 1000
 
     status, body = api.get("/admin/v1/nodes?include_dead=true")
     dead = {n["node_id"]: n for n in body["nodes"]}[silent]
@@ -683,7 +683,7 @@ def test_the_monitor_beats_every_second_and_leaves_at_shutdown(api: Api) -> None
     assert api.get("/admin/v1/nodes")[1] == {
         "nodes": [],
         "leader": None,
-        "liveness_window_seconds": LIVENESS_WINDOW_S,
+        "liveness_window_seconds": api.settings.liveness_window_ms / 1000,
     }
 
 

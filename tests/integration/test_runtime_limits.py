@@ -22,7 +22,7 @@ from chronos.firing import FiringLoop
 from chronos.node import Node
 from chronos.protocol import ScheduledMessage
 from chronos.store import Outcome, PostgresStore
-from chronos.testing import FakePublisher
+from chronos.testing import FakePublisher, unfenced
 from tests.support import Topics, make_settings
 from tests.support.proxy import BlackHoleProxy
 
@@ -63,7 +63,7 @@ def test_one_megabyte_values_never_make_a_node_hold_more_than_its_byte_budget(
     )
     store = PostgresStore(migrated_database_url)
     publisher = FakePublisher(auto=False)  # deliveries held back: only the budget limits claims
-    loop = FiringLoop(settings, store, publisher)
+    loop = FiringLoop(settings, store, publisher, unfenced(settings.node_id))
     deadline = datetime.now(UTC) + timedelta(seconds=5)
     outcomes = store.enqueue(
         [ScheduledMessage(f"m{i}", deadline, None, bytes([i]) * MB, []) for i in range(30)], 0

@@ -18,7 +18,7 @@ import pytest
 from chronos.firing import FiringLoop
 from chronos.recovery import RecoveryLoop
 from chronos.store import PostgresStore
-from chronos.testing import FakePublisher
+from chronos.testing import FakePublisher, unfenced
 from tests.support import Topics, make_settings
 from tests.unit.store_contract import msg
 
@@ -52,8 +52,9 @@ def test_a_slow_node_keeps_its_in_flight_rows_and_gives_back_its_expired_ones(
         store.enqueue([msg("peer", now + timedelta(milliseconds=150))], 0)
         dead_peer = str(uuid.uuid4())
         assert [r.id for r in store.claim(dead_peer, 1_000, 1, 10)] == ["peer"]
-        firing = FiringLoop(settings, store, publisher, claims_since=since)
-        recovery = RecoveryLoop(settings, store, claims_since=since)
+        lease = unfenced(node_id)  # this test is about the hold time, not the heartbeat
+        firing = FiringLoop(settings, store, publisher, lease, claims_since=since)
+        recovery = RecoveryLoop(settings, store, lease, claims_since=since)
         firing.claim(time.monotonic())  # claims soon* and late* (within the lookahead)
         assert firing.dispatcher.held() == 10
         time.sleep(0.25)

@@ -57,13 +57,14 @@ raise SystemExit(main(["run"]))
 """
 
 # Short timings so faults resolve in seconds. Start-up requires hold > lookahead + delivery
-# timeout + poll interval (500 + 1000 + 100 < 3000).
+# timeout + poll interval (500 + 1000 + 100 < 3000), and a liveness window of at least 3 s.
 FAST_TIMINGS: dict[str, Any] = {
     "hold_time_ms": 3000,
     "lookahead_ms": 500,
     "delivery_timeout_ms": 1000,
     "poll_interval_ms": 100,
     "failure_detection_interval_ms": 250,
+    "liveness_window_ms": 3000,  # the shortest allowed: a dead leader is replaced in ~3 s
     "timing_advance_ms": 50,
     "shutdown_timeout_ms": 8000,
     "log_format": "json",

@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chronos.firing import FiringLoop
+from chronos.leadership import Leadership
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from chronos.settings import Secret, Settings, load
 from chronos.store import ClaimedRow
-from chronos.testing import FakePublisher, InMemoryStore, ManualClock
+from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
 
 OUTPUT = "out"
 DEAD_LETTER = "dlq"
@@ -50,12 +51,20 @@ class Firing:
     fired_at_ms: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, *, auto: bool = True, **overrides: Any) -> Firing:
-        clock = ManualClock()
+    def create(
+        cls,
+        *,
+        auto: bool = True,
+        clock: ManualClock | None = None,
+        leadership: Leadership | None = None,
+        **overrides: Any,
+    ) -> Firing:
+        clock = clock or ManualClock()
         store = InMemoryStore(clock)
         publisher = FakePublisher(auto=auto, wall_clock=lambda: clock.now().timestamp())
         config = settings(**overrides)
-        loop = FiringLoop(config, store, publisher, monotonic=clock.monotonic)
+        lease = leadership or unfenced(config.node_id)
+        loop = FiringLoop(config, store, publisher, lease, monotonic=clock.monotonic)
         return cls(clock, store, publisher, loop, config)
 
     def tick(self, ms: float = 0) -> None:

@@ -17,7 +17,15 @@ import pytest
 
 from chronos.errors import StoreError
 from chronos.protocol import Headers, ScheduledMessage
-from chronos.store import CancelOutcome, ClaimedRow, Outcome, RequeueOutcome, Store, StuckRow
+from chronos.store import (
+    CancelOutcome,
+    ClaimedRow,
+    MessageRecord,
+    Outcome,
+    RequeueOutcome,
+    Store,
+    StuckRow,
+)
 
 HORIZON = 1_000  # ms: claim rows due within a second
 FAR = 3_600_000  # ms: an hour
@@ -45,6 +53,10 @@ def msg(
     headers: Headers | None = None,
 ) -> ScheduledMessage:
     return ScheduledMessage(message_id, deadline, key, value, list(headers or []))
+
+
+def _claimed(store: Store) -> list[MessageRecord]:
+    return store.list_messages(state="claimed", park_attempts=5, limit=100)
 
 
 def claims(rows: list[ClaimedRow]) -> list[tuple[str, datetime]]:
@@ -498,6 +510,54 @@ class StoreContract:
         assert store.reset_stuck([]) == []
         ghost = StuckRow("ghost", dead, stuck[0].readied_at)
         assert store.reset_stuck([ghost]) == []
+
+    # -------------------------------------------------------------------- leadership
+
+    def test_the_leader_is_the_lowest_node_with_a_heartbeat_younger_than_the_window(
+        self, harness: Harness
+    ) -> None:
+        store = harness.store
+        low, high = (str(u) for u in sorted(uuid.UUID(node()) for _ in range(2)))
+        assert store.elect_leader(800) is None
+        store.heartbeat(high)
+        assert store.elect_leader(800) == high
+        store.heartbeat(low)
+        assert store.elect_leader(800) == low
+        harness.advance(500)
+        store.heartbeat(high)
+        assert store.elect_leader(800) == low  # low's heartbeat lapsed by window - 300 ms
+        harness.advance(500)
+        assert store.elect_leader(800) == high  # by window + 200 ms: dead
+        harness.advance(500)
+        assert store.elect_leader(800) is None
+
+    def test_claims_of_a_node_whose_heartbeat_lapsed_are_taken_over(self, harness: Harness) -> None:
+        store = harness.store
+        dead, live, me, ghost = node(), node(), node(), node()
+        due = harness.now() + timedelta(milliseconds=500)
+        store.enqueue([msg(f"m{i}", due + timedelta(milliseconds=i)) for i in range(7)], 0)
+        for n in (dead, live, me):
+            store.heartbeat(n)
+        first = store.claim(dead, HORIZON, 2, 5)  # oldest claims first
+        store.claim(live, HORIZON, 1, 5)
+        store.claim(me, HORIZON, 1, 5)
+        store.claim(ghost, HORIZON, 1, 5)  # no heartbeat row: left to the hold time
+        harness.advance(100)
+        second = store.claim(dead, HORIZON, 2, 5)
+        harness.advance(500)
+        store.heartbeat(live)
+        # dead's heartbeat lapsed by 600 ms: window - 200 ms, not dead yet.
+        assert store.reset_lapsed_claims(800, me, 10) == []
+        harness.advance(400)
+        # By 1000 ms: window + 200 ms. Never the caller's own claims, never a live node's.
+        taken = store.reset_lapsed_claims(800, me, 3)
+        assert taken == [(r.id, dead) for r in first + second[:1]]
+        assert store.reset_lapsed_claims(800, me, 10) == [(second[1].id, dead)]
+        assert store.reset_lapsed_claims(800, me, 10) == []
+        assert sorted(r.readied_by or "" for r in _claimed(store)) == sorted([live, me, ghost])
+        # A dead node's claim a peer re-claimed since belongs to the peer: left alone.
+        assert [r.id for r in store.claim(live, HORIZON, 1, 5)] == [first[0].id]
+        assert store.reset_lapsed_claims(800, me, 10) == []
 
     # -------------------------------------------------------------------- admin basics
 

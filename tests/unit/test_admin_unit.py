@@ -430,7 +430,7 @@ def test_the_monitor_beats_publishes_the_backlog_and_leaves() -> None:
     h.clock.advance(61_000)  # "late" is now 60 s overdue
     monitor = Monitor(h.settings, h.store)
     assert monitor.beat()
-    nodes = h.store.list_nodes(backlog.LIVENESS_WINDOW_S)
+    nodes = h.store.list_nodes(h.settings.liveness_window_ms / 1000)
     assert [n.node_id for n in nodes] == [h.settings.node_id]
     assert nodes[0].version == chronos.__version__
     result = monitor.refresh_backlog()
@@ -439,7 +439,7 @@ def test_the_monitor_beats_publishes_the_backlog_and_leaves() -> None:
     assert sample("chronos_overdue_messages") == 1
     assert sample("chronos_oldest_overdue_message_age_seconds") == pytest.approx(60)
     monitor.leave()
-    assert h.store.list_nodes(backlog.LIVENESS_WINDOW_S, include_dead=True) == []
+    assert h.store.list_nodes(h.settings.liveness_window_ms / 1000, include_dead=True) == []
 
 
 def test_the_monitor_survives_database_errors_and_counts_them() -> None:

@@ -15,7 +15,7 @@ from chronos.firing import FiringLoop
 from chronos.kafka import is_permanent
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.store import Outcome
-from chronos.testing import FakePublisher, InMemoryStore
+from chronos.testing import FakePublisher, InMemoryStore, unfenced
 from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing, settings
 from tests.unit.store_contract import msg
 
@@ -229,7 +229,7 @@ def test_the_loop_on_real_threads_fires_everything_once_never_early() -> None:
     store = InMemoryStore()
     publisher = FakePublisher()
     config = settings(timing_advance_ms=20, poll_interval_ms=20, lookahead_ms=500)
-    loop = FiringLoop(config, store, publisher)
+    loop = FiringLoop(config, store, publisher, unfenced(config.node_id))
     now = datetime.now(UTC)
     deadlines = {f"r{i}": now + timedelta(milliseconds=50 + 10 * i) for i in range(30)}
     store.enqueue([msg(i, d, value=i.encode()) for i, d in deadlines.items()], 0)

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError
 from chronos import kafka
 from chronos.firing import Dispatcher
 from chronos.kafka import KafkaPublisher
+from chronos.testing import unfenced
 from tests.unit.helpers import claimed_rows, settings
 
 Report = Callable[[KafkaError | None, Any], None]
@@ -94,7 +95,8 @@ def test_records_of_a_replaced_producer_each_get_exactly_one_failed_report(
 
 def test_a_dispatcher_holds_nothing_after_a_replacement(lib: type[LibProducer]) -> None:
     publisher = KafkaPublisher({"bootstrap.servers": "x", "delivery.timeout.ms": 3000})
-    dispatcher = Dispatcher(settings(), publisher)
+    config = settings()
+    dispatcher = Dispatcher(config, publisher, unfenced(config.node_id))
     dispatcher.add(claimed_rows(50, size=10, due_in_ms=-1))
     dispatcher.fire_due()
     assert dispatcher.in_flight == 50

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from chronos.node import Node
 from chronos.testing import FakeConsumer, FakePublisher, InMemoryStore, make_record
@@ -89,3 +92,19 @@ def test_node_stops_with_status_1_when_a_loop_dies() -> None:
     waiter.join(15)
     assert exit_code == [1]
     assert not rig.node.state.loops_alive()
+
+
+def test_a_started_node_may_fire_at_once_and_leads_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """Registering is the node's first heartbeat: its lease starts there (no lapse at start)."""
+    rig = Rig()
+    with caplog.at_level(logging.INFO, logger="chronos"):
+        rig.node.start()
+        try:
+            assert rig.node.leadership.may_fire()
+            assert _eventually(rig.node.leadership.is_leader)
+        finally:
+            rig.node.request_stop()
+            assert rig.node.wait() == 0
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert "lease_lapsed" not in events
+    assert "leader_elected" in events

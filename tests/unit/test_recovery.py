@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from chronos.recovery import RecoveryLoop
-from chronos.testing import InMemoryStore, ManualClock
+from chronos.testing import InMemoryStore, ManualClock, unfenced
 from tests.unit.helpers import settings
 from tests.unit.store_contract import msg
 
@@ -23,9 +23,10 @@ def _setup(count: int = 1, batch: int = 5000) -> tuple[ManualClock, InMemoryStor
     store.enqueue(
         [msg(f"m{i}", clock.now() + timedelta(milliseconds=100)) for i in range(count)], 0
     )
-    loop = RecoveryLoop(
-        settings(hold_time_ms=HOLD, lookahead_ms=500, delivery_timeout_ms=1000), store, batch
-    )
+    config = settings(hold_time_ms=HOLD, lookahead_ms=500, delivery_timeout_ms=1000)
+    leadership = unfenced(config.node_id)
+    leadership.elected(config.node_id)  # the only node: the leader
+    loop = RecoveryLoop(config, store, leadership, batch)
     return clock, store, loop
 
 
