@@ -9,6 +9,9 @@ default. Errors are JSON ``{"error": "..."}``.
 GET    /admin/v1/messages/{id}   one message (``?include_value=true`` adds its value)
 DELETE /admin/v1/messages/{id}   cancel a waiting (or parked) message; 409 while claimed
 POST   /admin/v1/messages/{id}/requeue   requeue a parked message; 409 unless parked
+POST   /admin/v1/messages/{id}/reschedule   move a waiting message to a new deadline:
+       {"deadline": RFC 3339} or {"delay_ms": int} (from now, on the database clock);
+       answers the message as GET does; 409 while claimed or parked
 GET    /admin/v1/messages        list, filtered by state and deadline, keyset-paginated
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
@@ -45,6 +48,7 @@ from chronos.store import (
     MessageRecord,
     NodeRecord,
     RequeueOutcome,
+    RescheduleOutcome,
     Store,
 )
 
@@ -54,6 +58,9 @@ PREFIX = "/admin/v1"
 SPEC_PATH = PREFIX + "/openapi.json"
 MESSAGES_PATH = PREFIX + "/messages"
 REQUEUE = "requeue"  # POST MESSAGES_PATH/{id}/requeue
+RESCHEDULE = "reschedule"  # POST MESSAGES_PATH/{id}/reschedule
+MAX_BODY_BYTES = 4096  # a request body (only reschedule takes one) larger than this is a 413
+MAX_DELAY_MS = 100 * 366 * 86_400_000  # a century: delay_ms beyond it is a 400
 STATES = ("waiting", "claimed", "parked")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -278,6 +285,47 @@ def parse_list_params(query: str) -> ListParams:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RescheduleBody:
+    deadline: datetime | None
+    delay_ms: int | None
+
+
+def parse_reschedule_body(raw: bytes) -> RescheduleBody:
+    """``{"deadline": "<RFC 3339>"}`` or ``{"delay_ms": <int>}``: exactly one, nothing else."""
+    usage = 'expected a JSON object with exactly one of "deadline" (RFC 3339) and "delay_ms"'
+    try:
+        body = json.loads(raw.decode("utf-8")) if raw else None
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, f"the body is not JSON: {usage}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, usage)
+    unknown = sorted(set(body) - {"deadline", "delay_ms"})
+    if unknown or len(body) != 1:
+        raise ApiError(400, usage + (f" (unknown: {unknown[0][:40]!r})" if unknown else ""))
+    if "deadline" in body:
+        if not isinstance(body["deadline"], str):
+            raise ApiError(400, "deadline: expected an RFC 3339 string")
+        return RescheduleBody(parse_timestamp("deadline", body["deadline"]), None)
+    delay = body["delay_ms"]
+    if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_DELAY_MS:
+        raise ApiError(400, f"delay_ms: expected an integer from 0 to {MAX_DELAY_MS}")
+    return RescheduleBody(None, delay)
+
+
+def read_body(headers: Mapping[str, str], rfile: Any) -> bytes:
+    """The request body (by Content-Length; none without one), at most MAX_BODY_BYTES."""
+    length = headers.get("Content-Length")
+    if length is None:
+        return b""
+    if not length.strip().isdigit():
+        raise ApiError(400, "Content-Length is not a number")
+    size = int(length)
+    if size > MAX_BODY_BYTES:
+        raise ApiError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    return bytes(rfile.read(size)) if size else b""
+
+
 # -- representations -------------------------------------------------------------------------
 
 
@@ -373,12 +421,20 @@ class AdminAPI:
         return bool(self.token)
 
     def handle(
-        self, method: str, path: str, query: str, headers: Mapping[str, str], client: str = "-"
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        client: str = "-",
+        body: Callable[[], bytes] | bytes = b"",
     ) -> Response | None:
+        """Answer one request; ``body`` is the request body or a function reading it (called
+        only by the endpoints that take one, after authentication)."""
         if path != "/admin" and not path.startswith("/admin/"):
             return None
         try:
-            return self._handle(method, path, query, headers, client)
+            return self._handle(method, path, query, headers, client, body)
         except ApiError as exc:
             return _json(exc.status, {"error": exc.message}, exc.headers)
         except StoreError as exc:
@@ -386,7 +442,13 @@ class AdminAPI:
             return _json(503, {"error": "the database is unavailable; try again"})
 
     def _handle(
-        self, method: str, path: str, query: str, headers: Mapping[str, str], client: str
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        client: str,
+        body: Callable[[], bytes] | bytes,
     ) -> Response:
         if not self.enabled:
             raise ApiError(404, DISABLED_MESSAGE)
@@ -414,6 +476,10 @@ class AdminAPI:
         if route == "requeue":
             self._allow(method, ("POST",))
             return self.requeue_message(arg, query, client)
+        if route == "reschedule":
+            self._allow(method, ("POST",))
+            raw = body() if callable(body) else body
+            return self.reschedule_message(arg, query, raw, client)
         self._allow(method, ("GET",))
         if route == "messages":
             return self.list_messages(query)
@@ -430,6 +496,8 @@ class AdminAPI:
             segment, slash, action = rest.partition("/")
             if slash and action == REQUEUE and segment:
                 return "requeue", parse_message_id(segment)
+            if slash and action == RESCHEDULE and segment:
+                return "reschedule", parse_message_id(segment)
             return "message", parse_message_id(rest)
         if path == PREFIX + "/stats":
             return "stats", ""
@@ -493,6 +561,36 @@ class AdminAPI:
         )
         return 204, "application/json", b"", {}
 
+    def reschedule_message(self, message_id: str, query: str, raw: bytes, client: str) -> Response:
+        parse_query(query, frozenset())
+        when = parse_reschedule_body(raw)
+        outcome, record = self.store.reschedule_message(
+            message_id, self.parked_at, deadline=when.deadline, delay_ms=when.delay_ms
+        )
+        if outcome is RescheduleOutcome.NOT_FOUND:
+            raise ApiError(404, f"message {message_id!r} is not scheduled")
+        if outcome is RescheduleOutcome.CLAIMED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is claimed by a node and may be firing right now; "
+                "it cannot be rescheduled",
+            )
+        if outcome is RescheduleOutcome.PARKED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is parked: requeue it first "
+                f"(POST {MESSAGES_PATH}/{{id}}/requeue), then reschedule it",
+            )
+        assert record is not None
+        log.info(
+            "message %s rescheduled to %s through the admin API by %s",
+            message_id,
+            format_timestamp(record.deadline),
+            client,
+            extra={"event": "message_rescheduled", "message_id": message_id},
+        )
+        return _json(200, message_json(record, self.parked_at, include_value=False))
+
     def list_messages(self, query: str) -> Response:
         p = parse_list_params(query)
         records = self.store.list_messages(
@@ -544,6 +642,10 @@ def admin_routes(settings: Settings, store: Store) -> Callable[..., Response | N
 
     def route(handler: Any, method: str, path: str, query: str) -> Response | None:
         client = handler.client_address[0] if handler.client_address else "-"
-        return api.handle(method, path, query, handler.headers, client)
+
+        def body() -> bytes:
+            return read_body(handler.headers, handler.rfile)
+
+        return api.handle(method, path, query, handler.headers, client, body)
 
     return route

@@ -1,7 +1,7 @@
 """Admin and monitoring on the Postgres store: the records the admin API and the backlog gauges
-show, and the statements behind them (message lookup, listing, cancel; backlog statistics; node
-heartbeats). Off the hot path: ``PostgresStore`` inherits these statements, the firing and intake
-loops never call them.
+show, and the statements behind them (message lookup, listing, cancel, requeue, reschedule;
+backlog statistics; node heartbeats). Off the hot path: ``PostgresStore`` inherits these
+statements, the firing and intake loops never call them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,15 @@ class RequeueOutcome(Enum):
 
     REQUEUED = "requeued"  # it was parked: attempts, parked_at and last_error reset
     NOT_PARKED = "not_parked"  # waiting or claimed: left alone
+    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
+
+
+class RescheduleOutcome(Enum):
+    """What rescheduling a message (admin API) did."""
+
+    RESCHEDULED = "rescheduled"  # it was waiting: its deadline is the new one
+    CLAIMED = "claimed"  # a node has claimed it and may be firing it: left alone
+    PARKED = "parked"  # parked: left alone (requeue it first)
     NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
 
 
@@ -198,6 +207,37 @@ class AdminQueries:
         if not rows:
             return RequeueOutcome.NOT_FOUND
         return RequeueOutcome.REQUEUED if rows[0]["requeued"] else RequeueOutcome.NOT_PARKED
+
+    def reschedule_message(
+        self,
+        message_id: str,
+        park_attempts: int,
+        *,
+        deadline: datetime | None = None,
+        delay_ms: int | None = None,
+    ) -> tuple[RescheduleOutcome, MessageRecord | None]:
+        """Move a waiting message to ``deadline``, or to now + ``delay_ms`` on the database
+        clock (exactly one); its key, value and headers stay. Claimed and parked messages are
+        left alone. The record (without its value) comes back when it was rescheduled."""
+        if (deadline is None) == (delay_ms is None):
+            raise ValueError("give exactly one of deadline and delay_ms")
+        rows = self._execute(
+            "reschedule_message",
+            {
+                "id": message_id,
+                "park_attempts": park_attempts,
+                "deadline": deadline,
+                "delay_ms": delay_ms,
+            },
+        )
+        if not rows:
+            return RescheduleOutcome.NOT_FOUND, None
+        r = rows[0]
+        if r["id"] is not None:
+            return RescheduleOutcome.RESCHEDULED, _message_record(r)
+        if r["claimed"]:
+            return RescheduleOutcome.CLAIMED, None
+        return RescheduleOutcome.PARKED, None
 
     def heartbeat(
         self,

@@ -34,6 +34,7 @@ from chronos.admin_store import (
     MessageRecord,
     NodeRecord,
     RequeueOutcome,
+    RescheduleOutcome,
 )
 from chronos.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
 from chronos.errors import StoreError
@@ -52,6 +53,7 @@ __all__ = [
     "Outcome",
     "PostgresStore",
     "RequeueOutcome",
+    "RescheduleOutcome",
     "Store",
     "StuckRow",
     "encode_batch",
@@ -184,6 +186,15 @@ class Store(Protocol):
     def cancel_message(self, message_id: str) -> CancelOutcome: ...
 
     def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome: ...
+
+    def reschedule_message(
+        self,
+        message_id: str,
+        park_attempts: int,
+        *,
+        deadline: datetime | None = None,
+        delay_ms: int | None = None,
+    ) -> tuple[RescheduleOutcome, MessageRecord | None]: ...
 
     def heartbeat(
         self,

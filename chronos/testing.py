@@ -45,6 +45,7 @@ from chronos.store import (
     NodeRecord,
     Outcome,
     RequeueOutcome,
+    RescheduleOutcome,
     StuckRow,
     row_bytes,
 )
@@ -600,6 +601,31 @@ class InMemoryStore:
                 return RequeueOutcome.NOT_PARKED
             row.attempts, row.parked_at, row.last_error = 0, None, None
             return RequeueOutcome.REQUEUED
+
+    def reschedule_message(
+        self,
+        message_id: str,
+        park_attempts: int,
+        *,
+        deadline: datetime | None = None,
+        delay_ms: int | None = None,
+    ) -> tuple[RescheduleOutcome, MessageRecord | None]:
+        if (deadline is None) == (delay_ms is None):
+            raise ValueError("give exactly one of deadline and delay_ms")
+        with self._lock:
+            now = self._statement("reschedule_message")
+            row = self._rows.get(message_id)
+            if row is None:
+                return RescheduleOutcome.NOT_FOUND, None
+            if row.readied_at is not None:
+                return RescheduleOutcome.CLAIMED, None
+            if row.parked(park_attempts):
+                return RescheduleOutcome.PARKED, None
+            if deadline is None:
+                assert delay_ms is not None
+                deadline = now + timedelta(milliseconds=delay_ms)
+            row.deadline = deadline
+            return RescheduleOutcome.RESCHEDULED, self._record(row, False)
 
     def heartbeat(
         self,

@@ -421,6 +421,32 @@ WITH target AS (
 SELECT EXISTS (SELECT 1 FROM requeued) AS requeued
 FROM target t;
 
+-- name: reschedule_message
+-- Move a waiting message to a new deadline (given, or now() + delay_ms); a claimed or parked one
+-- is left alone. No row for an unknown id; id is NULL unless rescheduled (claimed says why).
+WITH target AS (
+    SELECT id, readied_at, attempts, parked_at
+    FROM chronos_messages
+    WHERE id = %(id)s
+    FOR UPDATE
+), moved AS (
+    UPDATE chronos_messages m
+    SET deadline = coalesce(%(deadline)s::timestamptz,
+                            now() + make_interval(secs => %(delay_ms)s::bigint / 1000.0))
+    FROM target t
+    WHERE m.id = t.id
+      AND t.readied_at IS NULL
+      AND t.parked_at IS NULL
+      AND NOT (t.attempts > 0 AND t.attempts >= %(park_attempts)s)
+    RETURNING m.id, m.deadline, m.readied_at, m.readied_by::text AS readied_by, m.attempts,
+              m.last_error, m.target_topic, m.enqueued_at, m.parked_at, m.message_key,
+              m.message_headers, octet_length(m.message_value) AS value_size,
+              NULL::bytea AS message_value
+)
+SELECT t.readied_at IS NOT NULL AS claimed, x.*
+FROM target t
+LEFT JOIN moved x ON true;
+
 -- name: heartbeat
 -- A node announces it is alive (insert on its first beat, then move heartbeat_at to now()).
 INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version)

@@ -73,11 +73,17 @@ class Api:
         *,
         token: str | None = TOKEN,
         headers: dict[str, str] | None = None,
+        body: Any = None,
     ) -> tuple[int, dict[str, str], Any]:
+        """``body``: sent as JSON unless None (bytes are sent as they are)."""
         all_headers = dict(headers or {})
         if token is not None:
             all_headers["Authorization"] = f"Bearer {token}"
-        req = urllib.request.Request(self.url + path, method=method, headers=all_headers)
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
+            all_headers.setdefault("Content-Type", "application/json")
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=all_headers)
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 status, raw, got = resp.status, resp.read(), dict(resp.headers)
@@ -236,6 +242,8 @@ ENDPOINTS = [
     ("GET", "/admin/v1/messages/m1", 200),
     ("GET", "/admin/v1/messages/absent", 404),
     ("DELETE", "/admin/v1/messages/m2", 204),
+    ("POST", "/admin/v1/messages/m0/requeue", 409),  # waiting: authorised, nothing to requeue
+    ("POST", "/admin/v1/messages/m0/reschedule", 200),
     ("GET", "/admin/v1/stats", 200),
     ("GET", "/admin/v1/nodes", 200),
 ]
@@ -246,20 +254,21 @@ def test_every_endpoint_refuses_a_missing_or_wrong_token(
     api: Api, method: str, path: str, ok_status: int
 ) -> None:
     seed(api, [message(f"m{i}", datetime.now(UTC) + timedelta(hours=1)) for i in range(3)])
+    body_ = {"delay_ms": 7_200_000} if path.endswith("/reschedule") else None
     for token in (None, "", "wrong", TOKEN + "x", TOKEN[:-1]):
-        status, headers, body = api.request(method, path, token=token)
+        status, headers, body = api.request(method, path, token=token, body=body_)
         assert status == 401, (token, status, body)
         assert body["error"]
         assert headers["WWW-Authenticate"].startswith("Bearer")
     status, _, body = api.request(
-        method, path, headers={"Authorization": f"Basic {TOKEN}"}, token=None
+        method, path, headers={"Authorization": f"Basic {TOKEN}"}, token=None, body=body_
     )
     assert status == 401
-    status, _, body = api.request(method, path)
+    status, _, body = api.request(method, path, body=body_)
     assert status == ok_status, body
     # The scheme is case-insensitive.
     status, _, _ = api.request(
-        method, path, token=None, headers={"Authorization": f"bearer {TOKEN}"}
+        method, path, token=None, headers={"Authorization": f"bearer {TOKEN}"}, body=body_
     )
     assert status in (ok_status, 404)  # the DELETE already happened
 
@@ -273,6 +282,7 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/messages",
         "/admin/v1/messages/{id}",
         "/admin/v1/messages/{id}/requeue",
+        "/admin/v1/messages/{id}/reschedule",
         "/admin/v1/stats",
         "/admin/v1/nodes",
     }
@@ -285,6 +295,7 @@ def test_methods_not_served_answer_405_with_allow(api: Api) -> None:
         ("POST", "/admin/v1/messages", "GET"),
         ("PUT", "/admin/v1/messages/x", "GET, DELETE"),
         ("PATCH", "/admin/v1/stats", "GET"),
+        ("GET", "/admin/v1/messages/x/reschedule", "POST"),
         ("DELETE", "/admin/v1/nodes", "GET"),
     ):
         status, headers, body = api.request(method, path)
@@ -485,6 +496,48 @@ def test_requeue_over_http_and_the_message_is_claimed_again(api: Api) -> None:
     _, requeued = api.get("/admin/v1/messages/bad")
     assert (requeued["state"], requeued["attempts"], requeued["last_error"]) == ("waiting", 0, None)
     assert [r.id for r in api.store.claim(me, 0, 10, PARK)] == ["bad"]  # due: claimed at once
+
+
+# ------------------------------------------------------------------------ reschedule
+
+
+def test_reschedule_over_http_moves_a_waiting_message_and_refuses_the_others(api: Api) -> None:
+    """Issue 12, item 5: a waiting message gets a new deadline (absolute, or a delay on the
+    database clock) and keeps its payload; claimed and parked ones answer 409, unknown 404."""
+    s = seed_states(api)
+    path = "/admin/v1/messages/m3/reschedule"
+    status, _, body = api.request("POST", path, body={"deadline": "2031-05-06T09:08:09.123+02:00"})
+    assert status == 200, body
+    assert body == api.get("/admin/v1/messages/m3")[1]
+    assert (body["deadline"], body["state"]) == ("2031-05-06T07:08:09.123000Z", "waiting")
+    (db_now,) = api.sql("SELECT now()")[0]
+    status, _, body = api.request("POST", path, body={"delay_ms": 7_200_000})
+    assert status == 200
+    moved = datetime.fromisoformat(body["deadline"]) - db_now
+    assert timedelta(hours=2) <= moved < timedelta(hours=2, seconds=30)
+    assert api.get("/admin/v1/messages/m3?include_value=true")[1]["value"] == "dmFsdWU="
+    assert api.request("POST", "/admin/v1/messages/nope/reschedule", body={"delay_ms": 1})[0] == 404
+    for claimed in s.claimed:
+        status, _, body = api.request(
+            "POST", f"/admin/v1/messages/{claimed}/reschedule", body={"delay_ms": 1}
+        )
+        assert status == 409 and "claimed" in body["error"]
+    status, _, body = api.request(
+        "POST", f"/admin/v1/messages/{s.parked[0]}/reschedule", body={"delay_ms": 1}
+    )
+    assert status == 409 and "requeue" in body["error"]
+    for bad in (b"", b"{", {"delay_ms": 1, "deadline": "2031-01-01T00:00:00Z"}, {"delay_ms": -5}):
+        assert api.request("POST", path, body=bad)[0] == 400, bad
+    assert api.request("POST", path, body=b"x" * 5000)[0] == 413
+
+
+def test_a_message_rescheduled_to_now_is_claimed_at_once(api: Api) -> None:
+    seed(api, [message("later", datetime.now(UTC) + timedelta(hours=1))])
+    me = str(uuid.uuid4())
+    assert api.store.claim(me, 1000, 10, PARK) == []
+    status, _, _ = api.request("POST", "/admin/v1/messages/later/reschedule", body={"delay_ms": 0})
+    assert status == 200
+    assert [r.id for r in api.store.claim(me, 1000, 10, PARK)] == ["later"]
 
 
 # ------------------------------------------------------------------------ cancel

@@ -23,6 +23,7 @@ from chronos.store import (
     MessageRecord,
     Outcome,
     RequeueOutcome,
+    RescheduleOutcome,
     Store,
     StuckRow,
 )
@@ -346,6 +347,51 @@ class StoreContract:
             store.release(me, claims(store.claim(me, HORIZON, 10, 2)), failed=True)
         assert store.requeue_message("old", 2) is RequeueOutcome.REQUEUED
         assert [r.id for r in store.claim(me, HORIZON, 10, 2)] == ["old"]
+
+    def test_reschedule_moves_a_waiting_message_only(self, harness: Harness) -> None:
+        """The admin reschedule: a waiting row gets the new deadline (given, or now + delay on
+        the store's clock) and keeps its payload; claimed and parked rows are left alone."""
+        store = harness.store
+        self._park(harness, "p")
+        later = harness.now() + timedelta(minutes=5)
+        store.enqueue([msg("w", later, value=b"payload"), msg("c", later)], 0)
+        target = harness.now() + timedelta(hours=2)
+        assert store.reschedule_message("ghost", 2, deadline=target) == (
+            RescheduleOutcome.NOT_FOUND,
+            None,
+        )
+        outcome, record = store.reschedule_message("w", 2, deadline=target)
+        assert outcome is RescheduleOutcome.RESCHEDULED
+        assert record is not None and (record.id, record.deadline) == ("w", target)
+        stored = store.get_message("w", include_value=True)
+        assert stored is not None
+        assert (stored.deadline, stored.value, stored.state(2)) == (target, b"payload", "waiting")
+        before = harness.now()
+        outcome, record = store.reschedule_message("w", 2, delay_ms=FAR)
+        assert outcome is RescheduleOutcome.RESCHEDULED and record is not None
+        assert before + timedelta(hours=1) <= record.deadline <= harness.now() + timedelta(hours=1)
+        assert store.reschedule_message("p", 2, deadline=target) == (RescheduleOutcome.PARKED, None)
+        self._claim_one(harness, "c")
+        assert store.reschedule_message("c", 2, deadline=target) == (
+            RescheduleOutcome.CLAIMED,
+            None,
+        )
+        with pytest.raises(ValueError, match="exactly one"):
+            store.reschedule_message("w", 2)
+
+    def test_a_message_rescheduled_into_the_past_is_claimed_at_once(self, harness: Harness) -> None:
+        store, me = harness.store, node()
+        store.enqueue([msg("x", harness.now() + timedelta(minutes=5))], 0)
+        assert store.claim(me, HORIZON, 10, 2) == []
+        outcome, _ = store.reschedule_message("x", 2, delay_ms=0)
+        assert outcome is RescheduleOutcome.RESCHEDULED
+        assert [r.id for r in store.claim(me, HORIZON, 10, 2)] == ["x"]
+
+    def _claim_one(self, harness: Harness, message_id: str) -> None:
+        """Make ``message_id`` due (by rescheduling it to now) and claim it."""
+        store, me = harness.store, node()
+        store.reschedule_message(message_id, 2, delay_ms=0)
+        assert [r.id for r in store.claim(me, HORIZON, 10, 2)] == [message_id]
 
     # -------------------------------------------------------------------- delete (phase 2)
 

@@ -187,7 +187,7 @@ def test_reschedule_sends_the_documented_body(
     node: Node, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The request side of the contract (POST .../reschedule with {"deadline"} or {"delay_ms"});
-    the endpoint itself is added by the protocol branch, see the test below."""
+    the endpoint itself is exercised by the test below."""
     sent: list[tuple[str, str, Any]] = []
 
     def fake(
@@ -207,11 +207,6 @@ def test_reschedule_sends_the_documented_body(
     ]
 
 
-@pytest.mark.xfail(
-    reason="POST /admin/v1/messages/{id}/reschedule is being added on the protocol branch; "
-    "this test passes once it is merged (then remove this mark)",
-    strict=False,
-)
 def test_reschedule_against_the_endpoint(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = run(capsys, node, "reschedule", "m4", "--in", "7200")
     assert status == 0, err

@@ -260,9 +260,21 @@ class Harness:
         self.api = AdminAPI(self.settings, self.store)
 
     def call(
-        self, method: str, path: str, query: str = "", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        query: str = "",
+        headers: dict[str, str] | None = None,
+        body: Any = None,
     ) -> tuple[int, dict[str, str], Any]:
-        result = self.api.handle(method, path, query, AUTH if headers is None else headers)
+        """``body``: bytes as sent, None for none, anything else sent as JSON."""
+        if body is None:
+            raw = b""
+        else:
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
+        result = self.api.handle(
+            method, path, query, AUTH if headers is None else headers, body=raw
+        )
         assert result is not None
         status, ctype, body, extra = result
         assert ctype == "application/json"
@@ -553,3 +565,98 @@ def test_requeue_takes_post_only_and_needs_the_token() -> None:
     assert status == 401 and "WWW-Authenticate" in extra
     assert h.call("POST", "/admin/v1/messages/m0/requeue", "x=1")[0] == 400
     assert "/admin/v1/messages/{id}/requeue" in SPEC["paths"]
+
+
+# ------------------------------------------------------------------------------ reschedule
+
+
+def test_reschedule_moves_a_waiting_message_and_answers_it_as_get_does() -> None:
+    h = Harness()
+    h.seed(2)
+    path = "/admin/v1/messages/m0/reschedule"
+    status, _, body = h.call("POST", path, body={"deadline": "2030-02-03T04:05:06.5+01:00"})
+    assert status == 200
+    assert body == h.call("GET", "/admin/v1/messages/m0")[2]
+    assert (body["deadline"], body["state"]) == ("2030-02-03T03:05:06.500000Z", "waiting")
+    status, _, body = h.call("POST", path, body={"delay_ms": 90_000})
+    assert status == 200
+    assert body["deadline"] == "2030-01-01T00:01:30Z"  # from the store's clock
+    assert h.call("GET", "/admin/v1/messages/m0", "include_value=true")[2]["value"] == "dg=="
+
+
+def test_reschedule_refuses_unknown_claimed_and_parked_messages() -> None:
+    h = Harness()  # park_attempts = 4
+    me = str(uuid.uuid4())
+    h.seed(2)
+    h.clock.advance(301_000)  # m0 and m1 are due
+    for _ in range(4):
+        rows = [r for r in h.store.claim(me, 0, 10, 4) if r.id == "m0"]
+        h.store.release(me, [(r.id, r.readied_at) for r in rows], failed=True, park_attempts=4)
+    when = {"delay_ms": 60_000}
+    assert h.call("POST", "/admin/v1/messages/nope/reschedule", body=when)[0] == 404
+    status, _, body = h.call("POST", "/admin/v1/messages/m0/reschedule", body=when)
+    assert status == 409 and "parked" in body["error"] and "requeue" in body["error"]
+    status, _, body = h.call("POST", "/admin/v1/messages/m1/reschedule", body=when)
+    assert status == 409 and "claimed" in body["error"]
+    assert h.call("GET", "/admin/v1/messages/m1")[2]["state"] == "claimed"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        b"not json",
+        b"\xff",
+        [],
+        {},
+        {"deadline": "2030-01-01T00:00:00Z", "delay_ms": 5},
+        {"deadline": "2030-01-01T00:00:00"},
+        {"deadline": "tomorrow"},
+        {"deadline": 5},
+        {"delay_ms": -1},
+        {"delay_ms": 1.5},
+        {"delay_ms": True},
+        {"delay_ms": "5"},
+        {"delay_ms": admin.MAX_DELAY_MS + 1},
+        {"delay": 5},
+        {"delay_ms": 5, "extra": 1},
+    ],
+)
+def test_reschedule_refuses_a_bad_body_with_400(body: Any) -> None:
+    h = Harness()
+    h.seed(1)
+    status, _, answer = h.call("POST", "/admin/v1/messages/m0/reschedule", body=body)
+    assert status == 400 and answer["error"]
+    assert h.call("GET", "/admin/v1/messages/m0")[2]["deadline"] == "2030-01-01T00:05:00Z"
+
+
+def test_reschedule_takes_post_only_needs_the_token_and_is_in_the_spec() -> None:
+    h = Harness()
+    h.seed(1)
+    status, extra, _ = h.call("GET", "/admin/v1/messages/m0/reschedule")
+    assert (status, extra["Allow"]) == (405, "POST")
+    when = {"delay_ms": 1}
+    status, extra, _ = h.call("POST", "/admin/v1/messages/m0/reschedule", headers={}, body=when)
+    assert status == 401 and "WWW-Authenticate" in extra
+    assert h.call("POST", "/admin/v1/messages/m0/reschedule", "x=1", body=when)[0] == 400
+    operation = SPEC["paths"]["/admin/v1/messages/{id}/reschedule"]["post"]
+    assert set(operation["responses"]) == {"200", "400", "401", "404", "409", "503"}
+    assert operation.get("security", SPEC["security"]) == SPEC["security"]
+
+
+def test_a_body_is_read_by_its_length_and_bounded() -> None:
+    class Stream:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def read(self, size: int) -> bytes:
+            return self.data[:size]
+
+    assert admin.read_body({}, Stream(b"ignored")) == b""
+    assert admin.read_body({"Content-Length": "3"}, Stream(b"abcdef")) == b"abc"
+    with pytest.raises(ApiError) as err:
+        admin.read_body({"Content-Length": str(admin.MAX_BODY_BYTES + 1)}, Stream(b""))
+    assert err.value.status == 413
+    with pytest.raises(ApiError) as err:
+        admin.read_body({"Content-Length": "-1"}, Stream(b""))
+    assert err.value.status == 400

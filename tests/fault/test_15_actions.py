@@ -1,0 +1,182 @@
+"""Scenario 15 — ``kill -9`` of a node at each step boundary while cancels and reschedules flow.
+
+Produced with ``chronos.client`` (one key per id, so a schedule and its cancel or reschedule share
+a partition and are read in order), to a victim (``CHRONOS_FAULT_KILL_AT=<point>:1``, see
+tests/fault/test_02_kill_at_step.py) and a surviving peer:
+
+* 300 plain schedules due in 2..5 s (they bring the victim to its fault point);
+* 100 schedules due in 16 s, each followed by its cancel;
+* 100 schedules due in 30 s with value ``old``, each followed by a reschedule due in 3..6 s with
+  value ``new``.
+
+"Durable before its claim" is read from the table, the only place a cancel takes effect: a
+cancel is durable once its enqueue statement committed, which deletes the row and writes the
+marker in ``chronos_cancels`` in one transaction. Snapshotted 4 s before the cancelled messages'
+deadline (before any node may claim them: the claim takes rows due within the timing advance),
+an id with a marker and no row can never fire again — a replayed schedule of it is dropped by the
+marker. Every cancelled id should be in that set (asserted), so none of them may fire.
+
+Pass, for every point: lost 0 and early 0 (the plain and the rescheduled messages, the latter
+against their new deadline); no durably cancelled message fires; every copy of a rescheduled
+message carries the new value; duplicates at most what scenario 2 allows at that step (the
+victim's stranded claims, plus one consumed batch at ``after_enqueue``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import Producer
+
+from chronos import client
+from tests.support import Topics
+from tests.support.checker import (
+    TRACKING_HEADER,
+    Expectation,
+    ScenarioResult,
+    check,
+    new_track,
+    record_result,
+)
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+BATCH = 50
+PLAIN, CANCELLED, RESCHEDULED = 300, 100, 100
+CANCEL_DUE_S = 16.0
+DESCRIPTION = {
+    "after_claim": "SIGKILL after the claim commits, cancels and reschedules flowing",
+    "after_produce": "SIGKILL after produce, cancels and reschedules flowing",
+    "after_report": "SIGKILL after the report, cancels and reschedules flowing",
+    "after_enqueue": "SIGKILL after the insert commits, cancels and reschedules flowing",
+}
+
+
+def _at(seconds: float) -> datetime:
+    """now + seconds, truncated to whole milliseconds (what the client sends)."""
+    when = datetime.now(UTC) + timedelta(seconds=seconds)
+    return when.replace(microsecond=when.microsecond // 1000 * 1000)
+
+
+def _ms(when: datetime) -> int:
+    return round(when.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("point", list(DESCRIPTION))
+def test_kill_at_step_while_cancels_and_reschedules_flow(
+    point: str, make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics
+) -> None:
+    cluster = make_cluster(consume_batch_size=BATCH)
+    survivor = cluster.start("survivor")
+    victim = cluster.start("victim", env={"CHRONOS_FAULT_KILL_AT": f"{point}:1"})
+    cluster.wait_ready([survivor, victim])
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "acks": "all"})
+    expected: dict[str, Expectation] = {}
+    cancelled: set[str] = set()
+    rescheduled: set[str] = set()
+
+    def tracked(track: str) -> list[tuple[str, bytes]]:
+        return [(TRACKING_HEADER, track.encode())]
+
+    for i in range(PLAIN):
+        track, deadline = new_track("p"), _at(2 + i / 100)
+        client.schedule(
+            producer, value=b"value", key=track, deadline=deadline, message_id=track,
+            headers=tracked(track), topic=topics.input,
+        )  # fmt: skip
+        expected[track] = Expectation(_ms(deadline))
+    cancel_deadline = _at(CANCEL_DUE_S)
+    for _ in range(CANCELLED):
+        track = new_track("c")
+        client.schedule(
+            producer, value=b"value", key=track, deadline=cancel_deadline, message_id=track,
+            headers=tracked(track), topic=topics.input,
+        )  # fmt: skip
+        client.cancel(producer, track, key=track, topic=topics.input)
+        cancelled.add(track)
+    for i in range(RESCHEDULED):
+        track, new_deadline = new_track("r"), _at(3 + i / 33)
+        client.schedule(
+            producer, value=b"old", key=track, deadline=_at(30), message_id=track,
+            headers=tracked(track), topic=topics.input,
+        )  # fmt: skip
+        client.reschedule(
+            producer, message_id=track, value=b"new", key=track, deadline=new_deadline,
+            headers=tracked(track), topic=topics.input,
+        )  # fmt: skip
+        expected[track] = Expectation(_ms(new_deadline))
+        rescheduled.add(track)
+    assert producer.flush(30) == 0
+
+    assert victim.wait_exit(30) == -9, f"the victim did not hit {point}:\n{victim.tail()}"
+    killed_at = time.time()
+    stranded = cluster.table.claims_of(victim.node_id)
+
+    # Durable cancels, before any node may claim the cancelled messages.
+    time.sleep(max(0.0, cancel_deadline.timestamp() - 4 - time.time()))
+    assert time.time() < cancel_deadline.timestamp() - cluster.overrides["timing_advance_ms"] / 1000
+    markers = {r[0] for r in cluster.table.rows("SELECT id FROM chronos_cancels")}
+    rows = cluster.table.ids()
+    durable = {t for t in cancelled if t in markers and t not in rows}
+    assert durable == cancelled, f"{len(cancelled - durable)} cancels not durable 4 s before"
+
+    # Everything else fires; then the cancelled deadline passes (plus claim and fire time).
+    report = check(
+        kafka_bootstrap,
+        topics.output,
+        topics.dead_letter,
+        {**expected, **{t: Expectation(_ms(cancel_deadline)) for t in cancelled}},
+        advance_ms=cluster.overrides["timing_advance_ms"],
+        timeout=max(30.0, cancel_deadline.timestamp() + 8 - time.time()),
+        quiet=2.0,
+    )
+    fired_cancelled = sorted(t for t in durable if t in report.fired_at)
+    lost = [t for t in report.lost if t not in cancelled]
+    wrong_value = sorted(
+        {o.track for o in report.observations if o.track in rescheduled and o.value != b"new"}
+        - {None}
+    )
+    assert cluster.table.wait(lambda t: t.count() == 0, timeout=15), (
+        f"{cluster.table.count()} rows left, {cluster.table.claimed()} claimed"
+    )
+    last = [report.fired_at[t] for t in stranded if t in report.fired_at]
+    recovery_s = max(last) / 1000 - killed_at if last else None
+    if point == "after_enqueue":
+        recovery_s = max(report.fired_at[t] for t in expected) / 1000 - killed_at
+    allowed = {
+        "after_claim": 0,
+        "after_produce": len(stranded),
+        "after_report": len(stranded),
+        "after_enqueue": BATCH + len(stranded),
+    }[point]
+    sent = len(expected) + len(cancelled)
+    result = ScenarioResult.of(
+        f"15-actions-kill-{point.replace('_', '-')}",
+        DESCRIPTION[point],
+        report,
+        recovery_s,
+        stranded=len(stranded),
+        allowed_duplicates=allowed,
+        cancelled=len(cancelled),
+        durable_cancels=len(durable),
+        fired_after_durable_cancel=len(fired_cancelled),
+        rescheduled=len(rescheduled),
+        wrong_value=len(wrong_value),
+    )
+    result.sent, result.lost = sent, len(lost)  # the cancelled ids are expected not to fire
+    record_result(result)
+
+    assert lost == [], report.summary()
+    assert report.early == {}, report.summary()
+    assert fired_cancelled == [], f"{len(fired_cancelled)} fired after a durable cancel"
+    assert wrong_value == [], f"rescheduled messages fired with the old value: {wrong_value[:5]}"
+    assert report.duplicates <= allowed, (
+        f"{report.duplicates} duplicates, at most {allowed} allowed at {point} "
+        f"({len(stranded)} stranded): {report.summary()}"
+    )
+    assert survivor.alive(), survivor.tail()
