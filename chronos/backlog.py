@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from chronos import __version__, metrics
+from chronos.errors import StoreError
 from chronos.leadership import Leadership
 from chronos.settings import Settings
 from chronos.store import Backlog, Store
@@ -113,7 +114,7 @@ class Monitor:
         sent_at = self.leadership.monotonic()  # before the statement: see chronos.leadership
         try:
             self.store.heartbeat(self.node_id, hostname=self.hostname, version=__version__)
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("heartbeat", exc)
             return False
         self.leadership.renew(sent_at)
@@ -125,7 +126,7 @@ class Monitor:
         was_leader = self.leadership.is_leader()
         try:
             leader = self.store.elect_leader(self.settings.liveness_window_ms)
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("elect_leader", exc)
             leader = None
         leads = self.leadership.elected(leader)
@@ -141,7 +142,7 @@ class Monitor:
                 exact_below=EXACT_COUNT_BELOW,
                 count_limit=COUNT_LIMIT,
             )
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("backlog").observe(time.perf_counter() - started)
@@ -153,7 +154,7 @@ class Monitor:
         self.leadership.elected(None)  # a leaving node leads no more
         try:
             self.store.remove_node(self.node_id)
-        except Exception as exc:
+        except StoreError as exc:
             log.warning(
                 "could not delete the heartbeat of node %s (it is no longer live after %.0f s): %s",
                 self.node_id,
@@ -167,7 +168,7 @@ class Monitor:
     def expire_nodes(self) -> None:
         try:
             expired = self.store.expire_nodes(NODE_RETENTION_S)
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("expire_nodes", exc)
             return
         if expired:

@@ -43,6 +43,7 @@ from datetime import datetime
 from confluent_kafka import KafkaError
 
 from chronos import metrics
+from chronos.errors import StoreError
 from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
 from chronos.leadership import Leadership
@@ -308,7 +309,7 @@ class FiringLoop(Loop):
         self.finish(force=True)  # delete what was delivered first: it must not fire again
         try:
             released = self.store.release_node(self.node_id, self.claims_since)
-        except Exception as exc:
+        except StoreError as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
             log.warning("release after the lease ended failed: %s", exc)
             return
@@ -334,7 +335,7 @@ class FiringLoop(Loop):
         index the claim walks (idempotent; rows parked since are stamped as they are parked)."""
         try:
             parked = self.store.park_exhausted(self.park_attempts)
-        except Exception as exc:  # StoreError: the claim skips those rows anyway (attempts)
+        except StoreError as exc:  # the claim skips those rows anyway (attempts)
             log.warning("could not park exhausted rows: %s", exc, extra={"event": "database_error"})
             return
         if parked:
@@ -366,7 +367,7 @@ class FiringLoop(Loop):
                 # budget must still fire (the broker's size limit bounds it).
                 first_always=self.held_bytes == 0,
             )
-        except Exception as exc:  # StoreError: keep firing what we hold meanwhile
+        except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
             log.warning("claim failed: %s", exc, extra={"event": "database_error"})
             self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
@@ -426,7 +427,7 @@ class FiringLoop(Loop):
             self.store.release(
                 self.node_id, claims, failed=failed, errors=errors, park_attempts=self.park_attempts
             )
-        except Exception as exc:
+        except StoreError as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
             log.warning(
                 "release of %d claims failed: %s (tried again later)",
@@ -447,7 +448,7 @@ class FiringLoop(Loop):
         t0 = time.perf_counter()
         try:
             deleted = self.store.delete_fired(self.node_id, claims)
-        except Exception as exc:
+        except StoreError as exc:
             # The rows stay claimed by this process (no peer resets them while it lives): try
             # the delete again a little later; if the node dies first, a peer resets them after
             # the hold time and they fire again (a duplicate, never a loss).
@@ -509,13 +510,13 @@ class FiringLoop(Loop):
             claims = [(t.row.id, t.row.readied_at) for t in unfired]
             try:
                 self.store.release(self.node_id, claims, failed=False, errors=None)
-            except Exception as exc:
+            except StoreError as exc:
                 log.warning("could not release %d unfired rows: %s", len(unfired), exc)
         self.dispatcher.drain(self.settings.shutdown_timeout_ms / 1000 / 2)
         self.finish(force=True)
         try:
             released = self.store.release_node(self.node_id, self.claims_since)
-        except Exception as exc:
+        except StoreError as exc:
             log.warning("could not release this node's remaining claims: %s", exc)
             released = 0
         metrics.IN_FLIGHT.set(0)
