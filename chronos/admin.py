@@ -34,9 +34,10 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from chronos.backlog import COUNT_LIMIT, EXACT_COUNT_BELOW, park_attempts
 from chronos.errors import StoreError
 from chronos.leadership import lowest_id
+from chronos.monitor import COUNT_LIMIT, EXACT_COUNT_BELOW
+from chronos.policy import park_after
 from chronos.protocol import MAX_ID_LENGTH, b64
 from chronos.settings import Settings
 from chronos.store import (
@@ -362,7 +363,7 @@ class AdminAPI:
         self.settings = settings
         self.store = store
         self.token = settings.admin_token.reveal() if settings.admin_token else ""
-        self.parked_at = park_attempts(settings)
+        self.parked_at = park_after(settings)
 
     @property
     def enabled(self) -> bool:

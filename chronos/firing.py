@@ -48,6 +48,7 @@ from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
 from chronos.leadership import Leadership
 from chronos.loop import Loop
+from chronos.policy import park_after, should_dead_letter
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
 from chronos.store import Claim, ClaimedRow, Store, row_bytes
@@ -174,9 +175,7 @@ class Dispatcher:
         row = timer.row
         topic = row.target_topic or self.settings.output_topic
         headers = row.headers
-        dead_letter = row.attempts >= self.settings.max_publish_attempts and bool(
-            self.settings.dead_letter_topic
-        )
+        dead_letter = should_dead_letter(row.attempts, self.settings)
         if dead_letter:
             # The broker refused it max_publish_attempts times: dead-letter it with the reason.
             reason = (
@@ -234,7 +233,7 @@ class FiringLoop(Loop):
         self.claims_since = claims_since  # this process's start (DB clock): its claims' fence
         self.unreleased: list[tuple[list[Claim], bool, list[str] | None]] = []
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
-        self.park_attempts = settings.max_publish_attempts * 2  # then parked: never claimed
+        self.park_attempts = park_after(settings)  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[_Timer] = []

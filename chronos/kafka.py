@@ -23,7 +23,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AclOperation, AdminClient
 
-from chronos.backlog import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
+from chronos.consumer_lag import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
 from chronos.errors import TopicMissingError
 from chronos.protocol import Headers
 from chronos.settings import Settings, reveal_properties
