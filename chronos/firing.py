@@ -65,6 +65,7 @@ class _Timer:
     fire_at: float  # monotonic
     seq: int
     row: ClaimedRow = field(compare=False)
+    dead_letter: bool = field(default=False, compare=False)  # sent to the dead-letter topic
 
 
 class Dispatcher:
@@ -186,6 +187,12 @@ class Dispatcher:
                 (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
             ]
             topic = self.settings.dead_letter_topic
+        timer.dead_letter = dead_letter
+        # Lateness on the database clock, as the timers are: the time since the claim result
+        # arrived minus the time that was left until the deadline then (never this node's wall
+        # clock, which may be off), taken when the record is handed to the producer (the
+        # record's timestamp), counted once its delivery is confirmed.
+        lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
 
         def report(err: KafkaError | None) -> None:
             self.in_flight -= 1
@@ -205,7 +212,7 @@ class Dispatcher:
                         extra={"event": "dead_lettered", "reason": "publish_failed"},
                     )
                 else:
-                    metrics.LATENESS.observe(time.time() - row.deadline)
+                    metrics.LATENESS.observe(lateness)
 
         self.in_flight += 1
         self.publisher.produce(topic, row.key, row.value, headers, report)
@@ -464,7 +471,10 @@ class FiringLoop(Loop):
         self._forget(batch)  # only once: a failed delete keeps its rows held and tries again
         metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
         metrics.BATCH_SIZE.labels("delete").observe(len(batch))
-        metrics.FIRED.inc(len(batch))
+        gone = set(deleted)
+        # Fired: delivered to its own topic and deleted by this node (not a dead letter, and
+        # not a row a peer had taken over: that one is counted where it is deleted).
+        metrics.FIRED.inc(sum(1 for t in batch if not t.dead_letter and t.row.id in gone))
         if len(deleted) != len(batch):
             missing = [c[0] for c in claims if c[0] not in deleted]
             metrics.FENCED_DELETES.inc(len(missing))
