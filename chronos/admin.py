@@ -37,10 +37,11 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from chronos.backlog import COUNT_LIMIT, EXACT_COUNT_BELOW, park_attempts
 from chronos.errors import StoreError
 from chronos.leadership import lowest_id
-from chronos.protocol import MAX_ID_LENGTH
+from chronos.monitor import COUNT_LIMIT, EXACT_COUNT_BELOW
+from chronos.policy import park_after
+from chronos.protocol import MAX_ID_LENGTH, b64
 from chronos.settings import Settings
 from chronos.store import (
     Backlog,
@@ -329,10 +330,6 @@ def read_body(headers: Mapping[str, str], rfile: Any) -> bytes:
 # -- representations -------------------------------------------------------------------------
 
 
-def _b64(value: bytes | None) -> str | None:
-    return None if value is None else base64.b64encode(value).decode("ascii")
-
-
 def message_json(record: MessageRecord, parked_at: int, *, include_value: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": record.id,
@@ -344,12 +341,12 @@ def message_json(record: MessageRecord, parked_at: int, *, include_value: bool) 
         "last_error": record.last_error,
         "target_topic": record.target_topic,
         "enqueued_at": format_timestamp(record.enqueued_at),
-        "key": _b64(record.key),
-        "headers": [{"name": name, "value": _b64(value)} for name, value in record.headers],
+        "key": b64(record.key),
+        "headers": [{"name": name, "value": b64(value)} for name, value in record.headers],
         "value_size": record.value_size,
     }
     if include_value:
-        body["value"] = _b64(record.value)
+        body["value"] = b64(record.value)
     return body
 
 
@@ -414,7 +411,7 @@ class AdminAPI:
         self.settings = settings
         self.store = store
         self.token = settings.admin_token.reveal() if settings.admin_token else ""
-        self.parked_at = park_attempts(settings)
+        self.parked_at = park_after(settings)
 
     @property
     def enabled(self) -> bool:

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import json
-from binascii import b2a_base64
 from collections.abc import Sequence
 
-from chronos.protocol import Action, ScheduledMessage, header_items
+from chronos.protocol import Action, ScheduledMessage, b64, header_items
 
 ENQUEUE_CHUNK_BYTES = 32 * 1024 * 1024
 """A consumed batch is written in statements of at most about this much JSON (Postgres limits a
@@ -29,10 +28,6 @@ def chunks_by_size(messages: Sequence[ScheduledMessage], limit: int) -> list[tup
     return ranges
 
 
-def _b64(value: bytes | None) -> str | None:
-    return None if value is None else b2a_base64(value, newline=False).decode("ascii")
-
-
 _ACTION_CODES = {Action.SCHEDULE: "s", Action.RESCHEDULE: "r", Action.CANCEL: "c"}
 
 
@@ -44,8 +39,8 @@ def encode_batch(messages: Sequence[ScheduledMessage]) -> str:
                 "i": m.id,
                 "a": _ACTION_CODES[m.action],
                 "d": None if m.action is Action.CANCEL else m.deadline.isoformat(),
-                "k": _b64(m.key),
-                "v": _b64(m.value),
+                "k": b64(m.key),
+                "v": b64(m.value),
                 "h": header_items(m.headers),
                 "t": m.target_topic,
             }

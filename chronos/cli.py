@@ -210,8 +210,8 @@ def _tail(config: settings.Settings, args: argparse.Namespace) -> int:
             "bootstrap.servers": config.kafka_bootstrap_servers,
             "group.id": f"chronos-tail-{uuid.uuid4()}",
             "enable.auto.commit": False,
-            **config.kafka_properties,
-            **config.consumer_properties,
+            **settings.reveal_properties(config.kafka_properties),
+            **settings.reveal_properties(config.consumer_properties),
         }
     )
     metadata = consumer.list_topics(topic, timeout=10)

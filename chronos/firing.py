@@ -43,10 +43,12 @@ from datetime import datetime
 from confluent_kafka import KafkaError
 
 from chronos import metrics
+from chronos.errors import StoreError
 from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
 from chronos.leadership import Leadership
 from chronos.loop import Loop
+from chronos.policy import park_after, should_dead_letter
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
 from chronos.store import Claim, ClaimedRow, Store, row_bytes
@@ -63,6 +65,7 @@ class _Timer:
     fire_at: float  # monotonic
     seq: int
     row: ClaimedRow = field(compare=False)
+    dead_letter: bool = field(default=False, compare=False)  # sent to the dead-letter topic
 
 
 class Dispatcher:
@@ -173,9 +176,7 @@ class Dispatcher:
         row = timer.row
         topic = row.target_topic or self.settings.output_topic
         headers = row.headers
-        dead_letter = row.attempts >= self.settings.max_publish_attempts and bool(
-            self.settings.dead_letter_topic
-        )
+        dead_letter = should_dead_letter(row.attempts, self.settings)
         if dead_letter:
             # The broker refused it max_publish_attempts times: dead-letter it with the reason.
             reason = (
@@ -186,6 +187,12 @@ class Dispatcher:
                 (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
             ]
             topic = self.settings.dead_letter_topic
+        timer.dead_letter = dead_letter
+        # Lateness on the database clock, as the timers are: the time since the claim result
+        # arrived minus the time that was left until the deadline then (never this node's wall
+        # clock, which may be off), taken when the record is handed to the producer (the
+        # record's timestamp), counted once its delivery is confirmed.
+        lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
 
         def report(err: KafkaError | None) -> None:
             self.in_flight -= 1
@@ -205,7 +212,7 @@ class Dispatcher:
                         extra={"event": "dead_lettered", "reason": "publish_failed"},
                     )
                 else:
-                    metrics.LATENESS.observe(time.time() - row.deadline)
+                    metrics.LATENESS.observe(lateness)
 
         self.in_flight += 1
         self.publisher.produce(topic, row.key, row.value, headers, report)
@@ -233,7 +240,7 @@ class FiringLoop(Loop):
         self.claims_since = claims_since  # this process's start (DB clock): its claims' fence
         self.unreleased: list[tuple[list[Claim], bool, list[str] | None]] = []
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
-        self.park_attempts = settings.max_publish_attempts * 2  # then parked: never claimed
+        self.park_attempts = park_after(settings)  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[_Timer] = []
@@ -308,7 +315,7 @@ class FiringLoop(Loop):
         self.finish(force=True)  # delete what was delivered first: it must not fire again
         try:
             released = self.store.release_node(self.node_id, self.claims_since)
-        except Exception as exc:
+        except StoreError as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
             log.warning("release after the lease ended failed: %s", exc)
             return
@@ -334,7 +341,7 @@ class FiringLoop(Loop):
         index the claim walks (idempotent; rows parked since are stamped as they are parked)."""
         try:
             parked = self.store.park_exhausted(self.park_attempts)
-        except Exception as exc:  # StoreError: the claim skips those rows anyway (attempts)
+        except StoreError as exc:  # the claim skips those rows anyway (attempts)
             log.warning("could not park exhausted rows: %s", exc, extra={"event": "database_error"})
             return
         if parked:
@@ -366,7 +373,7 @@ class FiringLoop(Loop):
                 # budget must still fire (the broker's size limit bounds it).
                 first_always=self.held_bytes == 0,
             )
-        except Exception as exc:  # StoreError: keep firing what we hold meanwhile
+        except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
             log.warning("claim failed: %s", exc, extra={"event": "database_error"})
             self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
@@ -426,7 +433,7 @@ class FiringLoop(Loop):
             self.store.release(
                 self.node_id, claims, failed=failed, errors=errors, park_attempts=self.park_attempts
             )
-        except Exception as exc:
+        except StoreError as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
             log.warning(
                 "release of %d claims failed: %s (tried again later)",
@@ -447,7 +454,7 @@ class FiringLoop(Loop):
         t0 = time.perf_counter()
         try:
             deleted = self.store.delete_fired(self.node_id, claims)
-        except Exception as exc:
+        except StoreError as exc:
             # The rows stay claimed by this process (no peer resets them while it lives): try
             # the delete again a little later; if the node dies first, a peer resets them after
             # the hold time and they fire again (a duplicate, never a loss).
@@ -464,7 +471,10 @@ class FiringLoop(Loop):
         self._forget(batch)  # only once: a failed delete keeps its rows held and tries again
         metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
         metrics.BATCH_SIZE.labels("delete").observe(len(batch))
-        metrics.FIRED.inc(len(batch))
+        gone = set(deleted)
+        # Fired: delivered to its own topic and deleted by this node (not a dead letter, and
+        # not a row a peer had taken over: that one is counted where it is deleted).
+        metrics.FIRED.inc(sum(1 for t in batch if not t.dead_letter and t.row.id in gone))
         if len(deleted) != len(batch):
             missing = [c[0] for c in claims if c[0] not in deleted]
             metrics.FENCED_DELETES.inc(len(missing))
@@ -509,13 +519,13 @@ class FiringLoop(Loop):
             claims = [(t.row.id, t.row.readied_at) for t in unfired]
             try:
                 self.store.release(self.node_id, claims, failed=False, errors=None)
-            except Exception as exc:
+            except StoreError as exc:
                 log.warning("could not release %d unfired rows: %s", len(unfired), exc)
         self.dispatcher.drain(self.settings.shutdown_timeout_ms / 1000 / 2)
         self.finish(force=True)
         try:
             released = self.store.release_node(self.node_id, self.claims_since)
-        except Exception as exc:
+        except StoreError as exc:
             log.warning("could not release this node's remaining claims: %s", exc)
             released = 0
         metrics.IN_FLIGHT.set(0)

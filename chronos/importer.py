@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from chronos import client
 from chronos.errors import ChronosError, ConfigError
 from chronos.protocol import parse_deadline
-from chronos.settings import Settings
+from chronos.settings import Settings, reveal_properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +78,8 @@ def run_import(config: Settings, path: Path, out: TextIO | None = None) -> Impor
             "linger.ms": 20,
             "batch.size": 1_000_000,
             "enable.idempotence": True,
-            **config.kafka_properties,
-            **config.producer_properties,
+            **reveal_properties(config.kafka_properties),
+            **reveal_properties(config.producer_properties),
         }
     )
     failures: list[KafkaError] = []

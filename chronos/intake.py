@@ -32,11 +32,12 @@ from confluent_kafka import (
 
 from chronos import metrics
 from chronos.actions import ACTION_OUTCOMES, Folded, report
-from chronos.backlog import record_consumer_stats
+from chronos.consumer_lag import record_consumer_stats
 from chronos.errors import StoreError
 from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
 from chronos.loop import Backoff, Loop
+from chronos.policy import dead_letter_after
 from chronos.protocol import (
     Headers,
     Rejection,
@@ -410,7 +411,7 @@ class IntakeLoop(Loop):
         if not is_permanent(item.error):
             return item
         item.refusals += 1
-        if item.refusals < self.settings.max_publish_attempts:
+        if item.refusals < dead_letter_after(self.settings):
             return item
         dead_letter = self.settings.dead_letter_topic
         if item.kind == "direct" and dead_letter:

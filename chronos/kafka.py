@@ -23,10 +23,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AclOperation, AdminClient
 
-from chronos.backlog import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
+from chronos.consumer_lag import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
 from chronos.errors import TopicMissingError
 from chronos.protocol import Headers
-from chronos.settings import Settings
+from chronos.settings import Settings, reveal_properties
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _common(settings: Settings) -> dict[str, Any]:
         "client.id": f"chronos-{settings.node_id[:8]}",
         "logger": LIBRDKAFKA_LOG,
     }
-    conf.update(settings.kafka_properties)
+    conf.update(reveal_properties(settings.kafka_properties))
     return conf
 
 
@@ -88,7 +88,7 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
             "queue.buffering.max.kbytes": max(1024, settings.max_in_flight_bytes // 1024),
         }
     )
-    conf.update(settings.producer_properties)
+    conf.update(reveal_properties(settings.producer_properties))
     return conf
 
 
@@ -108,7 +108,7 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
         }
     )
     conf.update(failover_config(settings))
-    conf.update(settings.consumer_properties)
+    conf.update(reveal_properties(settings.consumer_properties))
     # At-least-once depends on these two; a passthrough must not silently break it.
     conf["enable.auto.offset.store"] = False
     return conf

@@ -98,7 +98,7 @@ IN_FLIGHT = Gauge(
     "chronos_in_flight_messages", "Messages this node holds claimed, waiting to fire or confirm"
 )
 
-# -- backlog and lag gauges (chronos.backlog) --------------------------------------------------
+# -- backlog and lag gauges (chronos.monitor, chronos.consumer_lag) ---------------------------
 # Cluster-wide values measured from the shared table: every node reports the same numbers, so
 # aggregate them with max(), not sum(). Refreshed every few seconds from indexes and the
 # planner's estimate, never by a table scan (see the ``backlog`` query).

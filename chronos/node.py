@@ -21,12 +21,12 @@ from types import FrameType
 from typing import Any
 
 from chronos import __version__, kafka, metrics
-from chronos.backlog import Monitor
 from chronos.errors import ConfigError
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
 from chronos.leadership import Leadership
 from chronos.loop import Loop
+from chronos.monitor import Monitor
 from chronos.recovery import RecoveryLoop
 from chronos.settings import Settings
 from chronos.store import PostgresStore, Store

@@ -277,14 +277,20 @@ def _storable_name(name: str) -> bool:
     return True
 
 
+def b64(value: bytes | None) -> str | None:
+    """Bytes as base64 text (no newline), None kept: how stored and shown bytes are written."""
+    return None if value is None else b2a_base64(value, newline=False).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes | None:
+    return None if text is None else a2b_base64(text)
+
+
 def header_items(headers: Headers) -> list[dict[str, str | None]] | None:
     """Headers as stored: ``[{"name": "<base64>" | null}, ...]`` (order and repeats kept)."""
     if not headers:
         return None
-    return [
-        {name: None if v is None else b2a_base64(v, newline=False).decode("ascii")}
-        for name, v in headers
-    ]
+    return [{name: b64(v)} for name, v in headers]
 
 
 def encode_headers(headers: Headers) -> str | None:
@@ -300,7 +306,7 @@ def decode_headers(stored: list[dict[str, str | None]] | str | None) -> Headers:
     out: Headers = []
     for item in items:
         ((name, v),) = item.items()
-        out.append((name, None if v is None else a2b_base64(v)))
+        out.append((name, unb64(v)))
     return out
 
 

@@ -24,6 +24,7 @@ import time
 from datetime import datetime
 
 from chronos import metrics
+from chronos.errors import StoreError
 from chronos.leadership import Leadership
 from chronos.loop import Loop
 from chronos.settings import Settings
@@ -60,7 +61,7 @@ class RecoveryLoop(Loop):
             started = time.monotonic()
             try:
                 self.run_once()
-            except Exception as exc:  # StoreError: try again next interval
+            except StoreError as exc:  # try again next interval
                 metrics.DATABASE_ERRORS.labels("recovery").inc()
                 log.warning(
                     "failure detection sweep failed: %s", exc, extra={"event": "database_error"}

@@ -1,7 +1,8 @@
 """One frozen settings model: every knob, its default, its CHRONOS_* env var and its CLI flag.
 
-Each option is declared exactly once, in ``OPTIONS``. The CLI parser, the environment binding,
-the README configuration table and the validation all derive from it.
+Each setting is declared exactly once, as a field of ``Settings`` (its type, default, help,
+parser and whether it is secret); ``OPTIONS``, the CLI parser, the environment binding and the
+validation all derive from those fields.
 
 Precedence: CLI flag > environment variable > default.
 
@@ -34,14 +35,45 @@ KAFKA_PASSTHROUGH_PREFIXES = {
 }
 
 
-class Secret(str):
-    """A string whose repr never shows its value (database URLs carry passwords)."""
+class Secret:
+    """A secret string (database URLs and passwords): ``str()``, ``repr()``, f-strings and log
+    lines show ``***``, ``json.dumps`` refuses it; only ``reveal()`` gives the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str = "") -> None:
+        self._value = str(value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __str__(self) -> str:
+        return "***"
 
     def __repr__(self) -> str:
         return "Secret('***')"
 
-    def reveal(self) -> str:
-        return str.__str__(self)
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+# librdkafka pass-through properties whose values are credentials: kept as Secret.
+SECRET_PROPERTY_WORDS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.pem")
+
+
+def is_secret_property(name: str) -> bool:
+    return any(word in name.lower() for word in SECRET_PROPERTY_WORDS)
+
+
+def reveal_properties(props: Mapping[str, str | Secret]) -> dict[str, str]:
+    """Pass-through properties as the Kafka clients take them (secrets revealed)."""
+    return {k: v.reveal() if isinstance(v, Secret) else v for k, v in props.items()}
 
 
 @dataclass(frozen=True)
@@ -131,189 +163,20 @@ def _postgres_url_or_empty(text: str) -> str:
     return text
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "database_url", "", "Postgres URL, e.g. postgresql://user:pass@host:5432/db", secret=True
-    ),
-    Option("kafka_bootstrap_servers", "localhost:9092", "Kafka bootstrap servers (host:port,...)"),
-    Option(
-        "input_topic", "chronos-input", "topic applications publish delayed messages to", _topic
-    ),
-    Option("output_topic", "chronos-output", "topic messages are fired to", _topic),
-    Option(
-        "dead_letter_topic",
-        "chronos-dead-letter",
-        "topic for malformed input (empty: log, count and drop)",
-        _optional_topic,
-    ),
-    Option("consumer_group", "chronos", "consumer group of the input topic", _non_empty),
-    Option(
-        "group_instance_id",
-        "",
-        "static consumer-group membership id, stable across restarts of this node (e.g. the pod "
-        "name): a restarted node gets its partitions back without a rebalance (empty: dynamic)",
-    ),
-    Option(
-        "group_protocol",
-        "classic",
-        "consumer-group protocol: classic (cooperative-sticky assignment, 6 s session timeout) "
-        "or consumer (the broker-driven protocol of KIP-848, where the broker supports it)",
-        str.lower,
-        choices=("classic", "consumer"),
-    ),
-    Option("node_id", "", "node UUID (default: a new random UUID per process)", _uuid_or_random),
-    Option(
-        "timing_advance_ms",
-        50,
-        "fire messages up to this many ms before their deadline",
-        _non_negative_int,
-    ),
-    Option(
-        "hold_time_ms",
-        5000,
-        "how long a node may hold a claimed message before peers take it over",
-        _positive_int,
-    ),
-    Option(
-        "poll_interval_ms", 100, "how often to poll the database for due messages", _positive_int
-    ),
-    Option(
-        "failure_detection_interval_ms",
-        500,
-        "how often to scan for messages claimed longer than the hold time",
-        _positive_int,
-    ),
-    Option(
-        "liveness_window_ms",
-        5000,
-        "a node whose heartbeat (written every second) is older than this on the database clock "
-        "is dead: the leader (lowest live node id) takes its claims over at once; a node that "
-        "cannot write its heartbeat stops firing a second before (at least 3000)",
-        _positive_int,
-    ),
-    Option(
-        "lookahead_ms",
-        1000,
-        "claim messages this far ahead of their deadline and fire them from an in-memory timer",
-        _non_negative_int,
-    ),
-    Option(
-        "delivery_timeout_ms",
-        3000,
-        "how long the producer may try to deliver one record (must leave room in the hold time)",
-        _positive_int,
-    ),
-    Option(
-        "consume_batch_size",
-        2000,
-        "max records consumed and enqueued per transaction (at most 1,000,000)",
-        _batch_size,
-    ),
-    Option("claim_batch_size", 2000, "max rows claimed per statement", _positive_int),
-    Option(
-        "max_in_flight",
-        50000,
-        "max messages a node holds claimed in memory (bounds memory whatever the backlog)",
-        _positive_int,
-    ),
-    Option(
-        "max_in_flight_bytes",
-        64 * 1024 * 1024,
-        "max bytes (values, keys, headers) a node holds claimed in memory; each byte is held "
-        "about three times at worst (claim result, Python, producer queue): 64 MiB suits a "
-        "512 Mi pod",
-        _positive_int,
-    ),
-    Option(
-        "max_delay_ms",
-        0,
-        "reject (dead-letter) messages whose deadline is further ahead than this (0: no limit)",
-        _non_negative_int,
-    ),
-    Option(
-        "cancel_ttl_ms",
-        3600000,
-        "how long a cancel (chronosAction: cancel) is remembered, so that its schedule or "
-        "reschedule arriving later (another partition, a producer retry, a replay) is dropped",
-        _positive_int,
-    ),
-    Option(
-        "allowed_topics",
-        "",
-        "comma-separated glob patterns of the topics a message may name in chronosTopic "
-        "(empty: only the output topic); others are dead-lettered",
-        _topic_patterns,
-    ),
-    Option(
-        "max_publish_attempts",
-        5,
-        "publish attempts of one message before it is dead-lettered",
-        _positive_int,
-    ),
-    Option(
-        "dead_letter_timeout_ms",
-        60000,
-        "how long intake retries a dead letter the broker refuses before it parks the input "
-        "record (logged with its topic/partition/offset, counted) and moves on",
-        _positive_int,
-    ),
-    Option(
-        "shutdown_timeout_ms",
-        10000,
-        "bound on the graceful drain at SIGTERM",
-        _positive_int,
-    ),
-    Option(
-        "statement_timeout_ms",
-        0,
-        "Postgres statement_timeout of the node's sessions (0: four fifths of the hold time)",
-        _non_negative_int,
-    ),
-    Option(
-        "database_tcp_timeout_ms",
-        10000,
-        "drop a Postgres connection whose peer stops answering for this long (TCP keepalives "
-        "and tcp_user_timeout; 0: the operating system's defaults)",
-        _non_negative_int,
-    ),
-    Option(
-        "database_synchronous_commit",
-        "",
-        "synchronous_commit of the node's sessions (empty: the server's setting); with a "
-        "synchronous standby, 'on' or 'remote_apply' keeps enqueued messages through a failover",
-        str.lower,
-        choices=("", "on", "remote_apply", "remote_write", "local", "off"),
-    ),
-    Option(
-        "migration_database_url",
-        "",
-        "Postgres URL of `chronos migrate` (a role that owns the schema; empty: "
-        "CHRONOS_DATABASE_URL); nodes then need only the grants in the README",
-        _postgres_url_or_empty,
-        secret=True,
-    ),
-    Option(
-        "liveness_timeout_ms",
-        30000,
-        "/health/live fails when a loop has made no progress for this long (a stuck statement, "
-        "a black-holed connection)",
-        _positive_int,
-    ),
-    Option("http_host", "0.0.0.0", "address of the HTTP server (metrics, health, admin API)"),
-    Option("http_port", 8080, "port of the HTTP server (0 disables it)", _port),
-    Option(
-        "admin_token",
-        "",
-        "bearer token of the admin API (empty: admin API off)",
-        secret=True,
-    ),
-    Option(
-        "log_level", "INFO", "log level", str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
-    ),
-    Option("log_format", "text", "log format", str.lower, choices=("text", "json")),
-)
+def setting(
+    default: Any,
+    help: str,
+    parse: Callable[[str], Any] = str,
+    *,
+    secret: bool = False,
+    choices: Sequence[str] | None = None,
+) -> Any:
+    """Declare one setting: a ``Settings`` field whose metadata makes it an ``Option`` (its
+    CHRONOS_* variable and flag). ``default`` is given as the environment would give it: it goes
+    through ``parse`` like any other value."""
+    option = Option("", default, help, parse, secret, choices)
+    return field(default=Secret(default) if secret else default, metadata={"option": option})
 
-OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
 # Three heartbeat intervals (1 s each): see chronos.leadership.
 MIN_LIVENESS_WINDOW_MS = 3000
@@ -321,45 +184,228 @@ MIN_LIVENESS_WINDOW_MS = 3000
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: Secret
-    kafka_bootstrap_servers: str
-    input_topic: str
-    output_topic: str
-    dead_letter_topic: str
-    consumer_group: str
-    group_instance_id: str
-    group_protocol: str
-    node_id: str
-    timing_advance_ms: int
-    hold_time_ms: int
-    poll_interval_ms: int
-    failure_detection_interval_ms: int
-    liveness_window_ms: int
-    lookahead_ms: int
-    delivery_timeout_ms: int
-    consume_batch_size: int
-    claim_batch_size: int
-    max_in_flight: int
-    max_in_flight_bytes: int
-    max_delay_ms: int
-    cancel_ttl_ms: int
-    allowed_topics: str
-    max_publish_attempts: int
-    dead_letter_timeout_ms: int
-    shutdown_timeout_ms: int
-    statement_timeout_ms: int
-    database_tcp_timeout_ms: int
-    database_synchronous_commit: str
-    migration_database_url: Secret
-    liveness_timeout_ms: int
-    http_host: str
-    http_port: int
-    admin_token: Secret
-    log_level: str
-    log_format: str
-    kafka_properties: Mapping[str, str] = field(default_factory=dict)
-    consumer_properties: Mapping[str, str] = field(default_factory=dict)
-    producer_properties: Mapping[str, str] = field(default_factory=dict)
+    """Every knob of a node; each field is one setting (see ``setting``)."""
+
+    database_url: Secret = setting(
+        "",
+        "Postgres URL, e.g. postgresql://user:pass@host:5432/db",
+        secret=True,
+    )
+    kafka_bootstrap_servers: str = setting(
+        "localhost:9092",
+        "Kafka bootstrap servers (host:port,...)",
+    )
+    input_topic: str = setting(
+        "chronos-input",
+        "topic applications publish delayed messages to",
+        _topic,
+    )
+    output_topic: str = setting(
+        "chronos-output",
+        "topic messages are fired to",
+        _topic,
+    )
+    dead_letter_topic: str = setting(
+        "chronos-dead-letter",
+        "topic for malformed input (empty: log, count and drop)",
+        _optional_topic,
+    )
+    consumer_group: str = setting(
+        "chronos",
+        "consumer group of the input topic",
+        _non_empty,
+    )
+    group_instance_id: str = setting(
+        "",
+        "static consumer-group membership id, stable across restarts of this node (e.g. the "
+        "pod name): a restarted node gets its partitions back without a rebalance (empty: "
+        "dynamic)",
+    )
+    group_protocol: str = setting(
+        "classic",
+        "consumer-group protocol: classic (cooperative-sticky assignment, 6 s session "
+        "timeout) or consumer (the broker-driven protocol of KIP-848, where the broker "
+        "supports it)",
+        str.lower,
+        choices=(
+            "classic",
+            "consumer",
+        ),
+    )
+    node_id: str = setting(
+        "",
+        "node UUID (default: a new random UUID per process)",
+        _uuid_or_random,
+    )
+    timing_advance_ms: int = setting(
+        50,
+        "fire messages up to this many ms before their deadline",
+        _non_negative_int,
+    )
+    hold_time_ms: int = setting(
+        5000,
+        "how long a node may hold a claimed message before peers take it over",
+        _positive_int,
+    )
+    poll_interval_ms: int = setting(
+        100,
+        "how often to poll the database for due messages",
+        _positive_int,
+    )
+    failure_detection_interval_ms: int = setting(
+        500,
+        "how often to scan for messages claimed longer than the hold time",
+        _positive_int,
+    )
+    liveness_window_ms: int = setting(
+        5000,
+        "a node whose heartbeat (written every second) is older than this on the database "
+        "clock is dead: the leader (lowest live node id) takes its claims over at once; a "
+        "node that cannot write its heartbeat stops firing a second before (at least 3000)",
+        _positive_int,
+    )
+    lookahead_ms: int = setting(
+        1000,
+        "claim messages this far ahead of their deadline and fire them from an in-memory timer",
+        _non_negative_int,
+    )
+    delivery_timeout_ms: int = setting(
+        3000,
+        "how long the producer may try to deliver one record (must leave room in the hold time)",
+        _positive_int,
+    )
+    consume_batch_size: int = setting(
+        2000,
+        "max records consumed and enqueued per transaction (at most 1,000,000)",
+        _batch_size,
+    )
+    claim_batch_size: int = setting(
+        2000,
+        "max rows claimed per statement",
+        _positive_int,
+    )
+    max_in_flight: int = setting(
+        50_000,
+        "max messages a node holds claimed in memory (bounds memory whatever the backlog)",
+        _positive_int,
+    )
+    max_in_flight_bytes: int = setting(
+        64 * 1024 * 1024,
+        "max bytes (values, keys, headers) a node holds claimed in memory; each byte is held "
+        "about three times at worst (claim result, Python, producer queue): 64 MiB suits a "
+        "512 Mi pod",
+        _positive_int,
+    )
+    max_delay_ms: int = setting(
+        0,
+        "reject (dead-letter) messages whose deadline is further ahead than this (0: no limit)",
+        _non_negative_int,
+    )
+    cancel_ttl_ms: int = setting(
+        3_600_000,
+        "how long a cancel (chronosAction: cancel) is remembered, so that its schedule or "
+        "reschedule arriving later (another partition, a producer retry, a replay) is dropped",
+        _positive_int,
+    )
+    allowed_topics: str = setting(
+        "",
+        "comma-separated glob patterns of the topics a message may name in chronosTopic "
+        "(empty: only the output topic); others are dead-lettered",
+        _topic_patterns,
+    )
+    max_publish_attempts: int = setting(
+        5,
+        "publish attempts of one message before it is dead-lettered",
+        _positive_int,
+    )
+    dead_letter_timeout_ms: int = setting(
+        60_000,
+        "how long intake retries a dead letter the broker refuses before it parks the input "
+        "record (logged with its topic/partition/offset, counted) and moves on",
+        _positive_int,
+    )
+    shutdown_timeout_ms: int = setting(
+        10_000,
+        "bound on the graceful drain at SIGTERM",
+        _positive_int,
+    )
+    statement_timeout_ms: int = setting(
+        0,
+        "Postgres statement_timeout of the node's sessions (0: four fifths of the hold time)",
+        _non_negative_int,
+    )
+    database_tcp_timeout_ms: int = setting(
+        10_000,
+        "drop a Postgres connection whose peer stops answering for this long (TCP keepalives "
+        "and tcp_user_timeout; 0: the operating system's defaults)",
+        _non_negative_int,
+    )
+    database_synchronous_commit: str = setting(
+        "",
+        "synchronous_commit of the node's sessions (empty: the server's setting); with a "
+        "synchronous standby, 'on' or 'remote_apply' keeps enqueued messages through a "
+        "failover",
+        str.lower,
+        choices=(
+            "",
+            "on",
+            "remote_apply",
+            "remote_write",
+            "local",
+            "off",
+        ),
+    )
+    migration_database_url: Secret = setting(
+        "",
+        "Postgres URL of `chronos migrate` (a role that owns the schema; empty: "
+        "CHRONOS_DATABASE_URL); nodes then need only the grants in the README",
+        _postgres_url_or_empty,
+        secret=True,
+    )
+    liveness_timeout_ms: int = setting(
+        30_000,
+        "/health/live fails when a loop has made no progress for this long (a stuck "
+        "statement, a black-holed connection)",
+        _positive_int,
+    )
+    http_host: str = setting(
+        "0.0.0.0",
+        "address of the HTTP server (metrics, health, admin API)",
+    )
+    http_port: int = setting(
+        8080,
+        "port of the HTTP server (0 disables it)",
+        _port,
+    )
+    admin_token: Secret = setting(
+        "",
+        "bearer token of the admin API (empty: admin API off)",
+        secret=True,
+    )
+    log_level: str = setting(
+        "INFO",
+        "log level",
+        str.upper,
+        choices=(
+            "DEBUG",
+            "INFO",
+            "WARNING",
+            "ERROR",
+        ),
+    )
+    log_format: str = setting(
+        "text",
+        "log format",
+        str.lower,
+        choices=(
+            "text",
+            "json",
+        ),
+    )
+
+    kafka_properties: Mapping[str, str | Secret] = field(default_factory=dict)
+    consumer_properties: Mapping[str, str | Secret] = field(default_factory=dict)
+    producer_properties: Mapping[str, str | Secret] = field(default_factory=dict)
 
     @property
     def effective_statement_timeout_ms(self) -> int:
@@ -377,7 +423,7 @@ class Settings:
             raise ConfigError(
                 "database_url is required: set CHRONOS_DATABASE_URL or --database-url"
             )
-        if self.database_url and not str(self.database_url).startswith(POSTGRES_URL_PREFIXES):
+        if self.database_url and not self.database_url.reveal().startswith(POSTGRES_URL_PREFIXES):
             raise ConfigError("CHRONOS_DATABASE_URL / --database-url must be a postgresql:// URL")
         budget = self.lookahead_ms + self.delivery_timeout_ms + self.poll_interval_ms
         if budget >= self.hold_time_ms:
@@ -430,6 +476,14 @@ class Settings:
         return self
 
 
+OPTIONS: tuple[Option, ...] = tuple(
+    dataclasses.replace(f.metadata["option"], name=f.name)
+    for f in dataclasses.fields(Settings)
+    if "option" in f.metadata
+)
+OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
+
+
 # Producer properties at-least-once depends on, and the values a passthrough may give them.
 AT_LEAST_ONCE_PRODUCER = {
     "enable.idempotence": {"true"},
@@ -452,21 +506,24 @@ def _parse_option(option: Option, raw: str, source: str) -> Any:
     return Secret(value) if option.secret else value
 
 
-def _passthrough_from_env(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
-    props: dict[str, str] = {}
+def _passthrough_from_env(environ: Mapping[str, str], prefix: str) -> dict[str, str | Secret]:
+    props: dict[str, str | Secret] = {}
     for key, value in environ.items():
         if key.startswith(prefix) and len(key) > len(prefix):
-            props[key[len(prefix) :].lower().replace("_", ".")] = value
+            name = key[len(prefix) :].lower().replace("_", ".")
+            props[name] = Secret(value) if is_secret_property(name) else value
     return props
 
 
-def _passthrough_from_flags(items: Sequence[str] | None, flag: str) -> dict[str, str]:
-    props: dict[str, str] = {}
+def _passthrough_from_flags(items: Sequence[str] | None, flag: str) -> dict[str, str | Secret]:
+    props: dict[str, str | Secret] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"{flag} {item!r} is invalid: expected NAME=VALUE")
-        props[name.strip()] = value
+            raise ConfigError(
+                f"{flag} {item.partition('=')[0]!r}=... is invalid: expected NAME=VALUE"
+            )
+        props[name.strip()] = Secret(value) if is_secret_property(name) else value
     return props
 
 
@@ -548,5 +605,6 @@ def as_environment(settings: Settings) -> dict[str, str]:
         env[option.env] = value.reveal() if isinstance(value, Secret) else str(value)
     for kind, prefix in KAFKA_PASSTHROUGH_PREFIXES.items():
         for name, value in getattr(settings, f"{kind}_properties").items():
-            env[prefix + name.upper().replace(".", "_")] = value
+            revealed = value.reveal() if isinstance(value, Secret) else value
+            env[prefix + name.upper().replace(".", "_")] = revealed
     return env

@@ -408,7 +408,9 @@ def test_settings_and_passthrough_properties_arrive_typed() -> None:
     assert loaded.shutdown_timeout_ms == 45000
     assert loaded.input_topic == "orders.delay"
     assert loaded.dead_letter_topic == ""
-    assert loaded.kafka_properties == {
+    assert isinstance(loaded.kafka_properties["sasl.password"], settings.Secret)
+    assert isinstance(loaded.kafka_properties["ssl.key.password"], settings.Secret)
+    assert settings.reveal_properties(loaded.kafka_properties) == {
         "security.protocol": "SASL_SSL",
         "sasl.mechanisms": "SCRAM-SHA-512",
         "sasl.username": SASL_USER,

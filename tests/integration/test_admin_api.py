@@ -27,8 +27,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 import chronos
 from chronos import http as chronos_http
 from chronos import migrate
-from chronos.backlog import Monitor
 from chronos.http import ChronosHTTPServer, start_http_server
+from chronos.monitor import Monitor
 from chronos.protocol import ScheduledMessage
 from chronos.settings import Secret, Settings, load
 from chronos.sql import query

@@ -16,9 +16,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 import chronos
-from chronos import admin, backlog, kafka
+from chronos import admin, consumer_lag, kafka
 from chronos.admin import AdminAPI, ApiError
-from chronos.backlog import Monitor, partition_lags, record_consumer_stats
+from chronos.consumer_lag import partition_lags, record_consumer_stats
+from chronos.monitor import Monitor
 from chronos.protocol import ScheduledMessage
 from chronos.settings import Secret, Settings, load
 from chronos.testing import InMemoryStore, ManualClock
@@ -525,7 +526,7 @@ def test_the_consumer_reports_statistics_unless_a_passthrough_overrides_the_inte
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(kafka, "Consumer", lambda conf: seen.append(conf))
     kafka.make_consumer(make_settings(), on_commit=print)
-    assert seen[-1]["statistics.interval.ms"] == backlog.CONSUMER_STATS_INTERVAL_MS
+    assert seen[-1]["statistics.interval.ms"] == consumer_lag.CONSUMER_STATS_INTERVAL_MS
     assert seen[-1]["stats_cb"] is record_consumer_stats
     assert seen[-1]["on_commit"] is print
     kafka.make_consumer(make_settings(consumer_properties={"statistics.interval.ms": "0"}))

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from chronos.backlog import Monitor
 from chronos.errors import ConfigError
 from chronos.leadership import FENCE_MARGIN_S, Leadership
+from chronos.monitor import Monitor
 from chronos.recovery import RecoveryLoop
 from chronos.testing import InMemoryStore, ManualClock
 from tests.unit.helpers import Firing, settings

@@ -74,18 +74,27 @@ def test_run_help_shows_every_flag_with_its_env_var(capsys: pytest.CaptureFixtur
         assert prefix in text
 
 
+def plain(value: Any) -> Any:
+    """A setting's value as parsed (a secret's revealed)."""
+    return value.reveal() if isinstance(value, Secret) else value
+
+
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
 def test_each_setting_is_read_from_its_env_var(option: Option) -> None:
     text, parsed = alternative(option)
     environ = {"CHRONOS_DATABASE_URL": DB, option.env: text}
-    assert getattr(load(environ=environ), option.name) == parsed
+    value = getattr(load(environ=environ), option.name)
+    assert isinstance(value, Secret) == option.secret
+    assert plain(value) == parsed
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.name)
 def test_each_setting_is_read_from_its_flag_which_beats_the_env(option: Option) -> None:
     text, parsed = alternative(option)
     environ = {"CHRONOS_DATABASE_URL": DB, option.env: str(option.default)}
-    assert getattr(load(_args(option.flag, text), environ=environ), option.name) == parsed
+    value = getattr(load(_args(option.flag, text), environ=environ), option.name)
+    assert isinstance(value, Secret) == option.secret
+    assert plain(value) == parsed
 
 
 def test_defaults_apply_when_nothing_is_set() -> None:
@@ -95,7 +104,7 @@ def test_defaults_apply_when_nothing_is_set() -> None:
             assert uuid.UUID(settings.node_id)
             continue
         expected = option.parse(str(option.default))
-        assert getattr(settings, option.name) == expected
+        assert plain(getattr(settings, option.name)) == expected
 
 
 def test_node_ids_are_random_per_process_unless_set() -> None:

@@ -1,4 +1,4 @@
-"""A node's monitor: its heartbeat, the election, the backlog gauges and the consumer lag.
+"""A node's monitor: its heartbeat, the election and the backlog gauges.
 
 A thread started by the node (not one of the three loops: it never touches a message) that
 
@@ -13,24 +13,19 @@ A thread started by the node (not one of the three loops: it never touches a mes
   counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW`` (100k), the
   estimate above. They describe the shared table: the leader reports them and the other nodes
   report 0, so aggregate them with ``max()``, not ``sum()``.
-
-The consumer lag comes from librdkafka's statistics (``statistics.interval.ms``, see
-``chronos.kafka.make_consumer``): ``record_consumer_stats`` publishes, for the partitions
-assigned to this node, the records not yet durably handled (high watermark minus the stored
-offset, else minus the committed offset). ``sum()`` over nodes is the consumer group's lag.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
 import time
-from typing import Any
 
 from chronos import __version__, metrics
+from chronos.errors import StoreError
 from chronos.leadership import Leadership
+from chronos.policy import park_after
 from chronos.settings import Settings
 from chronos.store import Backlog, Store
 
@@ -41,13 +36,7 @@ BACKLOG_INTERVAL_S = 5.0
 NODE_RETENTION_S = 3600.0
 EXACT_COUNT_BELOW = 100_000
 COUNT_LIMIT = 10_000
-CONSUMER_STATS_INTERVAL_MS = 5000
 _WARN_EVERY_S = 30.0
-
-
-def park_attempts(settings: Settings) -> int:
-    """Failed publishes after which a row is parked: never claimed again (see claim_due)."""
-    return settings.max_publish_attempts * 2
 
 
 class Monitor:
@@ -113,7 +102,7 @@ class Monitor:
         sent_at = self.leadership.monotonic()  # before the statement: see chronos.leadership
         try:
             self.store.heartbeat(self.node_id, hostname=self.hostname, version=__version__)
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("heartbeat", exc)
             return False
         self.leadership.renew(sent_at)
@@ -125,7 +114,7 @@ class Monitor:
         was_leader = self.leadership.is_leader()
         try:
             leader = self.store.elect_leader(self.settings.liveness_window_ms)
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("elect_leader", exc)
             leader = None
         leads = self.leadership.elected(leader)
@@ -137,11 +126,11 @@ class Monitor:
         started = time.perf_counter()
         try:
             backlog = self.store.backlog(
-                park_attempts(self.settings),
+                park_after(self.settings),
                 exact_below=EXACT_COUNT_BELOW,
                 count_limit=COUNT_LIMIT,
             )
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("backlog").observe(time.perf_counter() - started)
@@ -153,7 +142,7 @@ class Monitor:
         self.leadership.elected(None)  # a leaving node leads no more
         try:
             self.store.remove_node(self.node_id)
-        except Exception as exc:
+        except StoreError as exc:
             log.warning(
                 "could not delete the heartbeat of node %s (it is no longer live after %.0f s): %s",
                 self.node_id,
@@ -167,7 +156,7 @@ class Monitor:
     def expire_nodes(self) -> None:
         try:
             expired = self.store.expire_nodes(NODE_RETENTION_S)
-        except Exception as exc:
+        except StoreError as exc:
             self._failed("expire_nodes", exc)
             return
         if expired:
@@ -212,53 +201,3 @@ def publish_backlog(backlog: Backlog) -> None:
     metrics.OLDEST_OVERDUE.set(backlog.oldest_overdue_seconds)
     metrics.BACKLOG_EXACT.set(1 if backlog.unclaimed_exact else 0)
     metrics.BACKLOG_UPDATED.set(time.time())
-
-
-# -- consumer lag (librdkafka statistics) -------------------------------------------------------
-
-_lag_lock = threading.Lock()
-_lag_labels: set[tuple[str, str]] = set()
-
-# A partition this consumer fetches (assigned); "none"/"stopping"/"stopped" are not.
-_FETCHING = frozenset({"offset-query", "offset-wait", "active"})
-
-
-def partition_lags(stats: dict[str, Any]) -> dict[tuple[str, str], int]:
-    """Lag per (topic, partition) assigned to this consumer, from one statistics document.
-
-    High watermark minus the stored offset (records not yet durably handled), else minus the
-    committed offset; partitions whose lag librdkafka does not know (-1) are left out.
-    """
-    lags: dict[tuple[str, str], int] = {}
-    for topic, topic_stats in (stats.get("topics") or {}).items():
-        for partition, p in (topic_stats.get("partitions") or {}).items():
-            if partition == "-1" or not p.get("desired", True):
-                continue
-            if p.get("fetch_state") not in _FETCHING:
-                continue
-            lag = p.get("consumer_lag_stored", -1)
-            if not isinstance(lag, int) or lag < 0:
-                lag = p.get("consumer_lag", -1)
-            if isinstance(lag, int) and lag >= 0:
-                lags[(topic, str(partition))] = lag
-    return lags
-
-
-def record_consumer_stats(stats_json: str) -> None:
-    """librdkafka ``stats_cb``: publish the consumer lag gauges (runs in the consumer's poll)."""
-    try:
-        lags = partition_lags(json.loads(stats_json))
-    except (ValueError, TypeError, AttributeError) as exc:
-        log.debug("unreadable consumer statistics: %s", exc)
-        return
-    with _lag_lock:
-        for labels in _lag_labels - lags.keys():
-            try:
-                metrics.CONSUMER_PARTITION_LAG.remove(*labels)
-            except KeyError:
-                pass
-        for (topic, partition), lag in lags.items():
-            metrics.CONSUMER_PARTITION_LAG.labels(topic, partition).set(lag)
-        _lag_labels.clear()
-        _lag_labels.update(lags.keys())
-        metrics.CONSUMER_LAG.set(sum(lags.values()))

@@ -1,0 +1,42 @@
+"""Honest instruments: chronos_fired_messages_total counts only messages delivered to their
+own topic (not dead letters, not rows a peer had taken over), and the lateness histogram is
+measured on the database clock the timers use, never the node's wall clock."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+from prometheus_client import REGISTRY
+
+from chronos.store import Outcome
+from tests.unit.helpers import OUTPUT, Firing
+from tests.unit.store_contract import msg
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def test_dead_letters_are_not_counted_as_fired() -> None:
+    f = Firing.create(max_publish_attempts=2)
+    assert f.store.enqueue([msg("big", f.at(100), key=b"big")], 0) == [Outcome.INSERTED]
+    assert f.store.enqueue([msg("ok", f.at(100), key=b"ok")], 0) == [Outcome.INSERTED]
+    f.publisher.decide = lambda r: (
+        KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if r.topic == OUTPUT and r.key == b"big" else None
+    )
+    before = _sample("chronos_fired_messages_total")
+    f.run_for(3000, step_ms=10)
+    assert len(f.store) == 0  # both done: one fired, one dead-lettered
+    assert _sample("chronos_fired_messages_total") - before == 1
+
+
+def test_lateness_is_measured_on_the_database_clock_not_the_wall_clock() -> None:
+    # The test's clock is the "database" clock (the claim's time left is measured on it); the
+    # process's own wall clock (time.time()) is another one, days apart from it here.
+    f = Firing.create(timing_advance_ms=50, lookahead_ms=1000)
+    assert f.store.enqueue([msg("m", f.at(500))], 0) == [Outcome.INSERTED]
+    count = _sample("chronos_fire_lateness_seconds_count")
+    total = _sample("chronos_fire_lateness_seconds_sum")
+    f.run_for(1000, step_ms=1)
+    assert _sample("chronos_fire_lateness_seconds_count") == count + 1
+    lateness = _sample("chronos_fire_lateness_seconds_sum") - total
+    assert -0.051 <= lateness <= 0.0, lateness  # fired within the timing advance
