@@ -17,35 +17,27 @@ from __future__ import annotations
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from chronos.errors import StoreError
 from chronos.kafka_fakes import FakeConsumer, FakePublisher, ProducedRecord, make_record
-from chronos.leadership import Leadership, lowest_id
+from chronos.leadership import Leadership
+from chronos.memory_admin import InMemoryAdmin
+from chronos.memory_rows import NodeRow, StoredRow, check_uuid, refused
 from chronos.protocol import (
     MAX_ID_LENGTH,
     Action,
-    Headers,
     ScheduledMessage,
-    decode_headers,
     encode_headers,
 )
 from chronos.store import (
     DEFAULT_CANCEL_TTL_MS,
-    LIST_QUERIES,
     UNBOUNDED_BYTES,
-    Backlog,
-    CancelOutcome,
     Claim,
     ClaimedRow,
-    MessageRecord,
-    NodeRecord,
     Outcome,
-    RequeueOutcome,
-    RescheduleOutcome,
     StuckRow,
     row_bytes,
 )
@@ -102,55 +94,7 @@ class ManualClock:
 # ------------------------------------------------------------------------------------ store
 
 
-@dataclass(slots=True)
-class StoredRow:
-    """One row of ``chronos_messages`` as the in-memory store keeps it."""
-
-    id: str
-    deadline: datetime
-    key: bytes | None
-    value: bytes | None
-    headers_json: str | None  # as stored: the encoded header list (None when no headers)
-    enqueued_at: datetime
-    readied_at: datetime | None = None
-    readied_by: str | None = None
-    attempts: int = 0
-    last_error: str | None = None
-    target_topic: str | None = None
-    parked_at: datetime | None = None
-
-    @property
-    def headers(self) -> Headers:
-        return decode_headers(self.headers_json)
-
-    def parked(self, park_attempts: int) -> bool:
-        """Unclaimed and parked: stamped, or at the threshold by its attempts alone."""
-        return self.readied_at is None and (
-            self.parked_at is not None or (self.attempts > 0 and self.attempts >= park_attempts)
-        )
-
-
-@dataclass(slots=True)
-class _NodeRow:
-    started_at: datetime
-    heartbeat_at: datetime
-    hostname: str | None
-    version: str | None
-
-
-def _refused(message: str) -> StoreError:
-    """The database refused the data itself (a data exception): retrying cannot succeed."""
-    return StoreError(message, retryable=False)
-
-
-def _check_uuid(value: str, what: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except (ValueError, TypeError, AttributeError):
-        raise _refused(f"{what} failed: invalid input syntax for type uuid: {value!r}") from None
-
-
-class InMemoryStore:
+class InMemoryStore(InMemoryAdmin):
     """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock.
 
     ``clock`` returns the "database" time (timezone-aware); every comparison the SQL makes with
@@ -173,7 +117,7 @@ class InMemoryStore:
             self.clock = clock or (lambda: datetime.now(UTC))
             self.monotonic = monotonic or time.monotonic
         self._rows: dict[str, StoredRow] = {}
-        self._nodes: dict[str, _NodeRow] = {}
+        self._nodes: dict[str, NodeRow] = {}
         self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
         self._lock = threading.RLock()
         self._failures: list[tuple[str | None, StoreError]] = []
@@ -242,13 +186,13 @@ class InMemoryStore:
             now = self._statement("enqueue_batch")
             for m in messages:
                 if len(m.id) > MAX_ID_LENGTH:
-                    raise _refused(
+                    raise refused(
                         "enqueue_batch failed: value too long for type character varying(128)"
                     )
                 if "\x00" in m.id:
-                    raise _refused("enqueue_batch failed: invalid byte sequence (NUL)")
+                    raise refused("enqueue_batch failed: invalid byte sequence (NUL)")
                 if m.deadline.tzinfo is None:
-                    raise _refused("enqueue_batch failed: naive deadline")
+                    raise refused("enqueue_batch failed: naive deadline")
             threshold = now + timedelta(milliseconds=advance_ms)
             existed_before = {m.id for m in messages if m.id in self._rows}
             blocked = {m.id for m in messages if self._cancels.get(m.id, now) > now}
@@ -320,7 +264,7 @@ class InMemoryStore:
     ) -> list[ClaimedRow]:
         with self._lock:
             now = self._statement("claim_due")
-            node = _check_uuid(node_id, "claim_due")
+            node = check_uuid(node_id, "claim_due")
             horizon = now + timedelta(milliseconds=horizon_ms)
             due = [
                 r
@@ -369,7 +313,7 @@ class InMemoryStore:
             return set()
         with self._lock:
             self._statement("delete_fired")
-            node = _check_uuid(node_id, "delete_fired")
+            node = check_uuid(node_id, "delete_fired")
             deleted: set[str] = set()
             for claim in claims:
                 if self._fenced(node, claim) is not None:
@@ -390,12 +334,12 @@ class InMemoryStore:
             return {}
         with self._lock:
             now = self._statement("release_claims")
-            node = _check_uuid(node_id, "release_claims")
+            node = check_uuid(node_id, "release_claims")
             padded: list[str | None] = list(errors) if errors is not None else []
             padded += [None] * (len(claims) - len(padded))
             for error in padded:
                 if error is not None and len(error) > _LAST_ERROR_LENGTH:
-                    raise _refused(
+                    raise refused(
                         "release_claims failed: value too long for type character varying(500)"
                     )
             released: dict[str, int] = {}
@@ -431,7 +375,7 @@ class InMemoryStore:
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         with self._lock:
             self._statement("release_node")
-            node = _check_uuid(node_id, "release_node")
+            node = check_uuid(node_id, "release_node")
             count = 0
             for row in self._rows.values():
                 if row.readied_by == node and (
@@ -472,7 +416,7 @@ class InMemoryStore:
             self._statement("reset_stuck")
             reset: list[tuple[str, str]] = []
             for stuck in rows:
-                node = _check_uuid(stuck.readied_by, "reset_stuck")
+                node = check_uuid(stuck.readied_by, "reset_stuck")
                 row = self._rows.get(stuck.id)
                 if row is None or row.readied_by != node or row.readied_at != stuck.readied_at:
                     continue
@@ -487,250 +431,6 @@ class InMemoryStore:
 
     def close(self) -> None:
         self.closed = True
-
-    # -- admin and monitoring ------------------------------------------------------------------
-
-    def backlog(
-        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
-    ) -> Backlog:
-        with self._lock:
-            now = self._statement("backlog")
-            rows = list(self._rows.values())
-            unclaimed = [r for r in rows if r.readied_at is None]
-            claimed = [r for r in rows if r.readied_at is not None]
-            parked = [r for r in unclaimed if r.parked(park_attempts)]
-            overdue = [
-                r
-                for r in unclaimed
-                if r.deadline < now and r.parked_at is None and r.attempts < park_attempts
-            ]
-            exact = len(rows) < exact_below and len(unclaimed) < exact_below
-            deadlines = [r.deadline for r in rows]
-            return Backlog(
-                now=now,
-                estimated_rows=len(rows),
-                unclaimed=len(unclaimed) if exact else max(len(rows) - len(claimed), 0),
-                unclaimed_exact=exact,
-                claimed=len(claimed),
-                parked=min(len(parked), count_limit),
-                parked_capped=len(parked) >= count_limit,
-                overdue=min(len(overdue), count_limit),
-                overdue_capped=len(overdue) >= count_limit,
-                oldest_overdue=min((r.deadline for r in overdue), default=None),
-                oldest_deadline=min(deadlines, default=None),
-                newest_deadline=max(deadlines, default=None),
-            )
-
-    @staticmethod
-    def _record(row: StoredRow, include_value: bool) -> MessageRecord:
-        return MessageRecord(
-            id=row.id,
-            deadline=row.deadline,
-            readied_at=row.readied_at,
-            readied_by=row.readied_by,
-            attempts=row.attempts,
-            last_error=row.last_error,
-            target_topic=row.target_topic,
-            enqueued_at=row.enqueued_at,
-            key=row.key,
-            headers=row.headers,
-            value_size=None if row.value is None else len(row.value),
-            value=row.value if include_value else None,
-            parked_at=row.parked_at,
-        )
-
-    def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
-        with self._lock:
-            self._statement("get_message")
-            row = self._rows.get(message_id)
-            return None if row is None else self._record(row, include_value)
-
-    def list_messages(
-        self,
-        *,
-        state: str | None,
-        park_attempts: int,
-        limit: int,
-        deadline_from: datetime | None = None,
-        deadline_to: datetime | None = None,
-        after: tuple[datetime, str] | None = None,
-    ) -> list[MessageRecord]:
-        if state not in LIST_QUERIES:
-            raise ValueError(f"unknown message state {state!r}")
-        with self._lock:
-            self._statement(LIST_QUERIES[state])
-
-            def wanted(r: StoredRow) -> bool:
-                if state == "waiting" and not (
-                    r.readied_at is None and r.parked_at is None and r.attempts < park_attempts
-                ):
-                    return False
-                if state == "parked" and not r.parked(park_attempts):
-                    return False
-                if state == "claimed" and r.readied_at is None:
-                    return False
-                if deadline_from is not None and r.deadline < deadline_from:
-                    return False
-                if deadline_to is not None and r.deadline >= deadline_to:
-                    return False
-                return after is None or (r.deadline, r.id) > after
-
-            chosen = sorted(
-                (r for r in self._rows.values() if wanted(r)), key=lambda r: (r.deadline, r.id)
-            )
-            return [self._record(r, False) for r in chosen[: max(0, limit)]]
-
-    def cancel_message(self, message_id: str) -> CancelOutcome:
-        with self._lock:
-            self._statement("cancel_message")
-            row = self._rows.get(message_id)
-            if row is None:
-                return CancelOutcome.NOT_FOUND
-            if row.readied_at is not None:
-                return CancelOutcome.CLAIMED
-            del self._rows[message_id]
-            return CancelOutcome.CANCELLED
-
-    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome:
-        with self._lock:
-            self._statement("requeue_message")
-            row = self._rows.get(message_id)
-            if row is None:
-                return RequeueOutcome.NOT_FOUND
-            if not row.parked(park_attempts):
-                return RequeueOutcome.NOT_PARKED
-            row.attempts, row.parked_at, row.last_error = 0, None, None
-            return RequeueOutcome.REQUEUED
-
-    def reschedule_message(
-        self,
-        message_id: str,
-        park_attempts: int,
-        *,
-        deadline: datetime | None = None,
-        delay_ms: int | None = None,
-    ) -> tuple[RescheduleOutcome, MessageRecord | None]:
-        if (deadline is None) == (delay_ms is None):
-            raise ValueError("give exactly one of deadline and delay_ms")
-        with self._lock:
-            now = self._statement("reschedule_message")
-            row = self._rows.get(message_id)
-            if row is None:
-                return RescheduleOutcome.NOT_FOUND, None
-            if row.readied_at is not None:
-                return RescheduleOutcome.CLAIMED, None
-            if row.parked(park_attempts):
-                return RescheduleOutcome.PARKED, None
-            if deadline is None:
-                assert delay_ms is not None
-                deadline = now + timedelta(milliseconds=delay_ms)
-            row.deadline = deadline
-            return RescheduleOutcome.RESCHEDULED, self._record(row, False)
-
-    def heartbeat(
-        self,
-        node_id: str,
-        *,
-        started_at: datetime | None = None,
-        hostname: str | None = None,
-        version: str | None = None,
-    ) -> None:
-        with self._lock:
-            now = self._statement("heartbeat")
-            node = _check_uuid(node_id, "heartbeat")
-            known = self._nodes.get(node)
-            self._nodes[node] = _NodeRow(
-                started_at=known.started_at if known else (started_at or now),
-                heartbeat_at=now,
-                hostname=hostname,
-                version=version,
-            )
-
-    def register_node(
-        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
-    ) -> datetime | None:
-        with self._lock:
-            now = self._statement("register_node")
-            node = _check_uuid(node_id, "register_node")
-            known = self._nodes.get(node)
-            if known is not None and known.heartbeat_at >= now - timedelta(seconds=live_s):
-                return None
-            self._nodes[node] = _NodeRow(
-                started_at=now, heartbeat_at=now, hostname=hostname, version=version
-            )
-            return now
-
-    def remove_node(self, node_id: str) -> bool:
-        with self._lock:
-            self._statement("remove_node")
-            return self._nodes.pop(_check_uuid(node_id, "remove_node"), None) is not None
-
-    def expire_nodes(self, retain_s: float) -> int:
-        with self._lock:
-            now = self._statement("expire_nodes")
-            cutoff = now - timedelta(seconds=retain_s)
-            gone = [n for n, row in self._nodes.items() if row.heartbeat_at < cutoff]
-            for node in gone:
-                del self._nodes[node]
-            return len(gone)
-
-    def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
-        with self._lock:
-            now = self._statement("list_nodes")
-            claims: dict[str, list[datetime]] = {}
-            for r in self._rows.values():
-                if r.readied_at is not None and r.readied_by is not None:
-                    claims.setdefault(r.readied_by, []).append(r.readied_at)
-            records = []
-            for node in sorted(set(self._nodes) | set(claims)):
-                beat = self._nodes.get(node)
-                held = claims.get(node, [])
-                live = beat is not None and beat.heartbeat_at > now - timedelta(seconds=live_s)
-                if not (live or held or include_dead):
-                    continue
-                records.append(
-                    NodeRecord(
-                        node_id=node,
-                        live=live,
-                        started_at=beat.started_at if beat else None,
-                        heartbeat_at=beat.heartbeat_at if beat else None,
-                        heartbeat_age_seconds=(
-                            (now - beat.heartbeat_at).total_seconds() if beat else None
-                        ),
-                        hostname=beat.hostname if beat else None,
-                        version=beat.version if beat else None,
-                        claimed=len(held),
-                        oldest_claim_at=min(held, default=None),
-                    )
-                )
-            return records
-
-    def elect_leader(self, window_ms: int) -> str | None:
-        with self._lock:
-            now = self._statement("elect_leader")
-            cutoff = now - timedelta(milliseconds=window_ms)
-            return lowest_id([n for n, row in self._nodes.items() if row.heartbeat_at > cutoff])
-
-    def reset_lapsed_claims(
-        self, window_ms: int, node_id: str, limit: int
-    ) -> list[tuple[str, str]]:
-        with self._lock:
-            now = self._statement("reset_lapsed_claims")
-            me = _check_uuid(node_id, "reset_lapsed_claims")
-            cutoff = now - timedelta(milliseconds=window_ms)
-            lapsed = {n for n, row in self._nodes.items() if row.heartbeat_at < cutoff and n != me}
-            taken = [
-                r
-                for r in self._rows.values()
-                if r.readied_at is not None and r.readied_by in lapsed
-            ]
-            taken.sort(key=lambda r: r.readied_at or now)
-            reset: list[tuple[str, str]] = []
-            for row in taken[: max(0, limit)]:
-                reset.append((row.id, row.readied_by or ""))
-                row.readied_at = None
-                row.readied_by = None
-            return reset
 
 
 def unfenced(node_id: str, window_ms: int = 5000) -> Leadership:

@@ -16,8 +16,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 import chronos
-from chronos import admin, consumer_lag, kafka
-from chronos.admin import AdminAPI, ApiError
+from chronos import admin, admin_params, consumer_lag, kafka
+from chronos.admin import AdminAPI
+from chronos.admin_params import ApiError
 from chronos.consumer_lag import partition_lags, record_consumer_stats
 from chronos.monitor import Monitor
 from chronos.protocol import ScheduledMessage
@@ -53,9 +54,9 @@ def make_settings(token: str = TOKEN, **overrides: Any) -> Settings:
     ],
 )
 def test_a_cursor_round_trips_exactly_and_is_url_safe(deadline: datetime, message_id: str) -> None:
-    token = admin.encode_cursor(deadline, message_id)
+    token = admin_params.encode_cursor(deadline, message_id)
     assert all(c.isalnum() or c in "-_" for c in token)
-    assert admin.decode_cursor(token) == (deadline, message_id)
+    assert admin_params.decode_cursor(token) == (deadline, message_id)
 
 
 @pytest.mark.parametrize(
@@ -77,21 +78,21 @@ def test_a_cursor_round_trips_exactly_and_is_url_safe(deadline: datetime, messag
 )
 def test_a_cursor_not_made_by_the_api_is_a_400(token: str) -> None:
     with pytest.raises(ApiError) as err:
-        admin.decode_cursor(token)
+        admin_params.decode_cursor(token)
     assert err.value.status == 400
 
 
 def test_an_altered_cursor_is_refused_or_points_elsewhere_never_crashes() -> None:
-    token = admin.encode_cursor(datetime(2030, 1, 1, tzinfo=UTC), "abc")
+    token = admin_params.encode_cursor(datetime(2030, 1, 1, tzinfo=UTC), "abc")
     for i in range(len(token)):
         for replacement in "A_-0":
             altered = token[:i] + replacement + token[i + 1 :]
             try:
-                deadline, message_id = admin.decode_cursor(altered)
+                deadline, message_id = admin_params.decode_cursor(altered)
             except ApiError as exc:
                 assert exc.status == 400
             else:
-                assert deadline.tzinfo is not None and admin.valid_id(message_id)
+                assert deadline.tzinfo is not None and admin_params.valid_id(message_id)
 
 
 # ------------------------------------------------------------------------------ auth
@@ -153,7 +154,7 @@ def test_auth_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None
     ],
 )
 def test_rfc3339_timestamps_parse_as_utc(raw: str, expected: datetime) -> None:
-    assert admin.parse_timestamp("deadline_from", raw) == expected
+    assert admin_params.parse_timestamp("deadline_from", raw) == expected
 
 
 @pytest.mark.parametrize(
@@ -176,25 +177,25 @@ def test_rfc3339_timestamps_parse_as_utc(raw: str, expected: datetime) -> None:
 )
 def test_anything_but_an_rfc3339_instant_is_a_400_naming_the_parameter(raw: str) -> None:
     with pytest.raises(ApiError) as err:
-        admin.parse_timestamp("deadline_to", raw)
+        admin_params.parse_timestamp("deadline_to", raw)
     assert err.value.status == 400 and "deadline_to" in err.value.message
 
 
 @pytest.mark.parametrize(("raw", "value"), [(None, False), ("true", True), ("false", False)])
 def test_booleans(raw: str | None, value: bool) -> None:
-    assert admin.parse_bool("include_value", raw) is value
+    assert admin_params.parse_bool("include_value", raw) is value
 
 
 @pytest.mark.parametrize("raw", ["", "1", "0", "True", "yes", "true\n"])
 def test_booleans_are_true_or_false_nothing_else(raw: str) -> None:
     with pytest.raises(ApiError) as err:
-        admin.parse_bool("include_value", raw)
+        admin_params.parse_bool("include_value", raw)
     assert err.value.status == 400
 
 
 @pytest.mark.parametrize(("raw", "value"), [(None, 100), ("1", 1), ("1000", 1000), ("050", 50)])
 def test_limit(raw: str | None, value: int) -> None:
-    assert admin.parse_limit(raw) == value
+    assert admin_params.parse_limit(raw) == value
 
 
 @pytest.mark.parametrize(
@@ -202,39 +203,39 @@ def test_limit(raw: str | None, value: int) -> None:
 )
 def test_limit_out_of_range_or_not_an_integer_is_a_400(raw: str) -> None:
     with pytest.raises(ApiError) as err:
-        admin.parse_limit(raw)
+        admin_params.parse_limit(raw)
     assert err.value.status == 400
 
 
 def test_query_parameters_must_be_known_single_and_decodable() -> None:
     allowed = frozenset({"a", "b"})
-    assert admin.parse_query("a=1&b=x%20y", allowed) == {"a": "1", "b": "x y"}
-    assert admin.parse_query("", allowed) == {}
+    assert admin_params.parse_query("a=1&b=x%20y", allowed) == {"a": "1", "b": "x y"}
+    assert admin_params.parse_query("", allowed) == {}
     for bad in ("c=1", "a=1&a=2", "a=%ff", "a=%00"):
         with pytest.raises(ApiError) as err:
-            admin.parse_query(bad, allowed)
+            admin_params.parse_query(bad, allowed)
         assert err.value.status == 400, bad
 
 
 def test_message_ids_are_percent_decoded_and_checked() -> None:
-    assert admin.parse_message_id("a%2Fb%20%C3%A9") == "a/b é"
-    assert admin.parse_message_id("x" * 128) == "x" * 128
+    assert admin_params.parse_message_id("a%2Fb%20%C3%A9") == "a/b é"
+    assert admin_params.parse_message_id("x" * 128) == "x" * 128
     for bad in ("x" * 129, "%ff", "a%00"):
         with pytest.raises(ApiError) as err:
-            admin.parse_message_id(bad)
+            admin_params.parse_message_id(bad)
         assert err.value.status == 400
 
 
 def test_list_parameters() -> None:
-    cursor = admin.encode_cursor(datetime(2030, 1, 1, tzinfo=UTC), "m")
-    p = admin.parse_list_params(
+    cursor = admin_params.encode_cursor(datetime(2030, 1, 1, tzinfo=UTC), "m")
+    p = admin_params.parse_list_params(
         f"state=parked&deadline_from=2030-01-01T00:00:00Z&limit=7&cursor={cursor}"
     )
     assert (p.state, p.limit, p.deadline_to) == ("parked", 7, None)
     assert p.deadline_from == datetime(2030, 1, 1, tzinfo=UTC)
     assert p.after == (datetime(2030, 1, 1, tzinfo=UTC), "m")
     with pytest.raises(ApiError):
-        admin.parse_list_params("state=ready")
+        admin_params.parse_list_params("state=ready")
 
 
 def test_the_leader_is_the_lowest_live_node_id_in_uuid_order() -> None:
@@ -618,7 +619,7 @@ def test_reschedule_refuses_unknown_claimed_and_parked_messages() -> None:
         {"delay_ms": 1.5},
         {"delay_ms": True},
         {"delay_ms": "5"},
-        {"delay_ms": admin.MAX_DELAY_MS + 1},
+        {"delay_ms": admin_params.MAX_DELAY_MS + 1},
         {"delay": 5},
         {"delay_ms": 5, "extra": 1},
     ],
@@ -653,11 +654,13 @@ def test_a_body_is_read_by_its_length_and_bounded() -> None:
         def read(self, size: int) -> bytes:
             return self.data[:size]
 
-    assert admin.read_body({}, Stream(b"ignored")) == b""
-    assert admin.read_body({"Content-Length": "3"}, Stream(b"abcdef")) == b"abc"
+    assert admin_params.read_body({}, Stream(b"ignored")) == b""
+    assert admin_params.read_body({"Content-Length": "3"}, Stream(b"abcdef")) == b"abc"
     with pytest.raises(ApiError) as err:
-        admin.read_body({"Content-Length": str(admin.MAX_BODY_BYTES + 1)}, Stream(b""))
+        admin_params.read_body(
+            {"Content-Length": str(admin_params.MAX_BODY_BYTES + 1)}, Stream(b"")
+        )
     assert err.value.status == 413
     with pytest.raises(ApiError) as err:
-        admin.read_body({"Content-Length": "-1"}, Stream(b""))
+        admin_params.read_body({"Content-Length": "-1"}, Stream(b""))
     assert err.value.status == 400
