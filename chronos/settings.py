@@ -245,6 +245,12 @@ OPTIONS: tuple[Option, ...] = (
         _topic_patterns,
     ),
     Option(
+        "tenant_from_key",
+        "",
+        "separator ending the key prefix that names a message's tenant when it has no "
+        "chronosTenant header (e.g. ':'); empty: such messages belong to the default tenant",
+    ),
+    Option(
         "max_publish_attempts",
         5,
         "publish attempts of one message before it is dead-lettered",
@@ -344,6 +350,7 @@ class Settings:
     max_delay_ms: int
     cancel_ttl_ms: int
     allowed_topics: str
+    tenant_from_key: str
     max_publish_attempts: int
     dead_letter_timeout_ms: int
     shutdown_timeout_ms: int

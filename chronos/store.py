@@ -92,6 +92,7 @@ class ClaimedRow:
     target_topic: str | None
     remaining_ms: float  # deadline minus the database clock, as the claim statement finished
     claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
+    tenant: str = ""  # the message's tenant ('' : the default tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +467,7 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 r[8],
                 r[9],
                 arrived,
+                r[10] or "",
             )
             for r in rows
         ]

@@ -117,6 +117,7 @@ class StoredRow:
     last_error: str | None = None
     target_topic: str | None = None
     parked_at: datetime | None = None
+    tenant: str = ""
 
     @property
     def headers(self) -> Headers:
@@ -289,6 +290,7 @@ class InMemoryStore:
             headers_json=encode_headers(m.headers),
             enqueued_at=now,
             target_topic=m.target_topic,
+            tenant=m.tenant,
         )
         if m.action is Action.RESCHEDULE:
             if row is not None and row.readied_at is not None:
@@ -353,6 +355,7 @@ class InMemoryStore:
                         target_topic=row.target_topic,
                         remaining_ms=(row.deadline - now).total_seconds() * 1000,
                         claimed_monotonic=arrived,
+                        tenant=row.tenant,
                     )
                 )
             return claimed

@@ -15,22 +15,22 @@
 -- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
 -- all inserted returns no rows. The batch arrives as one JSON array (decoded by the server):
 -- [{"i": id, "a": "s"|"r"|"c", "d": deadline|null, "k": base64 key|null,
---   "v": base64 value|null, "h": headers|null, "t": target topic|null}].
+--   "v": base64 value|null, "h": headers|null, "t": target topic|null, "n": tenant|null}].
 WITH batch AS (
     SELECT b.ord, b.i AS id, coalesce(b.a, 's') AS action, b.d AS deadline,
            decode(b.k, 'base64') AS message_key, decode(b.v, 'base64') AS message_value,
-           b.h AS message_headers, b.t AS target_topic,
+           b.h AS message_headers, b.t AS target_topic, coalesce(b.n, '') AS tenant,
            b.d <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
            EXISTS (SELECT 1 FROM chronos_cancels c
                    WHERE c.id = b.i AND c.expires_at > now()) AS blocked
     FROM ROWS FROM (
              jsonb_to_recordset(%(batch)s::jsonb)
-                 AS (i text, a text, d timestamptz, k text, v text, h jsonb, t text)
-         ) WITH ORDINALITY AS b(i, a, d, k, v, h, t, ord)
+                 AS (i text, a text, d timestamptz, k text, v text, h jsonb, t text, n text)
+         ) WITH ORDINALITY AS b(i, a, d, k, v, h, t, n, ord)
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+                                  target_topic, tenant)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
     FROM batch
     WHERE action = 's' AND NOT due AND NOT blocked
     ORDER BY ord
@@ -38,16 +38,16 @@ WITH batch AS (
     RETURNING id
 ), rescheduled AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+                                  target_topic, tenant)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
     FROM batch
     WHERE action = 'r' AND NOT blocked
     ORDER BY id
     ON CONFLICT (id) DO UPDATE
     SET deadline = excluded.deadline, message_key = excluded.message_key,
         message_value = excluded.message_value, message_headers = excluded.message_headers,
-        target_topic = excluded.target_topic, attempts = 0, last_error = NULL, parked_at = NULL,
-        enqueued_at = now()
+        target_topic = excluded.target_topic, tenant = excluded.tenant, attempts = 0,
+        last_error = NULL, parked_at = NULL, enqueued_at = now()
     WHERE chronos_messages.readied_at IS NULL
     RETURNING id
 ), cancel_target AS (
@@ -138,7 +138,8 @@ WHERE m.id = due.id
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
           m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
           m.target_topic,
-          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision;
+          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision,
+          m.tenant;
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
