@@ -105,6 +105,9 @@ class StuckRow:
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
 
 UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
+FAIR_MAX_TENANTS = 10_000
+"""A fair claim finds at most this many tenants with unclaimed rows (one index descent each, in
+name order); the rows of any further tenants are claimed by the oldest-first fill only."""
 
 
 def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -133,6 +136,7 @@ class Store(Protocol):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]: ...
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
@@ -442,7 +446,10 @@ class PostgresStore(AdminQueries, LeadershipQueries):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]:
+        """Claim due rows: oldest first, or shared between the tenants with due rows when more
+        are due than ``limit`` (see ``claim_due``); ``exclude_tenants`` are not claimed."""
         rows, arrived = self._execute_tuples(
             "claim_due",
             {
@@ -452,6 +459,8 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 "park_attempts": park_attempts,
                 "max_bytes": max_bytes,
                 "first_always": first_always,
+                "exclude_tenants": list(exclude_tenants),
+                "max_tenants": FAIR_MAX_TENANTS,
             },
         )
         return [

@@ -104,16 +104,84 @@ WHERE b.action <> 's' OR b.blocked OR b.due
 ORDER BY b.ord;
 
 -- name: claim_due
--- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
--- skipping rows another node is claiming and parked rows, and stopping before the rows' bytes
--- (key + value + stored headers) pass `max_bytes` (the first row is taken whatever its size when
+-- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), skipping rows
+-- another node is claiming and parked rows, and stopping before the rows' bytes (key + value +
+-- stored headers) pass `max_bytes` (the first row is taken whatever its size when
 -- `first_always`); return them with the time left until each deadline on the database clock,
 -- measured as late as possible (clock_timestamp(), not the statement start) so timers anchored
--- on arrival of the result never fire early and lose little precision. Walks the ready index
--- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
--- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
--- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
-WITH candidates AS (
+-- on arrival of the result never fire early and lose little precision.
+-- Fair under overload (issue 13): while no more than `limit` rows are due (`overload`: a walk of
+-- at most limit + 1 entries of the ready index) the claim is the oldest `limit` rows, as before.
+-- When more are due, it first takes, from each tenant with due rows, its oldest
+-- limit / (tenants with due rows) rows (at least one), then fills the rest of the batch oldest
+-- first. The tenants are found by a skip scan ("loose index scan") of the (tenant, deadline)
+-- ready index: one index descent per tenant with unclaimed rows, at most `max_tenants` of them
+-- (in name order; the others are served by the oldest-first fill), never a scan of their rows.
+-- Tenants in `exclude_tenants` (those holding their share of the node's claim-ahead budget) are
+-- not claimed, and while any is excluded there is no oldest-first fill (it would walk their
+-- rows). Rows of a release before tenants (tenant NULL) are claimed by the fill only. The byte
+-- budget counts the per-tenant rows first. `attempts < park_attempts` skips the rows a previous
+-- release parked by their attempts alone (parked_at NULL).
+-- (octet_length of a bytea reads its length word, not the value.)
+WITH RECURSIVE overload AS (
+    SELECT count(*) > %(limit)s OR cardinality(%(exclude_tenants)s::text[]) > 0 AS fair
+    FROM (SELECT 1
+          FROM chronos_messages
+          WHERE readied_at IS NULL
+            AND parked_at IS NULL
+            AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+          ORDER BY deadline
+          LIMIT %(limit)s + 1) head
+), tenants AS (
+    (SELECT m.tenant, 1 AS n
+     FROM chronos_messages m
+     WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NOT NULL
+       AND (SELECT fair FROM overload)
+     ORDER BY m.tenant
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.tenant
+            FROM chronos_messages m
+            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > t.tenant
+            ORDER BY m.tenant
+            LIMIT 1),
+           t.n + 1
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL AND t.n < %(max_tenants)s
+), due_tenants AS (
+    SELECT t.tenant
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL
+      AND t.tenant <> ALL(%(exclude_tenants)s::text[])
+      AND EXISTS (SELECT 1
+                  FROM chronos_messages m
+                  WHERE m.tenant = t.tenant
+                    AND m.readied_at IS NULL
+                    AND m.parked_at IS NULL
+                    AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0))
+), share AS (
+    SELECT greatest(1, %(limit)s / greatest(1, count(*)))::bigint AS rows FROM due_tenants
+), fair AS (
+    SELECT c.id, c.deadline, c.size
+    FROM due_tenants t
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.deadline,
+               coalesce(octet_length(m.message_key), 0)
+               + coalesce(octet_length(m.message_value), 0)
+               + coalesce(pg_column_size(m.message_headers), 0) AS size
+        FROM chronos_messages m
+        WHERE m.tenant = t.tenant
+          AND m.readied_at IS NULL
+          AND m.parked_at IS NULL
+          AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+          AND m.attempts < %(park_attempts)s
+        ORDER BY m.deadline
+        LIMIT (SELECT rows FROM share)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.deadline, c.id
+    LIMIT %(limit)s
+), rest AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
            + coalesce(pg_column_size(message_headers), 0) AS size
@@ -122,12 +190,18 @@ WITH candidates AS (
       AND parked_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
+      AND id <> ALL(ARRAY(SELECT id FROM fair))
+      AND cardinality(%(exclude_tenants)s::text[]) = 0
     ORDER BY deadline
-    LIMIT %(limit)s
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fair))
     FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT 0 AS part, id, deadline, size FROM fair
+    UNION ALL
+    SELECT 1 AS part, id, deadline, size FROM rest
 ), due AS (
     SELECT id
-    FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running
+    FROM (SELECT id, size, sum(size) OVER (ORDER BY part, deadline, id) AS running
           FROM candidates) c
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 )
