@@ -463,6 +463,7 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 "max_tenants": FAIR_MAX_TENANTS,
             },
         )
+        rows.sort(key=lambda r: r[1])  # oldest first (RETURNING keeps no order)
         return [
             ClaimedRow(
                 r[0],

@@ -120,7 +120,8 @@ ORDER BY b.ord;
 -- Tenants in `exclude_tenants` (those holding their share of the node's claim-ahead budget) are
 -- not claimed, and while any is excluded there is no oldest-first fill (it would walk their
 -- rows). Rows of a release before tenants (tenant NULL) are claimed by the fill only. The byte
--- budget counts the per-tenant rows first. `attempts < park_attempts` skips the rows a previous
+-- budget counts the per-tenant rows first. The rows are updated through `id = ANY(...)` (primary
+-- key in any plan, whatever the estimates). `attempts < park_attempts` skips the rows a previous
 -- release parked by their attempts alone (parked_at NULL).
 -- (octet_length of a bytea reads its length word, not the value.)
 WITH RECURSIVE overload AS (
@@ -207,8 +208,7 @@ WITH RECURSIVE overload AS (
 )
 UPDATE chronos_messages m
 SET readied_at = now(), readied_by = %(node_id)s::uuid
-FROM due
-WHERE m.id = due.id
+WHERE m.id = ANY(ARRAY(SELECT id FROM due))
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
           m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
           m.target_topic,
