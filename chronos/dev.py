@@ -18,29 +18,24 @@ import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import IO
 
 from chronos import migrate
 from chronos import settings as chronos_settings
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics
-from chronos.embedded.process import _parent_death_signal
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics, launcher
+from chronos.embedded.launcher import Launched
 from chronos.errors import ChronosError, ConfigError
 
 log = logging.getLogger(__name__)
 
 
-NODE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "chronos", "run")
+NODE_COMMAND = launcher.NODE_COMMAND
 """How ``chronos dev`` starts a node; ``run_dev(node_command=...)`` overrides it."""
 
 
@@ -80,14 +75,6 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass
-class _Node:
-    index: int
-    http_port: int
-    process: subprocess.Popen[bytes]
-    reported: bool = False
-
-
 def node_settings(
     settings: chronos_settings.Settings, database_url: str, bootstrap: str, index: int, base: int
 ) -> chronos_settings.Settings:
@@ -113,85 +100,41 @@ def _pump(prefix: str, stream: IO[bytes], lock: threading.Lock) -> None:
     stream.close()
 
 
-def _spawn_node(index: int, command: Sequence[str], settings: chronos_settings.Settings) -> _Node:
-    """Start one node in its own session; it gets SIGTERM if ``chronos dev`` dies.
-
-    Call before starting any thread of ours: ``preexec_fn`` is only safe without threads.
-    """
+def _spawn_node(
+    index: int, command: Sequence[str], settings: chronos_settings.Settings
+) -> Launched:
+    """Start one node in its own session; it gets SIGTERM if ``chronos dev`` dies."""
     env = {**os.environ, **chronos_settings.as_environment(settings), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        list(command),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=_parent_death_signal(signal.SIGTERM),
-    )
-    return _Node(index, settings.http_port, process)
+    return launcher.launch(
+        f"node {index}", command, env=env, http_port=settings.http_port,
+        death_signal=signal.SIGTERM,
+    )  # fmt: skip
 
 
-def _echo_output(nodes: Sequence[_Node]) -> None:
-    """Copy each node's output to our stdout, every line prefixed with the node index."""
+def _echo_output(nodes: Sequence[Launched]) -> None:
+    """Copy each node's output to our stdout, every line prefixed with the node's name."""
     lock = threading.Lock()
     for node in nodes:
         assert node.process.stdout is not None
         threading.Thread(
-            target=_pump, args=(f"[node {node.index}]", node.process.stdout, lock), daemon=True
+            target=_pump, args=(f"[{node.name}]", node.process.stdout, lock), daemon=True
         ).start()
 
 
-def _http_ready(host: str, port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/health/ready", timeout=1) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+def _stop_nodes(nodes: Sequence[Launched], timeout: float) -> None:
+    def say(node: Launched) -> None:
+        print(f"chronos dev: {node.name} did not stop in time; killing it", flush=True)
+
+    launcher.stop_all(nodes, timeout, on_kill=say)
 
 
-def _wait_ready(nodes: Sequence[_Node], host: str, stop: threading.Event) -> str | None:
-    """None once every node is ready; otherwise why not."""
-    pending = {node.index: node for node in nodes}
-    deadline = time.monotonic() + _READY_TIMEOUT_S
-    while pending:
-        for node in list(pending.values()):
-            code = node.process.poll()
-            if code is not None:
-                return f"node {node.index} exited with code {code} before it was ready"
-            if _http_ready(host, node.http_port):
-                del pending[node.index]
-        if not pending:
-            return None
-        if stop.wait(0.2):
-            return "interrupted"
-        if time.monotonic() > deadline:
-            ports = ", ".join(str(n.http_port) for n in pending.values())
-            return f"nodes not ready after {_READY_TIMEOUT_S:.0f} s (HTTP ports {ports})"
-    return None
-
-
-def _stop_nodes(nodes: Sequence[_Node], timeout: float) -> None:
+def _report_deaths(nodes: Sequence[Launched], reported: set[str]) -> None:
     for node in nodes:
-        if node.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                node.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for node in nodes:
-        try:
-            node.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(f"chronos dev: node {node.index} did not stop in time; killing it", flush=True)
-            node.process.kill()
-            node.process.wait()
-
-
-def _report_deaths(nodes: Sequence[_Node]) -> None:
-    for node in nodes:
-        code = node.process.poll()
-        if code is not None and not node.reported:
-            node.reported = True
+        code = node.returncode
+        if code is not None and node.name not in reported:
+            reported.add(node.name)
             print(
-                f"chronos dev: node {node.index} (pid {node.process.pid}) exited unexpectedly "
+                f"chronos dev: {node.name} (pid {node.pid}) exited unexpectedly "
                 f"with code {code}; the other nodes keep running",
                 file=sys.stderr,
                 flush=True,
@@ -238,7 +181,7 @@ def run_dev(
         data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir
     )
     broker = EmbeddedBroker(args.kafka_port, log_dir=data_dir)
-    nodes: list[_Node] = []
+    nodes: list[Launched] = []
     host = settings.http_host if settings.http_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     with _stop_on_signals(stop):
         try:
@@ -273,7 +216,9 @@ def run_dev(
             ]
             nodes.extend(_spawn_node(i, command, s) for i, s in enumerate(per_node))
             _echo_output(nodes)
-            problem = _wait_ready(nodes, host, stop)
+            for node in nodes:
+                node.host = host
+            problem = launcher.wait_ready(nodes, _READY_TIMEOUT_S, stop)
             if problem == "interrupted":
                 return 0
             if problem is not None:
@@ -282,8 +227,9 @@ def run_dev(
             ports = ", ".join(str(n.http_port) for n in nodes) or "none"
             print(f"chronos dev: ready ({len(nodes)} nodes, HTTP ports {ports}); "
                   "Ctrl-C stops everything", flush=True)  # fmt: skip
+            reported: set[str] = set()
             while not stop.wait(0.5):
-                _report_deaths(nodes)
+                _report_deaths(nodes, reported)
             return 0
         except ChronosError as exc:
             print(f"chronos dev: {exc}", file=sys.stderr, flush=True)

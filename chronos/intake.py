@@ -13,6 +13,7 @@ One iteration handles one consumed batch:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -133,6 +134,8 @@ class IntakeLoop(Loop):
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
+        for p in partitions:
+            metrics.ASSIGNED_PARTITION.labels(p.topic, str(p.partition)).set(1)
         log.info(
             "assigned %s",
             [f"{p.topic}[{p.partition}]" for p in partitions],
@@ -142,6 +145,9 @@ class IntakeLoop(Loop):
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= {(p.topic, p.partition) for p in partitions}
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
+        for p in partitions:
+            with contextlib.suppress(KeyError):
+                metrics.ASSIGNED_PARTITION.remove(p.topic, str(p.partition))
         log.info(
             "revoked %s",
             [f"{p.topic}[{p.partition}]" for p in partitions],

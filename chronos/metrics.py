@@ -152,6 +152,12 @@ ASSIGNED_PARTITIONS = Gauge(
     "chronos_assigned_partitions",
     "Input-topic partitions assigned to this node's consumer (0 until the group join completes)",
 )
+ASSIGNED_PARTITION = Gauge(
+    "chronos_assigned_partition",
+    "1 for each input-topic partition assigned to this node's consumer (the series goes away "
+    "when the partition is revoked)",
+    ["topic", "partition"],
+)
 SLOW_STATEMENTS = Counter(
     "chronos_slow_statements_total",
     "Database statements that ran longer than the slow-statement threshold (1 s)",

@@ -1,12 +1,9 @@
-"""The benchmark's own stack: embedded Postgres and broker, node and relay processes, and the
-launcher that ties every child's life to the benchmark's."""
+"""The benchmark's own stack: embedded Postgres and broker, node and relay processes (started,
+watched and stopped by ``chronos.embedded.launcher``, like ``chronos dev``'s and the tests')."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import re
 import shutil
 import signal
 import subprocess
@@ -15,10 +12,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chronos.embedded import launcher
 from loadtest.bench.results import Preload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,23 +25,8 @@ SESSION_TIMEOUT_MS = "6000"
 MB = 1024 * 1024
 
 
-# Children start through this launcher: it asks Linux to signal the child when the benchmark
-# dies (so nothing outlives a killed run), then execs the real command. A preexec_fn would do the
-# same, but is unsafe in a process that runs threads.
-_LAUNCHER = (
-    "import ctypes, os, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[1]), 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv[2]):\n"
-    "    os._exit(70)\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[3:]])\n"
-)
-
-
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
+    return launcher.child_environment(extra)
 
 
 def launch(
@@ -53,19 +36,17 @@ def launch(
     env: dict[str, str],
     death_signal: signal.Signals = signal.SIGKILL,
 ) -> subprocess.Popen[bytes]:
-    """``python <args>`` from the repository root, output to ``log_path``."""
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(int(death_signal)), str(os.getpid()), *args],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
-_PARTITION_RE = re.compile(r"'([^'\[\]]+)\[(\d+)\]'")
+    """``python <args>`` from the repository root, output to ``log_path``; it gets
+    ``death_signal`` if the benchmark dies."""
+    return launcher.launch(
+        log_path.stem,
+        [sys.executable, *args],
+        env=env,
+        log_path=log_path,
+        cwd=REPO,
+        death_signal=death_signal,
+        new_session=False,
+    ).process
 
 
 def read_text(path: str) -> str | None:
@@ -78,88 +59,50 @@ def read_text(path: str) -> str | None:
 
 @dataclass
 class NodeProcess:
-    """One ``python -m chronos run`` process."""
+    """One ``python -m chronos run`` process (or the echo relay, which has no HTTP server)."""
 
     index: int
     settings: Any  # chronos.settings.Settings
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    _offset: int = 0
-    _partial: bytes = b""
-    _held: set[int] = field(default_factory=set)
+    launched: launcher.Launched
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.launched.process
+
+    @property
+    def log_path(self) -> Path:
+        assert self.launched.log_path is not None
+        return self.launched.log_path
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.launched.pid
 
     @property
     def port(self) -> int:
-        return int(self.settings.http_port)
+        return self.launched.http_port
 
     def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
-        if not self.port:
-            raise urllib.error.URLError("no HTTP server")
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                return int(response.status), response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, ""
+        return self.launched.alive()
 
     def ready(self) -> bool:
-        try:
-            return self._get("/health/ready", 2.0)[0] == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+        return self.launched.ready(2.0)
 
     def metrics_text(self) -> str:
         try:
-            return self._get("/metrics")[1]
+            return self.launched.metrics_text()
         except (urllib.error.URLError, OSError, ValueError):
             return ""
 
     def assignment(self, topic: str) -> set[int]:
-        """Input partitions held now, from the node's ``partitions_assigned/revoked`` events."""
+        """Partitions of ``topic`` the node holds now, from its ``/metrics``."""
         try:
-            with self.log_path.open("rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except OSError:
-            return set(self._held)
-        self._offset += len(chunk)
-        *complete, self._partial = (self._partial + chunk).split(b"\n")
-        for raw in complete:
-            if not raw.startswith(b"{"):
-                continue
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                continue
-            kind = event.get("event")
-            if kind not in ("partitions_assigned", "partitions_revoked"):
-                continue
-            parts = {
-                int(p) for t, p in _PARTITION_RE.findall(event.get("message", "")) if t == topic
-            }
-            if kind == "partitions_assigned":
-                self._held |= parts
-            else:
-                self._held -= parts
-        return set(self._held)
+            return {p for t, p in self.launched.assignment() if t == topic}
+        except (urllib.error.URLError, OSError, ValueError):
+            return set()
 
     def stop(self, timeout: float) -> int | None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(30)
-            return None
+        return self.launched.stop(timeout)
 
 
 @dataclass(frozen=True)
@@ -306,9 +249,11 @@ class Stack:
             port = free_port()
             settings = node_settings(base, self.url, self.bootstrap, index, port - index)
             env = clean_env(chronos_settings.as_environment(settings))
-            log_path = log_dir / f"node-{index}.log"
-            process = launch(["-m", "chronos", "run"], log_path=log_path, env=env)
-            self.nodes.append(NodeProcess(index, settings, process, log_path))
+            node = launcher.launch(
+                f"node {index}", launcher.NODE_COMMAND, env=env, http_port=settings.http_port,
+                log_path=log_dir / f"node-{index}.log", cwd=REPO, new_session=False,
+            )  # fmt: skip
+            self.nodes.append(NodeProcess(index, settings, node))
         return list(self.nodes)
 
     def start_relay(self, topics: Topics, log_dir: Path, timeout: float = 60.0) -> NodeProcess:
@@ -321,7 +266,11 @@ class Stack:
                 "--dead-letter-topic", topics.dead_letter,
                 "--timing-advance-ms", str(settings.timing_advance_ms)]  # fmt: skip
         log_path = log_dir / "relay.log"
-        node = NodeProcess(0, settings, launch(argv, log_path=log_path, env=clean_env()), log_path)
+        relay = launcher.launch(
+            "relay", [sys.executable, *argv], env=clean_env(), log_path=log_path, cwd=REPO,
+            new_session=False,
+        )  # fmt: skip
+        node = NodeProcess(0, settings, relay)
         self.nodes.append(node)
         limit = time.monotonic() + timeout
         while "relay running" not in (read_text(str(log_path)) or ""):
@@ -335,55 +284,16 @@ class Stack:
     ) -> None:
         """Every node answers /health/ready, and the group holds every input partition (each
         node some), unchanged for a second."""
-        limit = time.monotonic() + timeout
-        pending = list(nodes)
-        while pending:
-            for node in list(pending):
-                if not node.alive():
-                    raise RuntimeError(
-                        f"node {node.index} exited with {node.process.poll()} "
-                        f"before it was ready; see {node.log_path}"
-                    )
-                if node.ready():
-                    pending.remove(node)
-            if time.monotonic() > limit:
-                raise RuntimeError(f"nodes {[n.index for n in pending]} not ready in {timeout} s")
-            if pending:
-                time.sleep(0.2)
-        wanted = set(range(self.partitions))
-        settled: float | None = None
-        last: list[set[int]] | None = None
-        while True:
-            held = [n.assignment(topics.input) for n in nodes]
-            union = set().union(*held)
-            good = (
-                union == wanted
-                and sum(len(h) for h in held) == len(union)
-                and (all(held) or len(nodes) > len(wanted))
-            )
-            now = time.monotonic()
-            if good and held == last:
-                settled = settled or now
-                if now - settled >= 1.0:
-                    return
-            else:
-                settled = None
-            last = held
-            if now > limit:
-                raise RuntimeError(f"consumer group did not settle in {timeout} s: {held}")
-            if any(not n.alive() for n in nodes):
-                raise RuntimeError("a node exited while the consumer group was settling")
-            time.sleep(0.2)
+        launched = [n.launched for n in nodes]
+        problem = launcher.wait_ready(launched, timeout) or launcher.wait_assigned(
+            launched, topics.input, self.partitions, timeout, stable=1.0, every=0.2
+        )
+        if problem is not None:
+            raise RuntimeError(f"{problem}; see the node logs in {nodes[0].log_path.parent}")
 
     def stop_nodes(self) -> dict[int, int | None]:
-        codes: dict[int, int | None] = {}
-        timeout = 20.0
-        for node in self.nodes:
-            if node.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    node.process.send_signal(signal.SIGTERM)
-        for node in self.nodes:
-            codes[node.index] = node.stop(timeout)
+        by_name = launcher.stop_all([n.launched for n in self.nodes], 20.0)
+        codes = {n.index: by_name[n.launched.name] for n in self.nodes}
         self.nodes = []
         return codes
 

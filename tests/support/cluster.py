@@ -14,43 +14,35 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 import psycopg
 
 from chronos.embedded import free_port
+from chronos.embedded.launcher import NODE_COMMAND, Launched, child_environment, launch, stop_all
+from chronos.embedded.launcher import wait_assigned as launcher_wait_assigned
+from chronos.embedded.launcher import wait_ready as launcher_wait_ready
 from chronos.settings import Settings, as_environment
 from tests.support.kafka import Topics
 from tests.support.settings import make_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Each node runs ``python -m chronos run`` through this launcher, which first asks Linux to
-# SIGKILL it if the test process dies (so no node outlives a crashed test run), then execs the
-# node. (A preexec_fn would do the same, but is unsafe in a process that runs threads.) With
-# CHRONOS_TEST_INJECT=module:function it calls that function first, in the node process, to
-# install a test-only fault (see tests/fault/injections.py), then runs the node.
-_LAUNCHER = """
-import ctypes, os, signal, sys
-ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
-if os.getppid() != int(sys.argv[1]):
-    os._exit(70)
-inject = os.environ.get("CHRONOS_TEST_INJECT", "")
-if not inject:
-    os.execv(sys.executable, [sys.executable, "-m", "chronos", "run"])
-import importlib
-module, _, function = inject.partition(":")
+# With CHRONOS_TEST_INJECT=module:function a node runs through this script instead of
+# ``python -m chronos run``: it calls that function first, in the node process, to install a
+# test-only fault (see tests/fault/injections.py), then runs the node.
+_INJECTING_RUNNER = """
+import importlib, os
+module, _, function = os.environ["CHRONOS_TEST_INJECT"].partition(":")
 getattr(importlib.import_module(module), function)()
 from chronos.cli import main
 raise SystemExit(main(["run"]))
@@ -70,8 +62,6 @@ FAST_TIMINGS: dict[str, Any] = {
     "log_format": "json",
 }
 
-_PARTITION_RE = re.compile(r"'([^'\[\]]+)\[(\d+)\]'")
-
 
 @dataclass
 class NodeProcess:
@@ -79,7 +69,7 @@ class NodeProcess:
 
     name: str
     settings: Settings
-    process: subprocess.Popen[bytes]
+    launched: Launched
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
     paused: bool = False
@@ -93,13 +83,17 @@ class NodeProcess:
         return self.settings.node_id
 
     @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.launched.process
+
+    @property
     def pid(self) -> int:
         return self.process.pid
 
     # -- state ---------------------------------------------------------------------------------
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.launched.alive()
 
     @property
     def returncode(self) -> int | None:
@@ -153,33 +147,17 @@ class NodeProcess:
             time.sleep(0.05)
 
     def assignment(self) -> set[tuple[str, int]]:
-        """Input partitions this node holds now, from its assigned/revoked events."""
-        held: set[tuple[str, int]] = set()
-        for event in self.events():
-            kind = event.get("event")
-            if kind not in ("partitions_assigned", "partitions_revoked"):
-                continue
-            parts = {(t, int(p)) for t, p in _PARTITION_RE.findall(event.get("message", ""))}
-            if kind == "partitions_assigned":
-                held |= parts
-            else:
-                held -= parts
-        return held
+        """Input partitions this node holds now, from its ``/metrics``."""
+        return self.launched.assignment()
 
     def metrics(self) -> dict[str, float]:
-        """Prometheus samples (name{labels} -> value) from the node's HTTP server."""
-        port = self.settings.http_port
-        if not port:
+        """Prometheus samples (``name`` or ``name{k="v",...}`` -> value) from ``/metrics``."""
+        if not self.settings.http_port:
             raise RuntimeError(f"node {self.name} runs without an HTTP port")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
         samples: dict[str, float] = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            name, _, value = line.rpartition(" ")
-            with contextlib.suppress(ValueError):
-                samples[name] = float(value)
+        for sample in self.launched.metrics():
+            labels = ",".join(f'{k}="{v}"' for k, v in sample.labels.items())
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
         return samples
 
     def metric(self, name: str, default: float = 0.0) -> float:
@@ -187,22 +165,16 @@ class NodeProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the process so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-        return ticks / os.sysconf("SC_CLK_TCK")
+        times = psutil.Process(self.pid).cpu_times()
+        return float(times.user + times.system)
 
     def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
+        return int(psutil.Process(self.pid).memory_info().rss)
 
     # -- signals -------------------------------------------------------------------------------
 
     def send(self, sig: signal.Signals) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(sig)
+        self.launched.send(sig)
 
     def kill(self) -> int:
         """SIGKILL; returns once the process is gone."""
@@ -224,12 +196,10 @@ class NodeProcess:
         self.resume()
         self.send(signal.SIGTERM)
         wait = timeout if timeout is not None else self.settings.shutdown_timeout_ms / 1000 + 10
-        try:
-            return self.process.wait(wait)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(30)
-            raise
+        code = self.launched.stop(wait)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.launched.process.args, wait)
+        return code
 
     def wait_exit(self, timeout: float) -> int | None:
         try:
@@ -277,21 +247,16 @@ class Cluster:
         self._count += 1
         name = name or f"node{self._count}"
         settings = self.settings(**overrides)
-        base = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")}
-        base.pop("LD_PRELOAD", None)
-        full_env = {**base, **as_environment(settings), "PYTHONUNBUFFERED": "1", **(env or {})}
+        full_env = child_environment({**as_environment(settings), **(env or {})})
+        full_env.pop("LD_PRELOAD", None)
+        command = NODE_COMMAND
+        if full_env.get("CHRONOS_TEST_INJECT"):
+            command = (sys.executable, "-c", _INJECTING_RUNNER)
         log_path = self.workdir / f"{name}-{self._count}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-c", _LAUNCHER, str(os.getpid())],
-                cwd=REPO,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        node = NodeProcess(name, settings, process, log_path)
+        launched = launch(
+            name, command, env=full_env, http_port=settings.http_port, log_path=log_path, cwd=REPO
+        )
+        node = NodeProcess(name, settings, launched, log_path)
         self.nodes.append(node)
         return node
 
@@ -302,9 +267,12 @@ class Cluster:
         return [n for n in self.nodes if n.alive()]
 
     def wait_started(self, nodes: Sequence[NodeProcess], timeout: float = 60.0) -> None:
-        for node in nodes:
-            if node.wait_event("node_started", timeout) is None:
-                raise AssertionError(f"{node.name} did not start:\n{node.tail()}")
+        """Wait until every node answers ``/health/ready``."""
+        problem = launcher_wait_ready([n.launched for n in nodes], timeout)
+        if problem is not None:
+            name = problem.split(" ", 1)[0]
+            tails = "\n".join(n.tail() for n in nodes if n.name == name)
+            raise AssertionError(f"{problem}:\n{tails}")
 
     def wait_assigned(
         self,
@@ -315,31 +283,12 @@ class Cluster:
         """Wait until ``nodes`` (default: the live ones) share every input partition, each
         holding some (when there are enough partitions), unchanged for ``stable`` seconds."""
         nodes = list(nodes) if nodes is not None else self.live()
-        wanted = {(self.topics.input, p) for p in range(self.topics.partitions)}
-        limit = time.monotonic() + timeout
-        settled_since: float | None = None
-        last: list[set[tuple[str, int]]] | None = None
-        while True:
+        problem = launcher_wait_assigned(
+            [n.launched for n in nodes], self.topics.input, self.topics.partitions, timeout, stable
+        )
+        if problem is not None:
             dead = [n for n in nodes if not n.alive()]
-            if dead:
-                raise AssertionError(f"{dead[0].name} exited:\n{dead[0].tail()}")
-            held = [n.assignment() for n in nodes]
-            union = set().union(*held) if held else set()
-            disjoint = sum(len(h) for h in held) == len(union)
-            everyone = all(held) or len(nodes) > len(wanted)
-            good = union == wanted and disjoint and everyone
-            now = time.monotonic()
-            if good and held == last:
-                settled_since = settled_since or now
-                if now - settled_since >= stable:
-                    return
-            else:
-                settled_since = None
-            last = held
-            if now > limit:
-                detail = {n.name: sorted(p for _, p in h) for n, h in zip(nodes, held, strict=True)}
-                raise AssertionError(f"group did not settle in {timeout:.0f} s: {detail}")
-            time.sleep(0.1)
+            raise AssertionError(f"{problem}" + (f":\n{dead[0].tail()}" if dead else ""))
 
     def wait_ready(self, nodes: Sequence[NodeProcess] | None = None, timeout: float = 60.0) -> None:
         nodes = list(nodes) if nodes is not None else self.live()
@@ -349,16 +298,8 @@ class Cluster:
     def close(self) -> None:
         """Resume stopped nodes, SIGTERM the rest (in parallel), SIGKILL what outlives it."""
         for node in self.nodes:
-            node.resume()
-        for node in self.nodes:
-            node.send(signal.SIGTERM)
-        limit = time.monotonic() + 15
-        for node in self.nodes:
-            try:
-                node.process.wait(max(0.1, limit - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                node.process.kill()
-                node.process.wait(30)
+            node.paused = False
+        stop_all([n.launched for n in self.nodes], 15)
 
     def logs(self, lines: int = 30) -> str:
         """The last ``lines`` lines of every node's log (each cut at 300 characters)."""

@@ -289,3 +289,27 @@ def _parked() -> float:
     from prometheus_client import REGISTRY
 
     return REGISTRY.get_sample_value("chronos_parked_input_records_total") or 0.0
+
+
+def test_the_assigned_partitions_are_exposed_one_series_each() -> None:
+    from confluent_kafka import TopicPartition
+    from prometheus_client import REGISTRY
+
+    def held() -> set[tuple[str, str]]:
+        return {
+            (s.labels["topic"], s.labels["partition"])
+            for family in REGISTRY.collect()
+            if family.name == "chronos_assigned_partition"
+            for s in family.samples
+            if s.value == 1
+        }
+
+    t = Intake()
+    consumer = cast(Consumer, t.consumer)
+    t.loop._on_assign(consumer, [TopicPartition(INPUT, 0), TopicPartition(INPUT, 3)])
+    assert {(INPUT, "0"), (INPUT, "3")} <= held()
+    t.loop._on_revoke(consumer, [TopicPartition(INPUT, 0)])
+    t.loop._on_revoke(consumer, [TopicPartition(INPUT, 7)])  # never held: no error
+    assert (INPUT, "0") not in held() and (INPUT, "3") in held()
+    t.loop._on_revoke(consumer, [TopicPartition(INPUT, 3)])
+    assert (INPUT, "3") not in held()
