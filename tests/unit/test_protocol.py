@@ -60,7 +60,6 @@ def test_header_names_are_those_of_the_design() -> None:
         "chronosDeadline",
         "chronosAction",
         "chronosTopic",
-        "chronosTenant",
     }
 
 

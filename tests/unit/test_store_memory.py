@@ -15,7 +15,6 @@ from chronos.store import Outcome, Store
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock
 from tests.unit.store_contract import HORIZON, StoreContract, claims, msg, node
 from tests.unit.store_contract_actions import ActionContract
-from tests.unit.store_contract_tenants import TenantContract
 
 
 class MemoryHarness:
@@ -35,7 +34,7 @@ def harness() -> MemoryHarness:
     return MemoryHarness()
 
 
-class TestInMemoryStore(StoreContract, ActionContract, TenantContract):
+class TestInMemoryStore(StoreContract, ActionContract):
     pass
 
 
