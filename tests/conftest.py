@@ -6,6 +6,7 @@ See ``tests/support/services.py`` for how each service is chosen.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -14,6 +15,22 @@ from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
 from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
+
+# ------------------------------------------------------------------------------- logging
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """``chronos.logs.configure`` (the CLI calls it) points the root logger at the sys.stderr of
+    the moment, which pytest closes after the test; records emitted later (a node thread, a
+    library's background thread) would land as "--- Logging error ---" in another test's
+    output. Every test leaves the root logger as it found it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
 
 # ------------------------------------------------------------------------------- Postgres
 
