@@ -10,7 +10,6 @@ path never costs a round trip per message. Driver errors are translated to Store
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -19,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -38,7 +37,7 @@ from chronos.admin_store import (
 )
 from chronos.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
 from chronos.errors import StoreError
-from chronos.protocol import Headers, ScheduledMessage, decode_headers
+from chronos.protocol import Headers, ScheduledMessage
 from chronos.sql import query
 from chronos.store_leadership import LeadershipQueries
 
@@ -81,8 +80,9 @@ class Outcome(Enum):
     CANCEL_UNKNOWN = "cancel_unknown"  # cancel of an id not scheduled (the marker is kept)
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedRow:
+class ClaimedRow(NamedTuple):
+    """A claimed row as the firing loop needs it (a tuple: one cheap object per row)."""
+
     id: str
     deadline: float  # seconds since the epoch
     readied_at: datetime
@@ -434,7 +434,7 @@ class PostgresStore(AdminQueries, LeadershipQueries):
             rows, _ = self._execute_tuples(
                 "enqueue_batch",
                 {
-                    "batch": encode_batch(messages[start:end]),
+                    **encode_batch(messages[start:end]),
                     "advance_ms": advance_ms,
                     "cancel_ttl_ms": cancel_ttl_ms,
                 },
@@ -464,21 +464,34 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 "first_always": first_always,
             },
         )
+        # One tuple per row, the headers zipped from the two arrays the statement decoded.
         return [
             ClaimedRow(
-                r[0],
-                r[1],
-                r[2],
-                _bytes(r[3]),
-                _bytes(r[4]),
-                decode_headers(r[5]),
-                r[6],
-                r[7],
-                r[8],
-                r[9],
+                id_,
+                deadline,
+                readied_at,
+                key,
+                value,
+                list(zip(names, values, strict=True)) if names else [],
+                attempts,
+                last_error,
+                topic,
+                remaining_ms,
                 arrived,
             )
-            for r in rows
+            for (
+                id_,
+                deadline,
+                readied_at,
+                key,
+                value,
+                names,
+                values,
+                attempts,
+                last_error,
+                topic,
+                remaining_ms,
+            ) in rows
         ]
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
@@ -568,19 +581,21 @@ def statement_params(
 ) -> dict[str, Any]:
     """The parameters of a batch write on ``claims`` of ``node_id`` (``delete_fired``,
     ``release_claims`` or ``reset_stuck``), as the store sends them (the plan tests too): the
-    ids, and each claim's fence in a JSON object keyed by id (see delete_fired)."""
+    ids and each claim's fence as arrays, claim by claim (see delete_fired)."""
     ids = [c[0] for c in claims]
+    readied_ats = [c[1] for c in claims]
     if name == "delete_fired":
-        fence = {i: [at.isoformat()] for i, at in claims}
-        return {"node_id": node_id, "ids": ids, "fence": json.dumps(fence)}
+        return {"node_id": node_id, "ids": ids, "readied_ats": readied_ats}
     if name == "release_claims":
         errs = list(errors) if errors is not None else [None] * len(claims)
-        entries = {c[0]: [c[1].isoformat(), e] for c, e in zip(claims, errs, strict=True)}
+        if len(errs) != len(claims):
+            raise ValueError(f"{len(errs)} errors for {len(claims)} claims")
         return {
             "node_id": node_id,
             "ids": ids,
+            "readied_ats": readied_ats,
+            "errors": errs,
             "failed": failed,
-            "fence": json.dumps(entries),
             "park_attempts": park_attempts,
         }
     if name == "reset_stuck":
@@ -589,11 +604,8 @@ def statement_params(
 
 
 def _reset_params(rows: Sequence[StuckRow]) -> dict[str, Any]:
-    fence = {r.id: [r.readied_at.isoformat(), r.readied_by] for r in rows}
-    return {"ids": [r.id for r in rows], "fence": json.dumps(fence)}
-
-
-def _bytes(value: bytes | memoryview | None) -> bytes | None:
-    if value is None:
-        return None
-    return bytes(value)
+    return {
+        "ids": [r.id for r in rows],
+        "readied_ats": [r.readied_at for r in rows],
+        "readied_bys": [r.readied_by for r in rows],
+    }

@@ -1,6 +1,6 @@
 -- Runtime SQL of Chronos, as named blocks. Each block starts with `-- name: <name>` and a
--- one-line description. Parameters are psycopg placeholders (%(name)s); no SQL is ever built by
--- string formatting. All deadline and hold-time comparisons use the database clock (now()).
+-- one-line description. Parameters are psycopg placeholders (%(name)s; %(name)b: sent in binary,
+-- for the hot paths' arrays); no SQL is ever built by string formatting. All deadline and hold-time comparisons use the database clock (now()).
 
 -- name: enqueue_batch
 -- Apply a consumed batch in one statement (ids distinct within the batch). Action "s" (schedule):
@@ -13,20 +13,29 @@
 -- Only the exceptions come back, by their 1-based position in the batch, with what happened:
 -- fire_now, due_duplicate, duplicate, blocked (a live cancel marker), rescheduled,
 -- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
--- all inserted returns no rows. The batch arrives as one JSON array (decoded by the server):
--- [{"i": id, "a": "s"|"r"|"c", "d": deadline|null, "k": base64 key|null,
---   "v": base64 value|null, "h": headers|null, "t": target topic|null}].
-WITH batch AS (
-    SELECT b.ord, b.i AS id, coalesce(b.a, 's') AS action, b.d AS deadline,
-           decode(b.k, 'base64') AS message_key, decode(b.v, 'base64') AS message_value,
-           b.h AS message_headers, b.t AS target_topic,
-           b.d <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
+-- all inserted returns no rows. The batch arrives as one binary array per column, in batch order
+-- (ids, actions "s"|"r"|"c", deadlines (NULL for a cancel), raw keys and values, target topics);
+-- headers flattened: header_rows (each header's 1-based message position), header_names and raw
+-- header_values, in order. The server builds the stored header document from them:
+-- [{"name": "<base64 value>" | null}, ...] (base64 without line breaks), NULL when none.
+WITH headers AS (
+    SELECT h.message_ord,
+           jsonb_agg(jsonb_build_object(h.name, translate(encode(h.value, 'base64'), E'\n', ''))
+                     ORDER BY h.ord) AS message_headers
+    FROM unnest(%(header_rows)b::int[], %(header_names)b::text[], %(header_values)b::bytea[])
+         WITH ORDINALITY AS h(message_ord, name, value, ord)
+    GROUP BY h.message_ord
+), batch AS (
+    SELECT b.ord, b.id, coalesce(b.action, 's') AS action, b.deadline,
+           b.message_key, b.message_value, h.message_headers, b.target_topic,
+           b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
            EXISTS (SELECT 1 FROM chronos_cancels c
-                   WHERE c.id = b.i AND c.expires_at > now()) AS blocked
-    FROM ROWS FROM (
-             jsonb_to_recordset(%(batch)s::jsonb)
-                 AS (i text, a text, d timestamptz, k text, v text, h jsonb, t text)
-         ) WITH ORDINALITY AS b(i, a, d, k, v, h, t, ord)
+                   WHERE c.id = b.id AND c.expires_at > now()) AS blocked
+    FROM unnest(%(ids)b::text[], %(actions)b::text[], %(deadlines)b::timestamptz[],
+                %(keys)b::bytea[], %(values)b::bytea[], %(topics)b::text[])
+             WITH ORDINALITY AS b(id, action, deadline, message_key, message_value, target_topic,
+                                  ord)
+    LEFT JOIN headers h ON h.message_ord = b.ord
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
                                   target_topic)
@@ -113,6 +122,8 @@ ORDER BY b.ord;
 -- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
 -- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
 -- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
+-- The stored headers come back decoded, as two arrays in order: names (text) and raw values
+-- (bytea, NULL kept); jsonpath keeps document order.
 WITH candidates AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
@@ -136,24 +147,34 @@ SET readied_at = now(), readied_by = %(node_id)s::uuid
 FROM due
 WHERE m.id = due.id
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
-          m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
-          m.target_topic,
+          m.message_key, m.message_value,
+          ARRAY(SELECT jsonb_array_elements_text(
+                    jsonb_path_query_array(m.message_headers, '$[*].keyvalue().key'))
+          ) AS header_names,
+          ARRAY(SELECT decode(v, 'base64')
+                FROM jsonb_array_elements_text(
+                    jsonb_path_query_array(m.message_headers, '$[*].*')) AS v
+          ) AS header_values,
+          m.attempts, m.last_error, m.target_topic,
           (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision;
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
 -- readied_at), so a row a peer re-claimed is never deleted. Returns the ids actually deleted.
 -- Like every batch write: the table is reached only through `id = ANY(ids)` (primary key, in
--- any plan, statistics or not), each row's fence is looked up in a JSON object keyed by id (no
--- join with the input list, which a generic plan turns into ids x rows comparisons), and the
--- rows are locked in id order (two batch writes on overlapping rows cannot deadlock).
--- `fence`: {"<id>": ["<readied_at>"], ...}.
-WITH target AS (
+-- any plan, statistics or not), each row's fence is looked up in a JSON object keyed by id that
+-- the server builds once from the input arrays (no join with the input list, which a generic plan
+-- turns into ids x rows comparisons), and the rows are locked in id order (two batch writes on
+-- overlapping rows cannot deadlock). `ids`, `readied_ats`: binary arrays, claim by claim.
+WITH fence AS (
+    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at)) AS claims
+    FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[]) AS f(id, readied_at)
+), target AS (
     SELECT m.id
     FROM chronos_messages m
-    WHERE m.id = ANY(%(ids)s::text[])
+    WHERE m.id = ANY(%(ids)b::text[])
       AND m.readied_by = %(node_id)s::uuid
-      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+      AND m.readied_at = ((SELECT claims FROM fence) -> m.id ->> 0)::timestamptz
     ORDER BY m.id
     FOR UPDATE
 )
@@ -165,20 +186,25 @@ RETURNING m.id;
 -- Give claimed rows back (shutdown, or a failed publish to retry), fenced by this node's claim;
 -- `failed` adds one to the attempt counter; a non-null error is remembered as last_error; a row
 -- whose attempts reach `park_attempts` (NULL: never) is parked (parked_at: out of the claim).
--- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, error]}.
-WITH target AS (
+-- Index-driven and locked in id order like delete_fired; `ids`, `readied_ats`, `errors`: binary
+-- arrays, claim by claim.
+WITH fence AS (
+    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.error)) AS claims
+    FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(errors)b::text[])
+         AS f(id, readied_at, error)
+), target AS (
     SELECT m.id
     FROM chronos_messages m
-    WHERE m.id = ANY(%(ids)s::text[])
+    WHERE m.id = ANY(%(ids)b::text[])
       AND m.readied_by = %(node_id)s::uuid
-      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
+      AND m.readied_at = ((SELECT claims FROM fence) -> m.id ->> 0)::timestamptz
     ORDER BY m.id
     FOR UPDATE
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
     attempts = m.attempts + CASE WHEN %(failed)s THEN 1 ELSE 0 END,
-    last_error = coalesce(%(fence)s::jsonb -> m.id ->> 1, m.last_error),
+    last_error = coalesce((SELECT claims FROM fence) -> m.id ->> 1, m.last_error),
     parked_at = CASE
         WHEN m.parked_at IS NULL AND %(failed)s
              AND m.attempts + 1 >= %(park_attempts)s::int THEN now()
@@ -231,20 +257,25 @@ LIMIT %(limit)s;
 -- name: reset_stuck
 -- Failure detection, query 2: compare-and-set reset of the rows found, only where the claim is
 -- still the one observed. Returns the rows actually reset and the node suspected.
--- Index-driven and locked in id order like delete_fired; `fence`: {"<id>": [readied_at, by]}.
-WITH target AS (
+-- Index-driven and locked in id order like delete_fired; `ids`, `readied_ats`, `readied_bys`:
+-- binary arrays, row by row.
+WITH fence AS (
+    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.readied_by)) AS claims
+    FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(readied_bys)b::text[])
+         AS f(id, readied_at, readied_by)
+), target AS (
     SELECT m.id
     FROM chronos_messages m
-    WHERE m.id = ANY(%(ids)s::text[])
-      AND m.readied_at = (%(fence)s::jsonb -> m.id ->> 0)::timestamptz
-      AND m.readied_by = (%(fence)s::jsonb -> m.id ->> 1)::uuid
+    WHERE m.id = ANY(%(ids)b::text[])
+      AND m.readied_at = ((SELECT claims FROM fence) -> m.id ->> 0)::timestamptz
+      AND m.readied_by = ((SELECT claims FROM fence) -> m.id ->> 1)::uuid
     ORDER BY m.id
     FOR UPDATE
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
-RETURNING m.id, (%(fence)s::jsonb -> m.id ->> 1) AS readied_by;
+RETURNING m.id, ((SELECT claims FROM fence) -> m.id ->> 1) AS readied_by;
 
 -- name: ping
 -- Liveness of the connection; also returns the database clock.

@@ -84,7 +84,7 @@ def explain_claim(url: str, analyze: bool) -> str:
             names.append(match[1])
         return f"${names.index(match[1]) + 1}"
 
-    statement = re.sub(r"%\((\w+)\)s", number, query("claim_due").strip().rstrip(";"))
+    statement = re.sub(r"%\((\w+)\)[sb]", number, query("claim_due").strip().rstrip(";"))
     params = {
         "node_id": str(uuid.uuid4()),
         "horizon_ms": 0,

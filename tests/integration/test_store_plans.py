@@ -61,7 +61,7 @@ def _prepared(name: str) -> tuple[str, list[str]]:
             names.append(match[1])
         return f"${names.index(match[1]) + 1}"
 
-    return re.sub(r"%\((\w+)\)s", number, query(name).strip().rstrip(";")), names
+    return re.sub(r"%\((\w+)\)[sb]", number, query(name).strip().rstrip(";")), names
 
 
 def _generic_plan(url: str, name: str, params: dict[str, Any]) -> tuple[str, float]:

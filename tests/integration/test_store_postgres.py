@@ -60,7 +60,7 @@ def _prepared_form(text: str) -> tuple[str, int]:
     def number(match: re.Match[str]) -> str:
         return f"${numbers.setdefault(match[1], len(numbers) + 1)}"
 
-    return re.sub(r"%\((\w+)\)s", number, text), len(numbers)
+    return re.sub(r"%\((\w+)\)[sb]", number, text), len(numbers)
 
 
 @pytest.mark.parametrize("name", sorted(queries()))

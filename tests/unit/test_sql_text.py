@@ -47,7 +47,7 @@ def test_every_query_has_a_statement_and_only_named_placeholders() -> None:
         assert statement, f"{name} is empty"
         assert re.match(r"(WITH|SELECT|INSERT|UPDATE|DELETE)\b", statement, re.I), name
         # psycopg placeholders are %(name)s; a stray % would break or be a positional one.
-        without_named = re.sub(r"%\(\w+\)s", "", statement)
+        without_named = re.sub(r"%\(\w+\)[sb]", "", statement)
         assert "%" not in without_named, f"{name}: positional or stray % placeholder"
         assert not re.search(r"\{\w*\}", statement), f"{name}: str.format field"
 
