@@ -16,7 +16,7 @@ from psycopg import sql
 
 from chronos.errors import StoreError
 from chronos.intake import IntakeLoop
-from chronos.protocol import ScheduledMessage
+from chronos.protocol import Headers, ScheduledMessage, encode_headers
 from chronos.sql import queries
 from chronos.store import Outcome, PostgresStore
 from chronos.testing import FakeConsumer, FakePublisher, make_record
@@ -104,6 +104,46 @@ def test_a_large_value_round_trips(migrated_database_url: str) -> None:
         store.enqueue([msg("big", store.ping() + timedelta(milliseconds=300), value=value)], 0)
         (row,) = store.claim(node(), HORIZON, 1, 5)
         assert row.value == value
+    finally:
+        store.close()
+
+
+ROLLING_UPGRADE_HEADERS: Headers = [
+    ("long", bytes(range(256)) * 2),  # Postgres's own base64 breaks lines every 76 characters
+    ("dup", None),
+    ("dup", b""),
+    ('"é\\n', b"\xff\x00\xfe"),
+]
+
+
+def test_stored_headers_are_the_document_every_release_reads_and_writes(
+    migrated_database_url: str,
+) -> None:
+    """Pods of two releases share the table during a rolling upgrade: the enqueue statement
+    stores exactly the header document the previous release wrote (``encode_headers``: base64
+    without line breaks), and the claim reads a row written in that form byte-exact."""
+    store = PostgresStore(migrated_database_url)
+    try:
+        soon = store.ping() + timedelta(milliseconds=300)
+        store.enqueue([msg("new-writer", soon, headers=ROLLING_UPGRADE_HEADERS)], 0)
+        expected = encode_headers(ROLLING_UPGRADE_HEADERS)
+        assert expected is not None
+        with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+            stored = conn.execute(
+                "SELECT message_headers::text = %s::jsonb::text, message_headers::text"
+                " FROM chronos_messages WHERE id = 'new-writer'",
+                (expected,),
+            ).fetchone()
+            assert stored is not None and stored[0], stored
+            conn.execute(
+                "INSERT INTO chronos_messages (id, deadline, message_key, message_value,"
+                " message_headers) VALUES ('old-writer', %s, NULL, %s, %s::jsonb)",
+                (soon, b"\x00v", expected),
+            )
+        rows = {r.id: r for r in store.claim(node(), HORIZON, 10, 5)}
+        assert rows["old-writer"].headers == ROLLING_UPGRADE_HEADERS
+        assert rows["old-writer"].value == b"\x00v" and rows["old-writer"].key is None
+        assert rows["new-writer"].headers == ROLLING_UPGRADE_HEADERS
     finally:
         store.close()
 

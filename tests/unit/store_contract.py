@@ -177,6 +177,46 @@ class StoreContract:
             assert rows[message_id].value == value, message_id
             assert rows[message_id].headers == hdrs, message_id
 
+    def test_odd_header_names_and_values_round_trip_in_order(self, harness: Harness) -> None:
+        """Names that JSON or a path expression would treat specially, repeats, long values,
+        non-UTF-8 values, an empty value next to a null one: all come back as they went in,
+        message by message, whatever the neighbours in the batch carry."""
+        store = harness.store
+        names = ['"quoted"', "back\\slash", "new\nline\ttab", "$[*].key", "{}", "", "é中😀"]
+        long_value = bytes(range(256)) * 3  # base64 of it would be wrapped by some encoders
+        odd: Headers = [(name, bytes([i]) * i + b"\xff\xfe") for i, name in enumerate(names)]
+        odd += [("dup", None), ("dup", b""), ("dup", long_value), ("\x7f", b"\x00")]
+        soon = harness.now() + timedelta(milliseconds=500)
+        cases: dict[str, Headers] = {
+            "none-before": [],
+            "odd": odd,
+            "none-between": [],
+            "one-null": [("only", None)],
+            "one-empty": [("only", b"")],
+            "none-after": [],
+        }
+        store.enqueue([msg(i, soon, headers=h) for i, h in cases.items()], 0)
+        rows = {r.id: r for r in store.claim(node(), HORIZON, 10, 5)}
+        assert {i: rows[i].headers for i in cases} == cases
+
+    def test_a_batch_whose_columns_are_all_null_or_empty(self, harness: Harness) -> None:
+        """No key, no value, no header, no topic anywhere in the batch (and an empty batch)."""
+        store = harness.store
+        soon = harness.now() + timedelta(milliseconds=500)
+        assert store.enqueue([], 0) == []
+        batch = [msg(f"bare-{i}", soon, key=None, value=None) for i in range(3)]
+        assert store.enqueue(batch, 0) == [Outcome.INSERTED] * 3
+        rows = store.claim(node(), HORIZON, 10, 5)
+        assert sorted((r.id, r.key, r.value, r.headers, r.target_topic) for r in rows) == [
+            (f"bare-{i}", None, None, [], None) for i in range(3)
+        ]
+        empty = [msg(f"empty-{i}", soon, key=b"", value=b"") for i in range(2)]
+        assert store.enqueue(empty, 0) == [Outcome.INSERTED] * 2
+        rows = store.claim(node(), HORIZON, 10, 5)
+        assert sorted((r.id, r.key, r.value) for r in rows) == [
+            (f"empty-{i}", b"", b"") for i in range(2)
+        ]
+
     # -------------------------------------------------------------------- claim
 
     def test_claim_takes_due_rows_oldest_first_up_to_the_limit(self, harness: Harness) -> None:
