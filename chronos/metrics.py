@@ -173,3 +173,29 @@ RUNNING_STATEMENT_AGE = Gauge(
     "chronos_running_statement_age_seconds",
     "Age of the oldest database statement this node is running now (0: none)",
 )
+
+# -- per tenant (chronos.tenant_metrics bounds the labels: the busiest tenants, then _other) ----
+TENANT_FIRED = Counter(
+    "chronos_tenant_fired_messages_total",
+    "Messages fired (delivered and deleted) by tenant: the busiest tenants by name, the others "
+    "under _other",
+    ["tenant"],
+)
+TENANT_LATENESS = Histogram(
+    "chronos_tenant_fire_lateness_seconds",
+    "Fire time minus deadline by tenant (the busiest tenants by name, the others under _other)",
+    ["tenant"],
+    buckets=LATENESS_BUCKETS,
+)
+TENANT_OVERDUE = Gauge(
+    "chronos_tenant_overdue_messages",
+    "Waiting rows past their deadline, for the tenants with the most (leader only; capped at "
+    "10000 per tenant)",
+    ["tenant"],
+)
+TENANT_OLDEST_OVERDUE = Gauge(
+    "chronos_tenant_oldest_overdue_message_age_seconds",
+    "Now minus the deadline of the tenant's oldest overdue unclaimed row, for the tenants with "
+    "the most overdue rows (leader only)",
+    ["tenant"],
+)

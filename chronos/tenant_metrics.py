@@ -39,40 +39,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import Counter as PromCounter
-from prometheus_client import Gauge, Histogram
-
-from chronos import metrics
+from chronos.metrics import (
+    TENANT_FIRED,
+    TENANT_LATENESS,
+    TENANT_OLDEST_OVERDUE,
+    TENANT_OVERDUE,
+)
 from chronos.store import TenantBacklog
 
 OTHER = "_other"
 WINDOW_S = 600.0
 COUNTED_TENANTS = 10_000
-
-TENANT_FIRED = PromCounter(
-    "chronos_tenant_fired_messages_total",
-    "Messages fired (delivered and deleted) by tenant: the busiest tenants by name, the others "
-    "under _other",
-    ["tenant"],
-)
-TENANT_LATENESS = Histogram(
-    "chronos_tenant_fire_lateness_seconds",
-    "Fire time minus deadline by tenant (the busiest tenants by name, the others under _other)",
-    ["tenant"],
-    buckets=metrics.LATENESS_BUCKETS,
-)
-TENANT_OVERDUE = Gauge(
-    "chronos_tenant_overdue_messages",
-    "Waiting rows past their deadline, for the tenants with the most (leader only; capped at "
-    "10000 per tenant)",
-    ["tenant"],
-)
-TENANT_OLDEST_OVERDUE = Gauge(
-    "chronos_tenant_oldest_overdue_message_age_seconds",
-    "Now minus the deadline of the tenant's oldest overdue unclaimed row, for the tenants with "
-    "the most overdue rows (leader only)",
-    ["tenant"],
-)
 
 
 class TenantLabels:
