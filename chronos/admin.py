@@ -14,6 +14,7 @@ POST   /admin/v1/messages/{id}/reschedule   move a waiting message to a new dead
        answers the message as GET does; 409 while claimed or parked
 GET    /admin/v1/messages        list, filtered by state and deadline, keyset-paginated
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
+GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
@@ -36,6 +37,7 @@ from chronos.admin_params import (
     encode_cursor,
     format_timestamp,
     parse_bool,
+    parse_limit,
     parse_list_params,
     parse_message_id,
     parse_query,
@@ -56,11 +58,14 @@ from chronos.store import (
     RequeueOutcome,
     RescheduleOutcome,
     Store,
+    TenantBacklog,
+    TenantBacklogs,
 )
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/admin/v1"
+TENANT_WALK_LIMIT = 1_000  # tenants with waiting rows GET /admin/v1/tenants looks at, by name
 SPEC_PATH = PREFIX + "/openapi.json"
 MESSAGES_PATH = PREFIX + "/messages"
 REQUEUE = "requeue"  # POST MESSAGES_PATH/{id}/requeue
@@ -146,6 +151,30 @@ def stats_json(backlog: Backlog, parked_at: int) -> dict[str, Any]:
         "count_limit": COUNT_LIMIT,
         "park_attempts": parked_at,
         "database_time": format_timestamp(backlog.now),
+    }
+
+
+def tenant_json(t: TenantBacklog) -> dict[str, Any]:
+    return {
+        "tenant": t.tenant,
+        "waiting": t.waiting,
+        "waiting_exact": not t.waiting_capped,
+        "overdue": t.overdue,
+        "overdue_exact": not t.overdue_capped,
+        "oldest_overdue_age_seconds": t.oldest_overdue_seconds,
+        "claimed": t.claimed,
+        "parked": t.parked,
+    }
+
+
+def tenants_json(backlogs: TenantBacklogs, limit: int) -> dict[str, Any]:
+    return {
+        "tenants": [tenant_json(t) for t in backlogs.tenants],
+        "limit": limit,
+        "tenants_complete": not backlogs.tenants_capped,
+        "max_tenants": TENANT_WALK_LIMIT,
+        "count_limit": COUNT_LIMIT,
+        "database_time": format_timestamp(backlogs.now),
     }
 
 
@@ -261,6 +290,8 @@ class AdminAPI:
             return self.list_messages(query)
         if route == "stats":
             return self.stats(query)
+        if route == "tenants":
+            return self.tenants(query)
         return self.nodes(query)
 
     @staticmethod
@@ -279,6 +310,8 @@ class AdminAPI:
             return "stats", ""
         if path == PREFIX + "/nodes":
             return "nodes", ""
+        if path == PREFIX + "/tenants":
+            return "tenants", ""
         raise ApiError(404, "not found: see GET /admin/v1/openapi.json for the endpoints")
 
     @staticmethod
@@ -395,6 +428,14 @@ class AdminAPI:
             self.parked_at, exact_below=EXACT_COUNT_BELOW, count_limit=COUNT_LIMIT
         )
         return _json(200, stats_json(backlog, self.parked_at))
+
+    def tenants(self, query: str) -> Response:
+        params = parse_query(query, frozenset({"limit"}))
+        limit = parse_limit(params.get("limit", str(self.settings.tenant_metrics_top)))
+        backlogs = self.store.tenant_backlog(
+            self.parked_at, limit=limit, count_limit=COUNT_LIMIT, max_tenants=TENANT_WALK_LIMIT
+        )
+        return _json(200, tenants_json(backlogs, limit))
 
     def nodes(self, query: str) -> Response:
         params = parse_query(query, frozenset({"include_dead"}))

@@ -5,6 +5,7 @@ chronos admin list              messages by (deadline, id): --state, --from, --t
                                 --cursor, --all (follow next_cursor to the end)
 chronos admin stats             counts by state, overdue, oldest and newest deadline
 chronos admin nodes             live nodes (and, with --include-dead, nodes holding claims)
+chronos admin tenants           the busiest tenants: waiting, overdue, claimed, parked (--limit)
 chronos admin cancel ID         cancel a waiting or parked message
 chronos admin requeue ID        requeue a parked message
 chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
@@ -36,6 +37,7 @@ TOKEN_ENV = "CHRONOS_ADMIN_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8080"
 PREFIX = "/admin/v1"
 STATES = ("waiting", "claimed", "parked")
+TENANT_COLUMNS = ("tenant", "overdue", "oldest_overdue_age_seconds", "waiting", "claimed", "parked")
 
 
 class ApiFailure(ChronosError):
@@ -83,6 +85,9 @@ class AdminClient:
 
     def stats(self) -> Any:
         return self.request("GET", "/stats")
+
+    def tenants(self, limit: int | None = None) -> Any:
+        return self.request("GET", "/tenants", {"limit": limit} if limit else None)
 
     def nodes(self, include_dead: bool = False) -> Any:
         return self.request("GET", "/nodes", {"include_dead": "true"} if include_dead else None)
@@ -180,6 +185,13 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--all", action="store_true", help="follow the cursor to the last page")
 
     commands.add_parser("stats", parents=[common], help="counts by state, overdue, deadlines")
+
+    tenants = commands.add_parser(
+        "tenants", parents=[common], help="the busiest tenants: overdue, waiting, claimed, parked"
+    )
+    tenants.add_argument(
+        "--limit", type=_limit, default=None, help="how many, 1-1000 (the node's tenant top N)"
+    )
 
     nodes = commands.add_parser("nodes", parents=[common], help="live nodes and the leader")
     nodes.add_argument("--include-dead", action="store_true", help="also nodes holding claims")
@@ -302,6 +314,15 @@ def _stats(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     _emit(args, out, stats, _pairs(stats))
 
 
+def _tenants(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    payload = client.tenants(limit=args.limit)
+    rows = [{**t, "tenant": repr(t["tenant"])} for t in payload["tenants"]]
+    text = table(rows, TENANT_COLUMNS)
+    if not payload["tenants_complete"]:
+        text += f"\n(only the first {payload['max_tenants']} tenants by name were looked at)"
+    _emit(args, out, payload, text)
+
+
 def _nodes(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     payload = client.nodes(include_dead=args.include_dead)
     text = table(payload["nodes"], (*NODE_COLUMNS, "claimed"))
@@ -332,6 +353,7 @@ ACTIONS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], None]] = 
     "get": _get,
     "list": _list,
     "stats": _stats,
+    "tenants": _tenants,
     "nodes": _nodes,
     "cancel": _cancel,
     "requeue": _requeue,

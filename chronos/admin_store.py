@@ -101,6 +101,39 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
+class TenantBacklog:
+    """One tenant's part of the backlog (see the ``tenant_backlog`` query). ``waiting`` and
+    ``overdue`` are exact unless capped at the count limit; ``parked`` counts at most the count
+    limit over all tenants. The default tenant is ``''`` (rows written before tenants too)."""
+
+    tenant: str
+    now: datetime  # the database clock
+    waiting: int  # unclaimed, not parked
+    waiting_capped: bool
+    overdue: int  # waiting rows past their deadline
+    overdue_capped: bool
+    oldest_overdue: datetime | None
+    claimed: int
+    parked: int
+
+    @property
+    def oldest_overdue_seconds(self) -> float:
+        """now - the deadline of the tenant's oldest overdue waiting row; 0 when none."""
+        if self.oldest_overdue is None:
+            return 0.0
+        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class TenantBacklogs:
+    """The busiest tenants (most overdue rows first, then most waiting rows, then by name)."""
+
+    now: datetime
+    tenants: list[TenantBacklog]
+    tenants_capped: bool  # more tenants have waiting rows than the query looked at
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRecord:
     """A node known from its heartbeat row, its claims, or both."""
 
@@ -162,6 +195,50 @@ class AdminQueries:
             oldest_overdue=r["oldest_overdue"],
             oldest_deadline=r["oldest_deadline"],
             newest_deadline=r["newest_deadline"],
+        )
+
+    def tenant_backlog(
+        self,
+        park_attempts: int,
+        *,
+        limit: int,
+        count_limit: int = 10_000,
+        max_tenants: int = 1_000,
+    ) -> TenantBacklogs:
+        """The ``limit`` tenants with the most overdue rows, in one bounded statement: at most
+        ``max_tenants`` tenants with waiting rows (in name order) and ``count_limit`` rows of
+        each are read."""
+        rows = self._execute(
+            "tenant_backlog",
+            {
+                "park_attempts": park_attempts,
+                "limit": limit,
+                "count_limit": count_limit,
+                "max_tenants": max_tenants,
+            },
+        )
+        if not rows:
+            return TenantBacklogs(
+                now=self._execute("ping", {})[0]["now"], tenants=[], tenants_capped=False
+            )
+        tenants = [
+            TenantBacklog(
+                tenant=r["tenant"],
+                now=r["now"],
+                waiting=int(r["waiting"]),
+                waiting_capped=int(r["waiting"]) >= count_limit,
+                overdue=int(r["overdue"]),
+                overdue_capped=int(r["overdue"]) >= count_limit,
+                oldest_overdue=r["oldest_overdue"],
+                claimed=int(r["claimed"]),
+                parked=int(r["parked"]),
+            )
+            for r in rows
+        ]
+        return TenantBacklogs(
+            now=rows[0]["now"],
+            tenants=tenants,
+            tenants_capped=int(rows[0]["tenants_walked"]) >= max_tenants,
         )
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:

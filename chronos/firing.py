@@ -52,6 +52,7 @@ from chronos.policy import park_after, should_dead_letter
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
 from chronos.store import Claim, ClaimedRow, Store, row_bytes
+from chronos.tenant_metrics import TenantMetrics
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class _Timer:
     seq: int
     row: ClaimedRow = field(compare=False)
     dead_letter: bool = field(default=False, compare=False)  # sent to the dead-letter topic
+    lateness: float = field(default=0.0, compare=False)  # seconds, taken when produced
 
 
 class Dispatcher:
@@ -193,6 +195,7 @@ class Dispatcher:
         # clock, which may be off), taken when the record is handed to the producer (the
         # record's timestamp), counted once its delivery is confirmed.
         lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
+        timer.lateness = lateness
 
         def report(err: KafkaError | None) -> None:
             self.in_flight -= 1
@@ -245,6 +248,7 @@ class FiringLoop(Loop):
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[_Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
+        self.tenant_metrics = TenantMetrics(settings.tenant_metrics_top)
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
@@ -474,7 +478,9 @@ class FiringLoop(Loop):
         gone = set(deleted)
         # Fired: delivered to its own topic and deleted by this node (not a dead letter, and
         # not a row a peer had taken over: that one is counted where it is deleted).
-        metrics.FIRED.inc(sum(1 for t in batch if not t.dead_letter and t.row.id in gone))
+        fired = [t for t in batch if not t.dead_letter and t.row.id in gone]
+        metrics.FIRED.inc(len(fired))
+        self.tenant_metrics.observe_fired((_tenant(t.row), t.lateness) for t in fired)
         if len(deleted) != len(batch):
             missing = [c[0] for c in claims if c[0] not in deleted]
             metrics.FENCED_DELETES.inc(len(missing))
@@ -535,3 +541,8 @@ class FiringLoop(Loop):
             released,
             extra={"event": "firing_stopped"},
         )
+
+
+def _tenant(row: ClaimedRow) -> str:
+    """The row's tenant ('' : the default tenant, also for rows written before tenants)."""
+    return getattr(row, "tenant", "") or ""

@@ -18,6 +18,8 @@ from chronos.store import (
     NodeRecord,
     RequeueOutcome,
     RescheduleOutcome,
+    TenantBacklog,
+    TenantBacklogs,
 )
 
 
@@ -61,6 +63,55 @@ class InMemoryAdmin:
                 oldest_overdue=min((r.deadline for r in overdue), default=None),
                 oldest_deadline=min(deadlines, default=None),
                 newest_deadline=max(deadlines, default=None),
+            )
+
+    def tenant_backlog(
+        self,
+        park_attempts: int,
+        *,
+        limit: int,
+        count_limit: int = 10_000,
+        max_tenants: int = 1_000,
+    ) -> TenantBacklogs:
+        with self._lock:
+            now = self._statement("tenant_backlog")
+            rows = list(self._rows.values())
+            named = sorted(
+                {r.tenant for r in rows if r.tenant is not None and _waiting(r, park_attempts)}
+            )
+            walked = set(named[:max_tenants])
+            waiting: dict[str, int] = {}
+            overdue: dict[str, list[datetime]] = {}
+            claimed: dict[str, int] = {}
+            parked: dict[str, int] = {}
+            parked_rows = [r for r in rows if r.parked(park_attempts)][:count_limit]
+            for r in parked_rows:
+                parked[r.tenant or ""] = parked.get(r.tenant or "", 0) + 1
+            for r in rows:
+                tenant = r.tenant or ""
+                if r.readied_at is not None:
+                    claimed[tenant] = claimed.get(tenant, 0) + 1
+                elif (r.tenant is None or r.tenant in walked) and _waiting(r, park_attempts):
+                    waiting[tenant] = waiting.get(tenant, 0) + 1
+                    if r.deadline < now:
+                        overdue.setdefault(tenant, []).append(r.deadline)
+            records = [
+                TenantBacklog(
+                    tenant=tenant,
+                    now=now,
+                    waiting=min(waiting.get(tenant, 0), count_limit),
+                    waiting_capped=waiting.get(tenant, 0) >= count_limit,
+                    overdue=min(len(overdue.get(tenant, [])), count_limit),
+                    overdue_capped=len(overdue.get(tenant, [])) >= count_limit,
+                    oldest_overdue=min(overdue.get(tenant, []), default=None),
+                    claimed=claimed.get(tenant, 0),
+                    parked=parked.get(tenant, 0),
+                )
+                for tenant in {*waiting, *claimed, *parked}
+            ]
+            records.sort(key=lambda t: (-t.overdue, -t.waiting, t.tenant))
+            return TenantBacklogs(
+                now=now, tenants=records[:limit], tenants_capped=len(named) >= max_tenants
             )
 
     @staticmethod
@@ -273,3 +324,8 @@ class InMemoryAdmin:
                 row.readied_at = None
                 row.readied_by = None
             return reset
+
+
+def _waiting(row: StoredRow, park_attempts: int) -> bool:
+    """Unclaimed, not parked (the rows of the ready index, less the ones parked by attempts)."""
+    return row.readied_at is None and row.parked_at is None and row.attempts < park_attempts

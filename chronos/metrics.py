@@ -56,31 +56,32 @@ FENCED_DELETES = Counter(
     "chronos_fenced_deletes_total",
     "Fired messages whose row was no longer claimed by this node at delete time",
 )
+LATENESS_BUCKETS = (
+    -0.1,
+    -0.05,
+    -0.025,
+    -0.01,
+    -0.005,
+    0,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
 LATENESS = Histogram(
     "chronos_fire_lateness_seconds",
     "Fire time minus deadline (negative: fired within the timing advance)",
-    buckets=(
-        -0.1,
-        -0.05,
-        -0.025,
-        -0.01,
-        -0.005,
-        0,
-        0.005,
-        0.01,
-        0.025,
-        0.05,
-        0.1,
-        0.25,
-        0.5,
-        1,
-        2.5,
-        5,
-        10,
-        30,
-        60,
-        300,
-    ),
+    buckets=LATENESS_BUCKETS,
 )
 BATCH_SIZE = Histogram(
     "chronos_batch_size_messages",
@@ -171,4 +172,30 @@ DEADLOCK_RETRIES = Counter(
 RUNNING_STATEMENT_AGE = Gauge(
     "chronos_running_statement_age_seconds",
     "Age of the oldest database statement this node is running now (0: none)",
+)
+
+# -- per tenant (chronos.tenant_metrics bounds the labels: the busiest tenants, then _other) ----
+TENANT_FIRED = Counter(
+    "chronos_tenant_fired_messages_total",
+    "Messages fired (delivered and deleted) by tenant: the busiest tenants by name, the others "
+    "under _other",
+    ["tenant"],
+)
+TENANT_LATENESS = Histogram(
+    "chronos_tenant_fire_lateness_seconds",
+    "Fire time minus deadline by tenant (the busiest tenants by name, the others under _other)",
+    ["tenant"],
+    buckets=LATENESS_BUCKETS,
+)
+TENANT_OVERDUE = Gauge(
+    "chronos_tenant_overdue_messages",
+    "Waiting rows past their deadline, for the tenants with the most (leader only; capped at "
+    "10000 per tenant)",
+    ["tenant"],
+)
+TENANT_OLDEST_OVERDUE = Gauge(
+    "chronos_tenant_oldest_overdue_message_age_seconds",
+    "Now minus the deadline of the tenant's oldest overdue unclaimed row, for the tenants with "
+    "the most overdue rows (leader only)",
+    ["tenant"],
 )

@@ -12,7 +12,10 @@ A thread started by the node (not one of the three loops: it never touches a mes
   deadline through the due index, parked rows through the failed-publish index, and waiting rows
   counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW`` (100k), the
   estimate above. They describe the shared table: the leader reports them and the other nodes
-  report 0, so aggregate them with ``max()``, not ``sum()``.
+  report 0, so aggregate them with ``max()``, not ``sum()``;
+* with the backlog gauges, the per-tenant overdue gauges of the ``tenant_metrics_top`` tenants
+  with the most overdue rows (``chronos.tenant_metrics``), from one bounded statement (see the
+  ``tenant_backlog`` query).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from chronos.errors import StoreError
 from chronos.leadership import Leadership
 from chronos.policy import park_after
 from chronos.settings import Settings
-from chronos.store import Backlog, Store
+from chronos.store import Backlog, Store, TenantBacklogs
+from chronos.tenant_metrics import TenantGauges
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ class Monitor:
         self.backlog_interval = backlog_interval
         self.hostname = socket.gethostname()[:255]
         self.last_backlog: Backlog | None = None
+        self.last_tenants: TenantBacklogs | None = None
+        self.tenant_gauges = TenantGauges()
         self._next_maintenance = 0.0  # monotonic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -93,6 +99,7 @@ class Monitor:
             return
         if now >= self._next_maintenance:
             self.refresh_backlog()
+            self.refresh_tenants()
             self.expire_nodes()
             self._next_maintenance = now + self.backlog_interval
 
@@ -120,6 +127,7 @@ class Monitor:
         leads = self.leadership.elected(leader)
         if was_leader and not leads:
             clear_backlog()  # only the leader reports the shared table
+            self.tenant_gauges.clear()
         return leads
 
     def refresh_backlog(self) -> Backlog | None:
@@ -137,6 +145,22 @@ class Monitor:
         publish_backlog(backlog)
         self.last_backlog = backlog
         return backlog
+
+    def refresh_tenants(self) -> TenantBacklogs | None:
+        started = time.perf_counter()
+        try:
+            tenants = self.store.tenant_backlog(
+                park_after(self.settings),
+                limit=self.settings.tenant_metrics_top,
+                count_limit=COUNT_LIMIT,
+            )
+        except StoreError as exc:
+            self._failed("tenant_backlog", exc)
+            return None
+        metrics.STATEMENT_DURATION.labels("tenant_backlog").observe(time.perf_counter() - started)
+        self.tenant_gauges.publish(tenants.tenants)
+        self.last_tenants = tenants
+        return tenants
 
     def leave(self) -> None:
         self.leadership.elected(None)  # a leaving node leads no more

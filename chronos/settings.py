@@ -292,6 +292,12 @@ class Settings:
         "bearer token of the admin API (empty: admin API off)",
         secret=True,
     )
+    tenant_metrics_top: int = setting(
+        10,
+        "tenants with their own label in the per-tenant metrics (the busiest; the others are "
+        "counted under _other) and rows of the per-tenant overdue gauges",
+        _positive_int,
+    )
     log_level: str = setting(
         "INFO",
         "log level",

@@ -34,6 +34,8 @@ from chronos.admin_store import (
     NodeRecord,
     RequeueOutcome,
     RescheduleOutcome,
+    TenantBacklog,
+    TenantBacklogs,
 )
 from chronos.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
 from chronos.errors import StoreError
@@ -55,6 +57,8 @@ __all__ = [
     "RescheduleOutcome",
     "Store",
     "StuckRow",
+    "TenantBacklog",
+    "TenantBacklogs",
     "encode_batch",
     "libpq_url",
     "session_options",
@@ -167,6 +171,10 @@ class Store(Protocol):
     def backlog(
         self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
     ) -> Backlog: ...
+
+    def tenant_backlog(
+        self, park_attempts: int, *, limit: int, count_limit: int = ..., max_tenants: int = ...
+    ) -> TenantBacklogs: ...
 
     def get_message(
         self, message_id: str, *, include_value: bool = False

@@ -143,6 +143,11 @@ class InMemoryStore(InMemoryAdmin):
             row = self._rows.get(message_id)
             return replace(row) if row is not None else None
 
+    def set_tenant(self, message_id: str, tenant: str | None) -> None:
+        """Write a row's tenant column as any release might have (None: before tenants)."""
+        with self._lock:
+            self._rows[message_id].tenant = tenant
+
     def claimed(self) -> list[StoredRow]:
         with self._lock:
             return [replace(r) for r in self._rows.values() if r.readied_at is not None]

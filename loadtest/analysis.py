@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 
 from loadtest.delivery import Delivery, DrainWindow
 from loadtest.events import PRODUCE_ERRORS_FILE, RECEIVED_FILE, RUN_FILE, SENT_FILE
+from loadtest.tenant_analysis import tenant_summary
 
 PERCENTILES = (0.5, 0.9, 0.99, 0.999)
 PERCENTILE_NAMES = ("p50", "p90", "p99", "p99_9")
@@ -340,10 +341,11 @@ def analyze(
             joined, "receive_lateness_ms", r["e2e_min"], r["e2e_max"]
         ),
     }
+    base_ms = run.get("start_ms") or r["first_sent_ms"] or r["first_fired_ms"] or 0
+    tenants = tenant_summary(sent, joined, int(base_ms))
     joined.unpersist()
     step("distributions")
 
-    base_ms = run.get("start_ms") or r["first_sent_ms"] or r["first_fired_ms"] or 0
     timeline = _timeline(sent, received, int(base_ms))
     step("timeline")
     fired_rates = [row["fired"] for row in timeline if row["fired"]]
@@ -404,6 +406,7 @@ def analyze(
         },
         "throughput": throughput,
         "distributions": distributions,
+        **({"tenants": tenants} if tenants is not None else {}),
         "analysis": {"elapsed_s": round(time.monotonic() - started, 2), "steps_s": steps},
     }
     return summary

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from loadtest.delays import BurstDelay, DelaySpecError, parse_delay
+from loadtest.tenants import TenantLoad
 from loadtest.timeutil import DurationError, parse_duration_ms
 
 DEFAULT_RESULTS = Path("loadtest/results")
@@ -143,6 +144,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PARTITIONS",
         help="create missing topics with this many partitions",
     )
+    tenants = run.add_argument_group(
+        "multi-tenant load (with --small-tenants: one tenant's flood due at one instant, sent at "
+        "--rate, while small tenants send steadily for --duration; --delay is not used)"
+    )
+    tenants.add_argument("--flood-count", type=_non_negative_int, default=0, help="the flood")
+    tenants.add_argument(
+        "--flood-at",
+        type=_duration_s,
+        default=30.0,
+        help="the flood is due this long after the start",
+    )
+    tenants.add_argument("--small-tenants", type=_non_negative_int, default=0, help="how many")
+    tenants.add_argument(
+        "--small-rate", type=_positive_float, default=10.0, help="msg/s of each small tenant"
+    )
+    tenants.add_argument(
+        "--small-delay",
+        type=_duration_s,
+        default=3.0,
+        help="a small message is due this after sending",
+    )
+    tenants.add_argument(
+        "--small-from",
+        type=_duration_s,
+        default=0.0,
+        help="the small tenants start sending this long after the start (default 0)",
+    )
+    tenants.add_argument(
+        "--no-tenant-header",
+        action="store_true",
+        help="send no chronosTenant header (the control run: the same load without tenants)",
+    )
     run.add_argument("--seed", type=int, help="random seed for uniform delays")
     run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     run.add_argument("--out", type=Path, help="results directory (default loadtest/results/<ts>)")
@@ -198,17 +231,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tenant_load(args: argparse.Namespace) -> TenantLoad | None:
+    """The multi-tenant load of ``run``'s options, or None (an ordinary load)."""
+    if not args.small_tenants and not args.flood_count:
+        return None
+    if args.count is not None:
+        raise SystemExit("loadtest run: a multi-tenant load takes --duration, not --count")
+    flood_at_ms = int(round(args.flood_at * 1000))
+    tenants = TenantLoad(
+        flood_count=args.flood_count,
+        flood_rate=args.rate,
+        flood_at_ms=flood_at_ms,
+        small_tenants=args.small_tenants,
+        small_rate=args.small_rate,
+        small_delay_ms=int(round(args.small_delay * 1000)),
+        duration_s=60.0 if args.duration is None else args.duration,
+        small_from_ms=int(round(args.small_from * 1000)),
+        header=not args.no_tenant_header,
+    )
+    if tenants.flood_send_s() * 1000 > flood_at_ms:
+        print(
+            f"warning: the flood is due at {flood_at_ms} ms, before its last send "
+            f"(~{tenants.flood_send_s() * 1000:.0f} ms); late submissions are due immediately",
+            file=sys.stderr,
+        )
+    return tenants
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from loadtest.run import RunConfig, print_outcome, run_load
 
     duration: float | None = args.duration
-    if args.count is not None:
+    tenants = _tenant_load(args)
+    if tenants is not None:
+        count, duration = tenants.count, tenants.duration_s
+    elif args.count is not None:
         count = args.count
         duration = None
     else:
         duration = 60.0 if duration is None else duration
         count = int(round(args.rate * duration))
-    if isinstance(args.delay, BurstDelay):
+    if isinstance(args.delay, BurstDelay) and tenants is None:
         span_ms = count / args.rate * 1000
         if args.delay.at_ms < span_ms:
             print(
@@ -238,6 +301,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
         kafka_properties=dict(args.kafka_property),
+        tenants=tenants,
     )
     result = run_load(cfg)
     print_outcome(result)

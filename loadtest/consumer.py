@@ -85,6 +85,8 @@ class OutputRecorder(threading.Thread):
         self._seen = bytearray(expected)
         self._output_seen = bytearray(expected)
         self._sink = ParquetSink(out_dir / "received.parquet", RECEIVED_SCHEMA)
+        self._tenant_numbers: dict[bytes, int] = {}
+        self._tenant_names: list[str] = []
         self._new_buffers()
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
@@ -105,6 +107,7 @@ class OutputRecorder(threading.Thread):
         self._publish = array("q")
         self._receive = array("q")
         self._reasons: dict[int, str] = {}
+        self._tenants: dict[int, int] = {}  # record index -> tenant number (only records with one)
 
     # -- setup -----------------------------------------------------------------------------------
     def topics(self) -> list[str]:
@@ -155,7 +158,7 @@ class OutputRecorder(threading.Thread):
                 if err.code() != KafkaError._PARTITION_EOF and len(stats.errors) < 1000:
                     stats.errors.append(str(err))
                 continue
-            run = mid = deadline_raw = reason = None
+            run = mid = deadline_raw = reason = tenant = None
             for name, value in msg.headers() or ():
                 if name == h.RUN:
                     run = value
@@ -165,6 +168,8 @@ class OutputRecorder(threading.Thread):
                     deadline_raw = value
                 elif name == h.DEAD_LETTER_REASON:
                     reason = value
+                elif name == h.TENANT:
+                    tenant = value
             if run != run_b or mid is None or deadline_raw is None:
                 stats.foreign_records += 1
                 continue
@@ -184,6 +189,8 @@ class OutputRecorder(threading.Thread):
             self._deadline.append(deadline)
             self._publish.append(publish_ms)
             self._receive.append(receive_ms)
+            if tenant is not None:
+                self._tenants[index] = self._tenant_number(tenant)
             if 0 <= seq < limit and not seen[seq]:
                 seen[seq] = 1
                 stats.distinct_ids += 1
@@ -199,17 +206,26 @@ class OutputRecorder(threading.Thread):
                     else:
                         output_seen[seq] = 1
 
+    def _tenant_number(self, raw: bytes) -> int:
+        number = self._tenant_numbers.get(raw)
+        if number is None:
+            number = self._tenant_numbers[raw] = len(self._tenant_names)
+            self._tenant_names.append(raw.decode("utf-8", "replace"))
+        return number
+
     def _flush_chunk(self) -> None:
         count = len(self._seq)
         if count == 0:
             return
         seq, topic_ix, part, off = self._seq, self._topic_ix, self._partition, self._offset
-        deadline, publish, receive, reasons = (
+        deadline, publish, receive, reasons, tenants = (
             self._deadline,
             self._publish,
             self._receive,
             self._reasons,
+            self._tenants,
         )
+        tenant_names = list(self._tenant_names)
         self._new_buffers()
         prefix = f"{self.run_id}-"
         names = pa.array([self.output_topic, self.dead_letter_topic or ""], pa.string())
@@ -231,6 +247,15 @@ class OutputRecorder(threading.Thread):
                     pa.array(dead.astype(bool)),
                     pa.array(reason_col, pa.string())
                     if reason_col
+                    else pa.nulls(count, pa.string()),
+                    pa.array(
+                        [
+                            None if i not in tenants else tenant_names[tenants[i]]
+                            for i in range(count)
+                        ],
+                        pa.string(),
+                    )
+                    if tenants
                     else pa.nulls(count, pa.string()),
                 ],
                 schema=RECEIVED_SCHEMA,

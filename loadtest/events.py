@@ -24,6 +24,7 @@ SENT_SCHEMA = pa.schema(
         pa.field("sent_ms", pa.int64(), nullable=False),  # wall clock when produce() was called
         pa.field("payload_bytes", pa.int32(), nullable=False),
         pa.field("slot_ms", pa.int64(), nullable=False),  # when the open-loop schedule wanted it
+        pa.field("tenant", pa.string()),  # a multi-tenant load's tenant; null otherwise
     ]
 )
 
@@ -39,6 +40,7 @@ RECEIVED_SCHEMA = pa.schema(
         pa.field("receive_ms", pa.int64(), nullable=False),  # wall clock when consumed
         pa.field("is_dead_letter", pa.bool_(), nullable=False),
         pa.field("dead_letter_reason", pa.string()),
+        pa.field("tenant", pa.string()),  # from the loadtestTenant header; null without one
     ]
 )
 

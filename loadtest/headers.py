@@ -8,8 +8,12 @@ CHRONOS_DEADLINE = "chronosDeadline"
 # Chronos adds this to records it sends to the dead-letter topic (original headers are kept).
 DEAD_LETTER_REASON = "chronosDeadLetterReason"
 
+# The tenant of a message (issue 13): consumed by Chronos.
+CHRONOS_TENANT = "chronosTenant"
+
 # Tracking headers: ordinary headers, so Chronos relays them to the output topic.
 RUN = "loadtestRun"
 ID = "loadtestId"
 DEADLINE_MS = "loadtestDeadlineMs"
 SENT_MS = "loadtestSentMs"
+TENANT = "loadtestTenant"  # the tenant of a multi-tenant load (also sent without chronosTenant)

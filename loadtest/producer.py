@@ -20,7 +20,8 @@ from confluent_kafka import KafkaError, Message, Producer
 from loadtest import headers as h
 from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
 from loadtest.events import PRODUCE_ERRORS_SCHEMA, SENT_SCHEMA, ParquetSink
-from loadtest.schedule import LagTracker, PacingResult, RateSchedule, pace
+from loadtest.schedule import LagTracker, PacingResult, RateSchedule, Slots, pace
+from loadtest.tenants import PlannedSchedule, TenantLoad
 from loadtest.timeutil import DeadlineFormatter
 
 FLUSH_ROWS = 200_000
@@ -50,6 +51,7 @@ class ProducerSettings:
     seed: int | None = None
     behind_threshold_ms: float = 10.0
     kafka_properties: dict[str, str] = field(default_factory=dict)
+    tenants: TenantLoad | None = None  # a multi-tenant load: its plan replaces rate and delay
 
 
 @dataclass(slots=True)
@@ -117,6 +119,8 @@ class LoadProducer:
         self._deadlines = array("q")
         self._sent_ms = array("q")
         self._slot_ms = array("q")
+        self._tenant_ix = array("h")  # index into the tenant names; -1: no tenant
+        self._tenant_names = [] if settings.tenants is None else settings.tenants.tenant_names
         self._chunk_start = 0
         config: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **PRODUCER_DEFAULTS}
         config.update(settings.kafka_properties)
@@ -144,6 +148,8 @@ class LoadProducer:
             return
         deadlines, sent, slots = self._deadlines, self._sent_ms, self._slot_ms
         self._deadlines, self._sent_ms, self._slot_ms = array("q"), array("q"), array("q")
+        tenant_ix, self._tenant_ix = self._tenant_ix, array("h")
+        names = pa.array(self._tenant_names, pa.string())
         self._chunk_start = first + count
         prefix = f"{self.run_id}-"
         key_count = None if self._keys is None else len(self._keys)
@@ -165,6 +171,9 @@ class LoadProducer:
                     pa.array(np.frombuffer(sent, dtype=np.int64)),
                     pa.array(np.full(count, payload_bytes, dtype=np.int32)),
                     pa.array(np.frombuffer(slots, dtype=np.int64)),
+                    names.take(pa.array(np.frombuffer(tenant_ix, dtype=np.int16)))
+                    if len(tenant_ix)
+                    else pa.nulls(count, pa.string()),
                 ],
                 schema=SENT_SCHEMA,
             )
@@ -196,18 +205,32 @@ class LoadProducer:
         start_ns = time_ns()
         start_ms = start_ns // 1_000_000
         stats.start_ms = start_ms
-        schedule = RateSchedule(s.rate, mono_start, s.count)
+        schedule: Slots = RateSchedule(s.rate, mono_start, s.count)
         tracker = LagTracker(s.behind_threshold_ms / 1000, mono_start)
         stats.tracker = tracker
         ms_per_slot = 1000.0 / s.rate
         fixed_ms = delay.delay_ms if isinstance(delay, FixedDelay) else None
         burst_deadline = start_ms + delay.at_ms if isinstance(delay, BurstDelay) else None
+        tenants, tenant_log = s.tenants, self._tenant_ix
+        plan = None if tenants is None else tenants.plan()
+        if tenants is not None and plan is not None:
+            schedule = PlannedSchedule(plan.offsets_s, mono_start)
+            plan_tenant = plan.tenant.tolist()
+            plan_slot_ms = (plan.offsets_s * 1000).astype(np.int64).tolist()
+            flood_deadline = start_ms + tenants.flood_at_ms
+            small_ms = tenants.small_delay_ms
+            tenant_b = [n.encode() for n in tenants.tenant_names]
+            chronos_tenant = tenants.header
 
         def emit(first: int, end: int) -> None:
-            nonlocal deadlines, sent_log, slot_log, min_deadline, max_deadline
+            nonlocal deadlines, sent_log, slot_log, tenant_log, min_deadline, max_deadline
             for seq in range(first, end):
                 now = time_ns() // 1_000_000
-                if fixed_ms is not None:
+                if plan is not None:
+                    ti = plan_tenant[seq]
+                    deadline = flood_deadline if ti == 0 else now + small_ms
+                    tenant_log.append(ti)
+                elif fixed_ms is not None:
                     deadline = now + fixed_ms
                 elif burst_deadline is not None:
                     deadline = burst_deadline
@@ -222,6 +245,10 @@ class LoadProducer:
                     (h.DEADLINE_MS, str(deadline)),
                     (h.SENT_MS, str(now)),
                 ]
+                if plan is not None:
+                    headers.append((h.TENANT, tenant_b[ti]))
+                    if chronos_tenant:
+                        headers.append((h.CHRONOS_TENANT, tenant_b[ti]))
                 key = None if keys is None else keys[seq % key_count]
                 while True:
                     try:
@@ -232,7 +259,9 @@ class LoadProducer:
                         poll(0.005)
                 deadlines.append(deadline)
                 sent_log.append(now)
-                slot_log.append(start_ms + int(seq * ms_per_slot))
+                slot_log.append(
+                    start_ms + (plan_slot_ms[seq] if plan is not None else int(seq * ms_per_slot))
+                )
                 if min_deadline is None or deadline < min_deadline:
                     min_deadline = deadline
                 if max_deadline is None or deadline > max_deadline:
@@ -243,6 +272,7 @@ class LoadProducer:
             if len(sent_log) >= FLUSH_ROWS:
                 self._flush_chunk()
                 deadlines, sent_log, slot_log = self._deadlines, self._sent_ms, self._slot_ms
+                tenant_log = self._tenant_ix
 
         def idle() -> None:
             poll(0)

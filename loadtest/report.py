@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 PLOTS = ("lateness_cdf.png", "lateness_hist.png", "throughput.png")
+TENANT_PLOT = "tenants.png"  # only for a multi-tenant load (summary["tenants"])
 
 
 def _edges(dist: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +101,71 @@ def plot_throughput(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_tenants(tenants: dict[str, Any], path: Path) -> None:
+    """Left: p99 lateness per second of deadline, flood vs small tenants (the flood's instant
+    and last fire marked). Right: each tenant's p99, the flood's and the small tenants'."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4), gridspec_kw={"width_ratios": [2, 1]})
+    colours = {"flood": "tab:red", "small": "tab:blue", "other": "tab:grey"}
+    for cls in ("flood", "small", "other"):
+        rows = [r for r in tenants["timeline"] if r["class"] == cls and r["p99_ms"] is not None]
+        if rows:
+            left.plot(
+                [r["second"] for r in rows],
+                [max(r["p99_ms"], 1.0) for r in rows],
+                marker="." if cls == "flood" else None,
+                linestyle="" if cls == "flood" else "-",
+                drawstyle="steps-post",
+                color=colours[cls],
+                label=f"{cls} p99",
+            )
+    drain = tenants.get("flood_drain")
+    if drain:
+        base = tenants["timeline_base_ms"]
+        left.axvline(
+            (drain["deadline_ms"] - base) / 1000, color="tab:red", ls=":", lw=1, label="flood due"
+        )
+        left.axvline(
+            (drain["last_fired_ms"] - base) / 1000,
+            color="tab:red",
+            ls="--",
+            lw=1,
+            label="flood drained",
+        )
+    left.set_yscale("log")
+    left.set_xlabel("deadline, seconds since start")
+    left.set_ylabel("lateness p99 (ms, log; <= 1 ms shown as 1)")
+    left.set_title("Lateness by tenant class")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    per = [t for t in tenants["per_tenant"] if t["p99_ms"] is not None]
+    per.sort(key=lambda t: (t["class"] != "flood", t["tenant"]))
+    right.bar(
+        range(len(per)),
+        [max(t["p99_ms"], 1.0) for t in per],
+        color=[colours.get(t["class"], "tab:grey") for t in per],
+    )
+    right.set_yscale("log")
+    right.axhline(1000, color="black", ls=":", lw=1, label="1 s")
+    right.set_xticks(range(len(per)), [t["tenant"] for t in per], rotation=90, fontsize=6)
+    right.set_ylabel("lateness p99 (ms, log)")
+    right.set_title("p99 per tenant")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _tenant_sections(tenants: dict[str, Any], out: Path) -> list[str]:
+    plot_tenants(tenants, out / TENANT_PLOT)
+    summary = {
+        f"{cls} {k}": v for cls, figures in tenants["classes"].items() for k, v in figures.items()
+    }
+    for name in ("small_during_flood", "flood_drain", "small_worst"):
+        for k, v in (tenants.get(name) or {}).items():
+            summary[f"{name} {k}"] = v
+    return [_table("Tenants (lateness in ms)", summary), _image(out / TENANT_PLOT)]
+
+
 def _table(title: str, items: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(json.dumps(v))}</td></tr>"
@@ -135,6 +201,8 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
         _table("Producer pacing", summary["producer"]),
         "".join(_image(out / name) for name in PLOTS),
     ]
+    if summary.get("tenants"):
+        sections += _tenant_sections(summary["tenants"], out)
     title = f"Chronos load test {summary.get('run_id') or ''}".strip()
     doc = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>

@@ -16,6 +16,7 @@ from loadtest.delivery import DrainWindow
 from loadtest.events import RUN_FILE
 from loadtest.producer import LoadProducer, ProducerSettings
 from loadtest.progress import ProgressLine, Snapshot, percentile_of
+from loadtest.tenants import TenantLoad
 from loadtest.timeutil import iso_utc, now_ms
 from loadtest.topics import ensure_topics
 
@@ -46,6 +47,7 @@ class RunConfig:
     progress: bool = True
     flush_timeout_s: float = 60.0
     kafka_properties: dict[str, str] = field(default_factory=dict)
+    tenants: TenantLoad | None = None  # a multi-tenant load (its plan gives count and deadlines)
 
 
 @dataclass(slots=True)
@@ -106,6 +108,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             seed=cfg.seed,
             behind_threshold_ms=cfg.behind_threshold_ms,
             kafka_properties=cfg.kafka_properties,
+            tenants=cfg.tenants,
         ),
         run_id,
         cfg.out_dir,
@@ -202,6 +205,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             "duration_s": cfg.duration_s,
             "count": cfg.count,
             "delay": cfg.delay.describe(),
+            "tenants": None if cfg.tenants is None else cfg.tenants.describe(),
             "payload_bytes": cfg.payload_bytes,
             "keys": cfg.keys,
             "timing_advance_ms": cfg.timing_advance_ms,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadtest.delays import BurstDelay, FixedDelay, UniformDelay, parse_delay
+from loadtest.tenants import TenantLoad
 
 # -- targets ---------------------------------------------------------------------------------
 
@@ -33,6 +34,10 @@ BURST_DRAIN_RATE = 10_000  # msg/s
 BACKLOG_ROWS = 10_000_000
 BACKLOG_BASELINE_ROWS = 10_000
 RSS_LIMIT_MB = 300.0
+# Fairness between tenants (issue 13): small tenants' p99 lateness while a flood drains, and the
+# flood's drain rate against the same load without tenant headers (the control).
+TENANT_SMALL_P99_MS = 1000.0
+TENANT_DRAIN_RATIO = 0.9  # the flood drains at >= this x the control's rate (within 10 %)
 
 RATE_TOLERANCE = 0.01
 """A steady fired rate within 1 % of the offered rate counts as keeping up (whole-second
@@ -60,6 +65,7 @@ SCENARIO_NAMES = (
     "precision",
     "burst",
     "backlog",
+    "tenants",
 )
 DEFAULT_SCENARIOS = (
     "sustained",
@@ -69,6 +75,7 @@ DEFAULT_SCENARIOS = (
     "precision",
     "burst",
     "backlog",
+    "tenants",
 )
 
 
@@ -83,6 +90,7 @@ class Workload:
     drain_timeout_s: float = 30.0
     grace_s: float = 60.0  # after the window, while messages are missing: late, not lost
     rate_from_ceiling: bool = False  # offer SATURATE_FACTOR x the ceiling of the same run
+    tenants: TenantLoad | None = None  # a multi-tenant load: rate = the flood's, delay its burst
 
     def __post_init__(self) -> None:
         if (self.duration_s is None) == (self.count is None):
@@ -91,6 +99,8 @@ class Workload:
 
     @property
     def messages(self) -> int:
+        if self.tenants is not None:
+            return self.tenants.count
         if self.count is not None:
             return self.count
         assert self.duration_s is not None
@@ -127,7 +137,9 @@ class Workload:
 
     def harness_args(self, rate: float | None = None) -> list[str]:
         args = ["--rate", _num(rate if rate is not None else self.rate), "--delay", self.delay]
-        if self.count is not None:
+        if self.tenants is not None:
+            args = self.tenants.harness_args()
+        elif self.count is not None:
             args += ["--count", str(self.count)]
         else:
             args += ["--duration", f"{_num(self.duration_s or 0)}s"]
@@ -140,6 +152,8 @@ class Workload:
         ]
 
     def describe(self, rate: float | None = None) -> str:
+        if self.tenants is not None:
+            return self.tenants.describe()
         r = rate if rate is not None else self.rate
         amount = f"{self.count:,} msgs" if self.count is not None else f"{_num(self.duration_s)} s"
         return f"{r:,.0f} msg/s, {amount}, {self.delay}"
@@ -267,6 +281,7 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
                 burst,
             )
         ],
+        "tenants": _tenant_scenarios(quick, grace),
         "backlog": [
             Scenario(
                 f"backlog-{_rows_label(rows)}",
@@ -279,6 +294,64 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             for rows in (BACKLOG_BASELINE_ROWS, backlog_rows)
         ],
     }
+
+
+def _tenant_scenarios(quick: bool, grace: float) -> list[Scenario]:
+    """``tenants``: one tenant's flood due at one instant while 50 small tenants send 10 msg/s
+    each, and ``tenants-control``, the same load without tenant headers (its drain rate is the
+    reference); ``tenants-200k``: 200,000 due at once and 20 small tenants due from 0.5 s
+    later. The flood is sent at 20,000 msg/s, due well after its last send (as ``burst``)."""
+    if quick:
+        flood, at_ms, small_s, drain = 100_000, 15_000, 35.0, 60.0
+        flood2, at2_ms, small2_s = 50_000, 10_000, 15.0
+    else:
+        flood, at_ms, small_s, drain = BURST_COUNT, 150_000, 300.0, 300.0
+        flood2, at2_ms, small2_s = 200_000, 30_000, 40.0
+    load = TenantLoad(
+        flood_count=flood,
+        flood_rate=20_000,
+        flood_at_ms=at_ms,
+        small_tenants=50,
+        small_rate=10,
+        small_delay_ms=3_000,
+        duration_s=small_s,
+    )
+    delay_ms = 2_000
+    load2 = TenantLoad(
+        flood_count=flood2,
+        flood_rate=20_000,
+        flood_at_ms=at2_ms,
+        small_tenants=20,
+        small_rate=10,
+        small_delay_ms=delay_ms,
+        duration_s=small2_s,
+        small_from_ms=at2_ms + 500 - delay_ms,  # the first small message is due 0.5 s later
+    )
+
+    def workload(t: TenantLoad) -> Workload:
+        return Workload(
+            t.flood_rate,
+            f"burst:{t.flood_at_ms}ms",
+            duration_s=t.duration_s + t.small_from_ms / 1000,
+            drain_timeout_s=drain,
+            grace_s=grace,
+            tenants=t,
+        )
+
+    return [
+        Scenario("tenants", "tenants", f"1 node, tenants: {load.describe()}", 1, workload(load)),
+        Scenario(
+            "tenants-control",
+            "tenants",
+            "1 node, the same load without tenant headers (the drain-rate reference)",
+            1,
+            workload(replace(load, header=False)),
+            extra={"control": True},
+        ),
+        Scenario(
+            "tenants-200k", "tenants", f"1 node, tenants: {load2.describe()}", 1, workload(load2)
+        ),
+    ]
 
 
 def parse_names(text: str | None) -> list[str]:

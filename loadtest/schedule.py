@@ -11,6 +11,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Slots(Protocol):
+    """Absolute send times of ``total`` slots: what ``pace`` follows."""
+
+    @property
+    def start(self) -> float: ...
+
+    @property
+    def total(self) -> int: ...
+
+    def slot_time(self, index: int) -> float: ...
+
+    def due(self, now: float) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +132,7 @@ class PacingResult:
 
 
 def pace(
-    schedule: RateSchedule,
+    schedule: Slots,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     emit: Callable[[int, int], None],

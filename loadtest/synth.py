@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
 from loadtest.events import RECEIVED_FILE, RECEIVED_SCHEMA, RUN_FILE, SENT_FILE, SENT_SCHEMA
+from loadtest.tenants import FLOOD, small_name
 
 CHUNK = 1_000_000
 START_MS = 1_700_000_000_000
@@ -43,6 +44,15 @@ class SynthSpec:
     timing_advance_ms: int = 50
     seed: int = 1
     start_ms: int = START_MS
+    small_tenants: int = 0  # > 0: every (n+1)-th message is the flood's, the rest small tenants'
+
+
+def _tenants(spec: SynthSpec, seq: np.ndarray) -> pa.Array:
+    """The tenant of each message (null without tenants): ``flood`` and ``small-NN`` in turn."""
+    if spec.small_tenants <= 0:
+        return pa.nulls(len(seq), pa.string())
+    names = pa.array([FLOOD, *(small_name(i) for i in range(spec.small_tenants))], pa.string())
+    return names.take(pa.array(seq % (spec.small_tenants + 1)))
 
 
 def _ids(seq: np.ndarray) -> pa.Array:
@@ -94,6 +104,7 @@ def write_synthetic(spec: SynthSpec, out: Path, *, expected: bool = True) -> dic
                     "sent_ms": sent_ms,
                     "payload_bytes": np.full(n, 100, dtype=np.int32),
                     "slot_ms": slot,
+                    "tenant": _tenants(spec, seq),
                 },
                 schema=SENT_SCHEMA,
             )
@@ -151,6 +162,7 @@ def write_synthetic(spec: SynthSpec, out: Path, *, expected: bool = True) -> dic
                     "dead_letter_reason": pa.array(
                         [None] * out_n + ["synthetic rejection"] * dl_n, pa.string()
                     ),
+                    "tenant": _tenants(spec, all_seq),
                 },
                 schema=RECEIVED_SCHEMA,
             )

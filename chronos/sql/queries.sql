@@ -330,6 +330,97 @@ SELECT now() AS now,
            (SELECT newest FROM claimed)
        ) AS newest_deadline;
 
+-- name: tenant_backlog
+-- The busiest tenants (most overdue rows first) without a table scan: the tenants with waiting
+-- rows found by a walk of the (tenant, deadline) ready index, one descent each, at most
+-- max_tenants of them in name order; each tenant's waiting and overdue rows counted through the
+-- same index up to count_limit; claimed rows (few: in-flight limits) through the claimed index,
+-- parked rows (rare) through the failed index. NULL (rows of a release before tenants) is ''.
+WITH RECURSIVE walk(tenant) AS (
+    (SELECT m.tenant FROM chronos_messages m
+     WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NOT NULL
+     ORDER BY m.tenant LIMIT 1)
+    UNION ALL
+    SELECT n.tenant
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT m.tenant FROM chronos_messages m
+        WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > w.tenant
+        ORDER BY m.tenant LIMIT 1
+    ) n
+), walked AS MATERIALIZED (
+    SELECT tenant FROM walk LIMIT %(max_tenants)s
+), waiting AS (
+    SELECT t.tenant, w.n AS waiting, o.n AS overdue, o.oldest AS oldest_overdue
+    FROM walked t
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM chronos_messages m
+            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant = t.tenant
+              AND m.attempts < %(park_attempts)s
+            ORDER BY m.deadline LIMIT %(count_limit)s
+        ) x
+    ) w
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, min(x.deadline) AS oldest FROM (
+            SELECT m.deadline FROM chronos_messages m
+            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant = t.tenant
+              AND m.deadline < now() AND m.attempts < %(park_attempts)s
+            ORDER BY m.deadline LIMIT %(count_limit)s
+        ) x
+    ) o
+    UNION ALL
+    SELECT '', w.n, o.n, o.oldest
+    FROM (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM chronos_messages m
+            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NULL
+              AND m.attempts < %(park_attempts)s
+            ORDER BY m.deadline LIMIT %(count_limit)s
+        ) x
+    ) w
+    CROSS JOIN (
+        SELECT count(*) AS n, min(x.deadline) AS oldest FROM (
+            SELECT m.deadline FROM chronos_messages m
+            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NULL
+              AND m.deadline < now() AND m.attempts < %(park_attempts)s
+            ORDER BY m.deadline LIMIT %(count_limit)s
+        ) x
+    ) o
+), claimed AS (
+    SELECT coalesce(m.tenant, '') AS tenant, count(*) AS n
+    FROM chronos_messages m
+    WHERE m.readied_at IS NOT NULL
+    GROUP BY 1
+), parked AS (
+    SELECT coalesce(p.tenant, '') AS tenant, count(*) AS n
+    FROM (
+        SELECT m.tenant FROM chronos_messages m
+        WHERE m.attempts > 0 AND m.readied_at IS NULL
+          AND (m.attempts >= %(park_attempts)s OR m.parked_at IS NOT NULL)
+        LIMIT %(count_limit)s
+    ) p
+    GROUP BY 1
+), everything AS (
+    SELECT tenant, waiting, overdue, oldest_overdue, 0::bigint AS claimed, 0::bigint AS parked
+    FROM waiting
+    UNION ALL
+    SELECT tenant, 0, 0, NULL, n, 0 FROM claimed
+    UNION ALL
+    SELECT tenant, 0, 0, NULL, 0, n FROM parked
+)
+SELECT now() AS now, tenant,
+       least(sum(waiting), %(count_limit)s) AS waiting,
+       least(sum(overdue), %(count_limit)s) AS overdue,
+       min(oldest_overdue) AS oldest_overdue,
+       sum(claimed) AS claimed, sum(parked) AS parked,
+       (SELECT count(*) FROM walked) AS tenants_walked
+FROM everything
+GROUP BY tenant
+HAVING sum(waiting) + sum(claimed) + sum(parked) > 0
+ORDER BY overdue DESC, waiting DESC, tenant
+LIMIT %(limit)s;
+
 -- name: get_message
 -- One scheduled message by id, with the size of its value (the value itself only if asked).
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from loadtest import scenarios as sc
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
 from loadtest.bench.results import Drain
+from loadtest.bench.tenant_figures import tenant_rows
 from loadtest.delivery import Row, late_text, scenario_delivery_rows
 
 
@@ -74,6 +75,7 @@ def evaluate(bench: BenchRecord) -> list[Row]:
         *_precision_rows(bench, floor),
         *_burst_rows(bench),
         *_backlog_rows(bench),
+        *tenant_rows(bench),
         *_rss_rows(bench),
         *scenario_delivery_rows(
             [

@@ -195,6 +195,9 @@ def _summary_subset(summary: dict[str, Any]) -> dict[str, Any]:
         },
         "lost_sample": summary.get("counts", {}).get("lost_sample", [])[:5],
         "delivery": summary.get("delivery"),
+        # A multi-tenant load's fairness figures (the per-second timeline stays in summary.json).
+        "tenants": {k: v for k, v in (summary.get("tenants") or {}).items() if k != "timeline"}
+        or None,
     }
 
 

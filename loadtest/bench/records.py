@@ -25,6 +25,7 @@ from loadtest.bench.results import (
     json_num,
     json_str,
 )
+from loadtest.bench.tenant_figures import TenantFigures
 from loadtest.delivery import Delivery, LossLocation, Row, ScenarioDelivery
 
 
@@ -106,6 +107,7 @@ class ScenarioRecord:
     profile: Profile | None = None
     loss_location: LossLocation | None = None
     output_holes: int | None = None  # missing offsets in the recorded output
+    tenants: TenantFigures | None = None  # a multi-tenant load's fairness figures
 
     @property
     def ok(self) -> bool:
@@ -157,6 +159,7 @@ class ScenarioRecord:
             profile=Profile.from_dict(json_map(data, "profile")),
             loss_location=LossLocation.from_dict(data.get("loss_location")),
             output_holes=json_int(json_map(data, "output_gaps"), "missing"),
+            tenants=TenantFigures.from_dict(summary.get("tenants")),
         )
 
 

@@ -246,6 +246,7 @@ ENDPOINTS = [
     ("POST", "/admin/v1/messages/m0/reschedule", 200),
     ("GET", "/admin/v1/stats", 200),
     ("GET", "/admin/v1/nodes", 200),
+    ("GET", "/admin/v1/tenants", 200),
 ]
 
 
@@ -285,6 +286,7 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/messages/{id}/reschedule",
         "/admin/v1/stats",
         "/admin/v1/nodes",
+        "/admin/v1/tenants",
     }
     for path in ("/health/live", "/metrics"):
         assert api.get(path, token=None)[0] == 200
@@ -628,6 +630,36 @@ def test_the_waiting_count_is_an_estimate_above_the_exact_threshold(api: Api) ->
     make_overdue(api, [f"e{i}" for i in range(80)], 10)
     capped = api.store.backlog(PARK, exact_below=1000, count_limit=50)
     assert (capped.overdue, capped.overdue_capped) == (50, True)
+
+
+def test_tenants_over_http_and_the_leaders_tenant_gauges(api: Api) -> None:
+    """Per tenant: waiting, overdue, claimed, parked; NULL (rows before tenants) is ''."""
+    seeded = seed_states(api)
+    api.sql("UPDATE chronos_messages SET tenant = 'acme' WHERE id IN ('m0', 'm1', 'm2', 'm7')")
+    api.sql("UPDATE chronos_messages SET tenant = 'zeta' WHERE id IN ('m3', 'm9')")
+    api.sql("UPDATE chronos_messages SET tenant = NULL WHERE id IN ('m4', 'm5', 'm6', 'm8')")
+    status, body = api.get("/admin/v1/tenants?limit=10")
+    assert status == 200 and body["tenants_complete"] and body["limit"] == 10
+    rows = {t["tenant"]: t for t in body["tenants"]}
+    assert [t["tenant"] for t in body["tenants"]] == ["acme", "", "zeta"]
+    counts = {k: (v["waiting"], v["overdue"], v["claimed"], v["parked"]) for k, v in rows.items()}
+    # m10 is parked with the default tenant ''; m9 (parked, overdue) never counts as overdue.
+    assert counts == {"acme": (3, 2, 1, 0), "": (3, 0, 1, 1), "zeta": (1, 0, 0, 1)}
+    assert 119 <= rows["acme"]["oldest_overdue_age_seconds"] < 180
+    assert rows[""]["oldest_overdue_age_seconds"] == 0
+    assert [t["tenant"] for t in api.get("/admin/v1/tenants?limit=1")[1]["tenants"]] == ["acme"]
+    assert api.get("/admin/v1/tenants?limit=0")[0] == 400
+    assert len(seeded.claimed) == 2
+
+    monitor = Monitor(api.settings, api.store)
+    assert monitor.refresh_tenants() is not None
+    assert REGISTRY.get_sample_value("chronos_tenant_overdue_messages", {"tenant": "acme"}) == 2
+    age = REGISTRY.get_sample_value(
+        "chronos_tenant_oldest_overdue_message_age_seconds", {"tenant": "acme"}
+    )
+    assert age is not None and 119 <= age < 180
+    assert REGISTRY.get_sample_value("chronos_tenant_overdue_messages", {"tenant": "zeta"}) is None
+    monitor.tenant_gauges.clear()
 
 
 def _plan(database_url: str, name: str, params: dict[str, Any]) -> str:

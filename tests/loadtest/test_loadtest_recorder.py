@@ -61,16 +61,18 @@ def test_records_filters_and_counts(tmp_path: Path) -> None:
         FakeMessage(
             "dlq", 3, _tracking("r1", 2, 3000) + [(h.DEAD_LETTER_REASON, b"bad deadline")], 5
         ),
+        FakeMessage("out", 15, _tracking("r1", 3, 3000) + [(h.TENANT, b"small-03")], 3001),
     ]
     rec._record(messages, receive_ms=4242)
     s = rec.stats
-    assert (s.output_records, s.dead_letter_records, s.foreign_records) == (3, 1, 2)
-    assert s.distinct_ids == 3
+    assert (s.output_records, s.dead_letter_records, s.foreign_records) == (4, 1, 2)
+    assert s.distinct_ids == 4
     assert s.output_duplicates == 1
-    assert sorted(rec.recent_lateness) == [-10, 10, 500]
+    assert sorted(rec.recent_lateness) == [-10, 1, 10, 500]
     rec.stop()
     table = pq.read_table(tmp_path / "received.parquet").to_pylist()
-    assert [r["id"] for r in table] == ["r1-0", "r1-1", "r1-0", "r1-2"]
+    assert [r["id"] for r in table] == ["r1-0", "r1-1", "r1-0", "r1-2", "r1-3"]
+    assert [r["tenant"] for r in table] == [None, None, None, None, "small-03"]
     assert table[3]["is_dead_letter"] and table[3]["topic"] == "dlq"
     assert table[3]["dead_letter_reason"] == "bad deadline"
     assert table[0]["dead_letter_reason"] is None
@@ -84,4 +86,5 @@ def test_records_filters_and_counts(tmp_path: Path) -> None:
         "receive_ms": 4242,
         "is_dead_letter": False,
         "dead_letter_reason": None,
+        "tenant": None,
     }
