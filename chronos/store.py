@@ -98,6 +98,7 @@ class ClaimedRow(NamedTuple):
     target_topic: str | None
     remaining_ms: float  # deadline minus the database clock, as the claim statement finished
     claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
+    tenant: str = ""  # the message's tenant ('' : the default tenant)
 
 
 @dataclass(frozen=True, slots=True)
