@@ -43,6 +43,7 @@ def encode_batch(messages: Sequence[ScheduledMessage]) -> str:
                 "v": b64(m.value),
                 "h": header_items(m.headers),
                 "t": m.target_topic,
+                "n": m.tenant,
             }
             for m in messages
         ],

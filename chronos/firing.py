@@ -25,6 +25,12 @@ dispatcher fires nothing and the loop gives back what it holds, before the leade
 node's claims over; when the lease is renewed, the loop gives back whatever it still holds in the
 table, then claims again.
 
+Tenants (issue 13): the claim shares a batch between the tenants with due rows when more is due
+than it takes (``claim_due``), and the claim-ahead budget is shared too: a tenant holding
+``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` is left out of the next claims until it holds
+less, so a flood never fills the budget and a small tenant's message is claimed (ahead of its
+deadline, as usual) while the flood waits in the table.
+
 The claim statement runs again at once while it returns full batches (a backlog drains at full
 speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
 """
@@ -36,6 +42,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,6 +65,9 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 2000
 DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
+TENANT_SHARE_OF_IN_FLIGHT = 0.5
+"""The part of ``max_in_flight`` one tenant may hold: the rest stays free for the others (the
+flood still holds seconds of work at the node's firing rate: its drain rate is unchanged)."""
 
 
 @dataclass(order=True, slots=True)
@@ -245,6 +255,8 @@ class FiringLoop(Loop):
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[_Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
+        self.held_by_tenant: Counter[str] = Counter()  # rows held, as held_bytes counts them
+        self.tenant_cap = max(1, int(settings.max_in_flight * TENANT_SHARE_OF_IN_FLIGHT))
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
@@ -372,6 +384,7 @@ class FiringLoop(Loop):
                 # Holding nothing, take one row whatever its size: a message larger than the
                 # budget must still fire (the broker's size limit bounds it).
                 first_always=self.held_bytes == 0,
+                exclude_tenants=[t for t, n in self.held_by_tenant.items() if n >= self.tenant_cap],
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
@@ -383,6 +396,7 @@ class FiringLoop(Loop):
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = sum(row_bytes(r.key, r.value, r.headers) for r in rows)
         self.held_bytes += claimed_bytes
+        self.held_by_tenant.update(r.tenant for r in rows)
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
@@ -446,6 +460,8 @@ class FiringLoop(Loop):
     def _forget(self, timers: list[_Timer]) -> None:
         """These rows leave this node's hands (deleted, given back or left to the detector)."""
         self.held_bytes -= sum(row_bytes(t.row.key, t.row.value, t.row.headers) for t in timers)
+        self.held_by_tenant.subtract(t.row.tenant for t in timers)
+        self.held_by_tenant = +self.held_by_tenant  # drop the tenants that hold nothing
 
     def _delete_delivered(self) -> None:
         batch, self.pending_delete = self.pending_delete, []

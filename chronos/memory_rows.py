@@ -26,6 +26,7 @@ class StoredRow:
     last_error: str | None = None
     target_topic: str | None = None
     parked_at: datetime | None = None
+    tenant: str | None = ""  # None: a row of a release before tenants
 
     @property
     def headers(self) -> Headers:

@@ -59,7 +59,9 @@ messages = Table(
         "tenant",
         String(128),
         nullable=True,
-        comment="reserved: tenant for fair scheduling under overload",
+        server_default=text("''"),
+        comment="tenant for fair claiming under overload (empty: the default tenant; NULL: "
+        "written before tenants, claimed oldest first only)",
     ),
     Column(
         "parked_at",
@@ -86,6 +88,14 @@ Index(
 # due index above, kept for the previous release's claim during a rolling upgrade) cost it nothing.
 Index(
     "chronos_messages_ready_idx",
+    messages.c.deadline,
+    postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
+)
+# "due, not readied and not parked, by tenant": the fair claim's skip scan over the tenants with
+# ready rows, and each tenant's oldest rows (chronos/sql/queries.sql, claim_due).
+Index(
+    "chronos_messages_tenant_ready_idx",
+    messages.c.tenant,
     messages.c.deadline,
     postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
 )

@@ -94,6 +94,7 @@ class ClaimedRow:
     target_topic: str | None
     remaining_ms: float  # deadline minus the database clock, as the claim statement finished
     claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
+    tenant: str = ""  # the message's tenant ('' : the default tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,9 @@ class StuckRow:
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
 
 UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
+FAIR_MAX_TENANTS = 10_000
+"""A fair claim finds at most this many tenants with unclaimed rows (one index descent each, in
+name order); the rows of any further tenants are claimed by the oldest-first fill only."""
 
 
 def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -134,6 +138,7 @@ class Store(Protocol):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]: ...
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
@@ -452,7 +457,10 @@ class PostgresStore(AdminQueries, LeadershipQueries):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]:
+        """Claim due rows: oldest first, or shared between the tenants with due rows when more
+        are due than ``limit`` (see ``claim_due``); ``exclude_tenants`` are not claimed."""
         rows, arrived = self._execute_tuples(
             "claim_due",
             {
@@ -462,8 +470,11 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 "park_attempts": park_attempts,
                 "max_bytes": max_bytes,
                 "first_always": first_always,
+                "exclude_tenants": list(exclude_tenants),
+                "max_tenants": FAIR_MAX_TENANTS,
             },
         )
+        rows.sort(key=lambda r: r[1])  # oldest first (RETURNING keeps no order)
         return [
             ClaimedRow(
                 r[0],
@@ -477,6 +488,7 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 r[8],
                 r[9],
                 arrived,
+                r[10] or "",
             )
             for r in rows
         ]

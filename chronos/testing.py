@@ -34,6 +34,7 @@ from chronos.protocol import (
 )
 from chronos.store import (
     DEFAULT_CANCEL_TTL_MS,
+    FAIR_MAX_TENANTS,
     UNBOUNDED_BYTES,
     Claim,
     ClaimedRow,
@@ -234,6 +235,7 @@ class InMemoryStore(InMemoryAdmin):
             headers_json=encode_headers(m.headers),
             enqueued_at=now,
             target_topic=m.target_topic,
+            tenant=m.tenant,
         )
         if m.action is Action.RESCHEDULE:
             if row is not None and row.readied_at is not None:
@@ -261,24 +263,23 @@ class InMemoryStore(InMemoryAdmin):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]:
         with self._lock:
             now = self._statement("claim_due")
             node = check_uuid(node_id, "claim_due")
             horizon = now + timedelta(milliseconds=horizon_ms)
-            due = [
-                r
-                for r in self._rows.values()
-                if r.readied_at is None
-                and r.parked_at is None
-                and r.deadline <= horizon
-                and r.attempts < park_attempts
-            ]
+            ready = [r for r in self._rows.values() if r.readied_at is None and r.parked_at is None]
+            due = [r for r in ready if r.deadline <= horizon and r.attempts < park_attempts]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
+            limit = max(0, limit)
+            excluded = set(exclude_tenants)
+            if excluded or len(due) > limit:
+                due = _fair_share(due, ready, limit, excluded)
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
             running = 0
-            for row in due[: max(0, limit)]:
+            for row in due[:limit]:
                 size = row_bytes(row.key, row.value, row.headers)
                 running += size
                 if running > max_bytes and not (first_always and running == size):
@@ -298,6 +299,7 @@ class InMemoryStore(InMemoryAdmin):
                         target_topic=row.target_topic,
                         remaining_ms=(row.deadline - now).total_seconds() * 1000,
                         claimed_monotonic=arrived,
+                        tenant=row.tenant or "",
                     )
                 )
             return claimed
@@ -438,3 +440,23 @@ def unfenced(node_id: str, window_ms: int = 5000) -> Leadership:
     leadership = Leadership(node_id, window_ms)
     leadership.renew(math.inf)
     return leadership
+
+
+def _fair_share(
+    due: list[StoredRow], ready: list[StoredRow], limit: int, excluded: set[str]
+) -> list[StoredRow]:
+    """The fair claim of ``claim_due`` (due: oldest first): each tenant with due rows (among the
+    first FAIR_MAX_TENANTS tenants with ready rows, by name) its oldest limit / tenants rows,
+    then, unless a tenant is excluded, the rest oldest first."""
+    tenants = sorted({r.tenant for r in ready if r.tenant is not None})[:FAIR_MAX_TENANTS]
+    due_tenants = [t for t in tenants if t not in excluded and any(r.tenant == t for r in due)]
+    share = max(1, limit // max(1, len(due_tenants)))
+    fair: list[StoredRow] = []
+    for tenant in due_tenants:
+        fair.extend([r for r in due if r.tenant == tenant][:share])
+    fair.sort(key=lambda r: (r.deadline, r.id))
+    fair = fair[:limit]
+    if excluded:
+        return fair
+    taken = {r.id for r in fair}
+    return fair + [r for r in due if r.id not in taken][: limit - len(fair)]

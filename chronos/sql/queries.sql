@@ -15,22 +15,22 @@
 -- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
 -- all inserted returns no rows. The batch arrives as one JSON array (decoded by the server):
 -- [{"i": id, "a": "s"|"r"|"c", "d": deadline|null, "k": base64 key|null,
---   "v": base64 value|null, "h": headers|null, "t": target topic|null}].
+--   "v": base64 value|null, "h": headers|null, "t": target topic|null, "n": tenant|null}].
 WITH batch AS (
     SELECT b.ord, b.i AS id, coalesce(b.a, 's') AS action, b.d AS deadline,
            decode(b.k, 'base64') AS message_key, decode(b.v, 'base64') AS message_value,
-           b.h AS message_headers, b.t AS target_topic,
+           b.h AS message_headers, b.t AS target_topic, coalesce(b.n, '') AS tenant,
            b.d <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
            EXISTS (SELECT 1 FROM chronos_cancels c
                    WHERE c.id = b.i AND c.expires_at > now()) AS blocked
     FROM ROWS FROM (
              jsonb_to_recordset(%(batch)s::jsonb)
-                 AS (i text, a text, d timestamptz, k text, v text, h jsonb, t text)
-         ) WITH ORDINALITY AS b(i, a, d, k, v, h, t, ord)
+                 AS (i text, a text, d timestamptz, k text, v text, h jsonb, t text, n text)
+         ) WITH ORDINALITY AS b(i, a, d, k, v, h, t, n, ord)
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+                                  target_topic, tenant)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
     FROM batch
     WHERE action = 's' AND NOT due AND NOT blocked
     ORDER BY ord
@@ -38,16 +38,16 @@ WITH batch AS (
     RETURNING id
 ), rescheduled AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+                                  target_topic, tenant)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
     FROM batch
     WHERE action = 'r' AND NOT blocked
     ORDER BY id
     ON CONFLICT (id) DO UPDATE
     SET deadline = excluded.deadline, message_key = excluded.message_key,
         message_value = excluded.message_value, message_headers = excluded.message_headers,
-        target_topic = excluded.target_topic, attempts = 0, last_error = NULL, parked_at = NULL,
-        enqueued_at = now()
+        target_topic = excluded.target_topic, tenant = excluded.tenant, attempts = 0,
+        last_error = NULL, parked_at = NULL, enqueued_at = now()
     WHERE chronos_messages.readied_at IS NULL
     RETURNING id
 ), cancel_target AS (
@@ -104,16 +104,85 @@ WHERE b.action <> 's' OR b.blocked OR b.due
 ORDER BY b.ord;
 
 -- name: claim_due
--- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
--- skipping rows another node is claiming and parked rows, and stopping before the rows' bytes
--- (key + value + stored headers) pass `max_bytes` (the first row is taken whatever its size when
+-- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), skipping rows
+-- another node is claiming and parked rows, and stopping before the rows' bytes (key + value +
+-- stored headers) pass `max_bytes` (the first row is taken whatever its size when
 -- `first_always`); return them with the time left until each deadline on the database clock,
 -- measured as late as possible (clock_timestamp(), not the statement start) so timers anchored
--- on arrival of the result never fire early and lose little precision. Walks the ready index
--- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
--- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
--- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
-WITH candidates AS (
+-- on arrival of the result never fire early and lose little precision.
+-- Fair under overload (issue 13): while no more than `limit` rows are due (`overload`: a walk of
+-- at most limit + 1 entries of the ready index) the claim is the oldest `limit` rows, as before.
+-- When more are due, it first takes, from each tenant with due rows, its oldest
+-- limit / (tenants with due rows) rows (at least one), then fills the rest of the batch oldest
+-- first. The tenants are found by a skip scan ("loose index scan") of the (tenant, deadline)
+-- ready index: one index descent per tenant with unclaimed rows, at most `max_tenants` of them
+-- (in name order; the others are served by the oldest-first fill), never a scan of their rows.
+-- Tenants in `exclude_tenants` (those holding their share of the node's claim-ahead budget) are
+-- not claimed, and while any is excluded there is no oldest-first fill (it would walk their
+-- rows). Rows of a release before tenants (tenant NULL) are claimed by the fill only. The byte
+-- budget counts the per-tenant rows first. The rows are updated through `id = ANY(...)` (primary
+-- key in any plan, whatever the estimates). `attempts < park_attempts` skips the rows a previous
+-- release parked by their attempts alone (parked_at NULL).
+-- (octet_length of a bytea reads its length word, not the value.)
+WITH RECURSIVE overload AS (
+    SELECT count(*) > %(limit)s OR cardinality(%(exclude_tenants)s::text[]) > 0 AS fair
+    FROM (SELECT 1
+          FROM chronos_messages
+          WHERE readied_at IS NULL
+            AND parked_at IS NULL
+            AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+          ORDER BY deadline
+          LIMIT %(limit)s + 1) head
+), tenants AS (
+    (SELECT m.tenant, 1 AS n
+     FROM chronos_messages m
+     WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NOT NULL
+       AND (SELECT fair FROM overload)
+     ORDER BY m.tenant
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.tenant
+            FROM chronos_messages m
+            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > t.tenant
+            ORDER BY m.tenant
+            LIMIT 1),
+           t.n + 1
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL AND t.n < %(max_tenants)s
+), due_tenants AS (
+    SELECT t.tenant
+    FROM tenants t
+    WHERE t.tenant IS NOT NULL
+      AND t.tenant <> ALL(%(exclude_tenants)s::text[])
+      AND EXISTS (SELECT 1
+                  FROM chronos_messages m
+                  WHERE m.tenant = t.tenant
+                    AND m.readied_at IS NULL
+                    AND m.parked_at IS NULL
+                    AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0))
+), share AS (
+    SELECT greatest(1, %(limit)s / greatest(1, count(*)))::bigint AS rows FROM due_tenants
+), fair AS (
+    SELECT c.id, c.deadline, c.size
+    FROM due_tenants t
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.deadline,
+               coalesce(octet_length(m.message_key), 0)
+               + coalesce(octet_length(m.message_value), 0)
+               + coalesce(pg_column_size(m.message_headers), 0) AS size
+        FROM chronos_messages m
+        WHERE m.tenant = t.tenant
+          AND m.readied_at IS NULL
+          AND m.parked_at IS NULL
+          AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+          AND m.attempts < %(park_attempts)s
+        ORDER BY m.deadline
+        LIMIT (SELECT rows FROM share)
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.deadline, c.id
+    LIMIT %(limit)s
+), rest AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
            + coalesce(pg_column_size(message_headers), 0) AS size
@@ -122,23 +191,29 @@ WITH candidates AS (
       AND parked_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
+      AND id <> ALL(ARRAY(SELECT id FROM fair))
+      AND cardinality(%(exclude_tenants)s::text[]) = 0
     ORDER BY deadline
-    LIMIT %(limit)s
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fair))
     FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT 0 AS part, id, deadline, size FROM fair
+    UNION ALL
+    SELECT 1 AS part, id, deadline, size FROM rest
 ), due AS (
     SELECT id
-    FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running
+    FROM (SELECT id, size, sum(size) OVER (ORDER BY part, deadline, id) AS running
           FROM candidates) c
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 )
 UPDATE chronos_messages m
 SET readied_at = now(), readied_by = %(node_id)s::uuid
-FROM due
-WHERE m.id = due.id
+WHERE m.id = ANY(ARRAY(SELECT id FROM due))
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
           m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
           m.target_topic,
-          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision;
+          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision,
+          m.tenant;
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and

@@ -1,0 +1,63 @@
+"""Tenants: the (tenant, deadline) ready index for fair claiming, and '' as the default tenant
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-12-08
+
+The reserved ``tenant`` column gets a default of ``''`` (the default tenant; metadata only, no
+table rewrite) and the index the fair claim walks: ``(tenant, deadline)`` over the rows neither
+claimed nor parked, built CONCURRENTLY so that upgrading a live cluster never blocks intake or
+firing.
+
+Rolling upgrade: compatible with the previous release both ways. Its inserts name no tenant and
+now get ``''`` (the default tenant); rows it wrote before (``tenant`` NULL) are claimed by the new
+release's oldest-first step only, exactly as the previous release claims them. The previous
+release never reads the column.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0006"
+down_revision = "0005"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.alter_column(
+        "chronos_messages",
+        "tenant",
+        existing_type=sa.String(128),
+        server_default=sa.text("''"),
+        comment="tenant for fair claiming under overload (empty: the default tenant; NULL: "
+        "written before tenants, claimed oldest first only)",
+    )
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "chronos_messages_tenant_ready_idx",
+            "chronos_messages",
+            ["tenant", "deadline"],
+            postgresql_where=sa.text("readied_at IS NULL AND parked_at IS NULL"),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+
+
+def downgrade() -> None:
+    with op.get_context().autocommit_block():
+        op.drop_index(
+            "chronos_messages_tenant_ready_idx",
+            table_name="chronos_messages",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )
+    op.alter_column(
+        "chronos_messages",
+        "tenant",
+        existing_type=sa.String(128),
+        server_default=None,
+        comment="reserved: tenant for fair scheduling under overload",
+    )
