@@ -141,19 +141,20 @@ WITH RECURSIVE overload AS (
      ORDER BY m.tenant
      LIMIT 1)
     UNION ALL
-    SELECT (SELECT m.tenant
-            FROM chronos_messages m
-            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > t.tenant
-            ORDER BY m.tenant
-            LIMIT 1),
-           t.n + 1
+    SELECT nx.tenant, t.n + 1
     FROM tenants t
-    WHERE t.tenant IS NOT NULL AND t.n < %(max_tenants)s
+    CROSS JOIN LATERAL (
+        SELECT m.tenant
+        FROM chronos_messages m
+        WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > t.tenant
+        ORDER BY m.tenant
+        LIMIT 1
+    ) nx  -- no next tenant: no row, and the walk ends (no NULL marker to filter out)
+    WHERE t.n < %(max_tenants)s
 ), due_tenants AS (
     SELECT t.tenant
     FROM tenants t
-    WHERE t.tenant IS NOT NULL
-      AND t.tenant <> ALL(%(exclude_tenants)s::text[])
+    WHERE t.tenant <> ALL(%(exclude_tenants)s::text[])
       AND EXISTS (SELECT 1
                   FROM chronos_messages m
                   WHERE m.tenant = t.tenant
