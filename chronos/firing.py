@@ -25,11 +25,12 @@ dispatcher fires nothing and the loop gives back what it holds, before the leade
 node's claims over; when the lease is renewed, the loop gives back whatever it still holds in the
 table, then claims again.
 
-Tenants (issue 13): the claim shares a batch between the tenants with due rows when more is due
-than it takes (``claim_due``), and the claim-ahead budget is shared too: a tenant holding
-``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` is left out of the next claims until it holds
-less, so a flood never fills the budget and a small tenant's message is claimed (ahead of its
-deadline, as usual) while the flood waits in the table.
+Tenants (issue 13): while the previous claim came back full (more is due than a claim takes:
+overload), the next claim shares its batch between the tenants with due rows (the store's fair
+claim); otherwise it is the plain oldest-first claim. The claim-ahead budget is shared too: a
+tenant holding ``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` is left out of the next claims
+until it holds less, so a flood never fills the budget and a small tenant's message is claimed
+(ahead of its deadline, as usual) while the flood waits in the table.
 
 The claim statement runs again at once while it returns full batches (a backlog drains at full
 speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
@@ -260,6 +261,7 @@ class FiringLoop(Loop):
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
+        self.overloaded = False  # the previous claim came back full: the next one is fair
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -384,6 +386,7 @@ class FiringLoop(Loop):
                 # Holding nothing, take one row whatever its size: a message larger than the
                 # budget must still fire (the broker's size limit bounds it).
                 first_always=self.held_bytes == 0,
+                fair=self.overloaded,
                 exclude_tenants=[t for t, n in self.held_by_tenant.items() if n >= self.tenant_cap],
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
@@ -403,9 +406,11 @@ class FiringLoop(Loop):
             self.dispatcher.add(rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        if len(rows) == limit or (rows and 2 * claimed_bytes >= room_bytes):
-            # A backlog (by count or by bytes): claim again at once, as room allows.
-            self.next_claim_at = returned  # full batch: a backlog, claim again at once
+        self.overloaded = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        if self.overloaded:
+            # A backlog (by count or by bytes): claim again at once, as room allows, sharing the
+            # next batch between the tenants with due rows.
+            self.next_claim_at = returned
         else:
             elapsed = returned - started
             jitter = random.uniform(0, 0.1 * poll)

@@ -91,8 +91,8 @@ Index(
     messages.c.deadline,
     postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
 )
-# "due, not readied and not parked, by tenant": the fair claim's skip scan over the tenants with
-# ready rows, and each tenant's oldest rows (chronos/sql/queries.sql, claim_due).
+# "due, not readied and not parked, by tenant": the fair claim's probes of one tenant's oldest
+# ready rows (chronos/sql/queries.sql, claim_due_fair).
 Index(
     "chronos_messages_tenant_ready_idx",
     messages.c.tenant,
@@ -135,6 +135,15 @@ cancels = Table(
     ),
 )
 Index("chronos_cancels_expires_idx", cancels.c.expires_at)
+
+# One row per tenant ever named by a message (the default tenant '' from the start): the tenants
+# the fair claim visits in turn. Written by the enqueue statement for the tenants a node has not
+# written yet (ON CONFLICT DO NOTHING), so it stays as small as the number of tenants.
+tenants = Table(
+    "chronos_tenants",
+    metadata,
+    Column("tenant", String(128), primary_key=True, comment="a tenant ('': the default tenant)"),
+)
 
 # One row per running node, written by its heartbeat every second and deleted at graceful
 # shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).

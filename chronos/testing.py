@@ -27,6 +27,7 @@ from chronos.leadership import Leadership
 from chronos.memory_admin import InMemoryAdmin
 from chronos.memory_rows import NodeRow, StoredRow, check_uuid, refused
 from chronos.protocol import (
+    DEFAULT_TENANT,
     MAX_ID_LENGTH,
     Action,
     ScheduledMessage,
@@ -34,7 +35,7 @@ from chronos.protocol import (
 )
 from chronos.store import (
     DEFAULT_CANCEL_TTL_MS,
-    FAIR_MAX_TENANTS,
+    FAIR_TENANTS_PER_CLAIM,
     UNBOUNDED_BYTES,
     Claim,
     ClaimedRow,
@@ -120,6 +121,10 @@ class InMemoryStore(InMemoryAdmin):
         self._rows: dict[str, StoredRow] = {}
         self._nodes: dict[str, NodeRow] = {}
         self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
+        self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
+        self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
+        self._fair_cursor = ""  # the last tenant the previous fair claim visited
+        self.fair_claims = 0  # claims run as claim_due_fair (a test convenience)
         self._lock = threading.RLock()
         self._failures: list[tuple[str | None, StoreError]] = []
         self.closed = False
@@ -194,6 +199,7 @@ class InMemoryStore(InMemoryAdmin):
                     raise refused("enqueue_batch failed: invalid byte sequence (NUL)")
                 if m.deadline.tzinfo is None:
                     raise refused("enqueue_batch failed: naive deadline")
+            self._tenants.update(m.tenant for m in messages if m.action is not Action.CANCEL)
             threshold = now + timedelta(milliseconds=advance_ms)
             existed_before = {m.id for m in messages if m.id in self._rows}
             blocked = {m.id for m in messages if self._cancels.get(m.id, now) > now}
@@ -249,6 +255,26 @@ class InMemoryStore(InMemoryAdmin):
         self._rows[m.id] = fresh
         return Outcome.INSERTED
 
+    def _fair_share(
+        self, due: list[StoredRow], with_due: set[str | None], limit: int, excluded: set[str]
+    ) -> list[StoredRow]:
+        """The rows ``claim_due_fair`` takes (``due``: oldest first): the next known tenants
+        after the cursor (wrapping round), each with due rows its share of the batch, then,
+        unless a tenant is excluded, the rest oldest first."""
+        known = sorted(self._tenants)
+        cursor = self._fair_cursor
+        size = max(1, min(self.fair_tenants_per_claim, limit))
+        window = ([t for t in known if t > cursor] + [t for t in known if t <= cursor])[:size]
+        self._fair_cursor = window[-1] if window else cursor
+        visited = [t for t in window if t not in excluded and t in with_due]
+        share = max(1, limit // max(1, len(visited)))
+        fair = [r for t in visited for r in [r for r in due if r.tenant == t][:share]]
+        fair.sort(key=lambda r: (r.deadline, r.id))
+        if excluded:
+            return fair
+        taken = {r.id for r in fair}
+        return fair + [r for r in due if r.id not in taken][: limit - len(fair)]
+
     def cancel_markers(self) -> dict[str, datetime]:
         """The live and expired cancel markers not yet purged, by id (a test convenience)."""
         with self._lock:
@@ -263,19 +289,22 @@ class InMemoryStore(InMemoryAdmin):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        fair: bool = False,
         exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]:
         with self._lock:
+            fair = fair or bool(exclude_tenants)
             now = self._statement("claim_due")
+            self.fair_claims += fair
             node = check_uuid(node_id, "claim_due")
             horizon = now + timedelta(milliseconds=horizon_ms)
             ready = [r for r in self._rows.values() if r.readied_at is None and r.parked_at is None]
             due = [r for r in ready if r.deadline <= horizon and r.attempts < park_attempts]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
             limit = max(0, limit)
-            excluded = set(exclude_tenants)
-            if excluded or len(due) > limit:
-                due = _fair_share(due, ready, limit, excluded)
+            if fair:
+                with_due = {r.tenant for r in ready if r.deadline <= horizon}
+                due = self._fair_share(due, with_due, limit, set(exclude_tenants))
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
             running = 0
@@ -302,6 +331,7 @@ class InMemoryStore(InMemoryAdmin):
                         tenant=row.tenant or "",
                     )
                 )
+            claimed.sort(key=lambda r: r.deadline)  # oldest first, as the store returns them
             return claimed
 
     def _fenced(self, node: str, claim: Claim) -> StoredRow | None:
@@ -440,23 +470,3 @@ def unfenced(node_id: str, window_ms: int = 5000) -> Leadership:
     leadership = Leadership(node_id, window_ms)
     leadership.renew(math.inf)
     return leadership
-
-
-def _fair_share(
-    due: list[StoredRow], ready: list[StoredRow], limit: int, excluded: set[str]
-) -> list[StoredRow]:
-    """The fair claim of ``claim_due`` (due: oldest first): each tenant with due rows (among the
-    first FAIR_MAX_TENANTS tenants with ready rows, by name) its oldest limit / tenants rows,
-    then, unless a tenant is excluded, the rest oldest first."""
-    tenants = sorted({r.tenant for r in ready if r.tenant is not None})[:FAIR_MAX_TENANTS]
-    due_tenants = [t for t in tenants if t not in excluded and any(r.tenant == t for r in due)]
-    share = max(1, limit // max(1, len(due_tenants)))
-    fair: list[StoredRow] = []
-    for tenant in due_tenants:
-        fair.extend([r for r in due if r.tenant == tenant][:share])
-    fair.sort(key=lambda r: (r.deadline, r.id))
-    fair = fair[:limit]
-    if excluded:
-        return fair
-    taken = {r.id for r in fair}
-    return fair + [r for r in due if r.id not in taken][: limit - len(fair)]

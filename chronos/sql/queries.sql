@@ -10,6 +10,8 @@
 -- left alone. "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
 -- until now + cancel_ttl_ms. A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
+-- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
+-- tenants the fair claim visits (chronos_tenants).
 -- Only the exceptions come back, by their 1-based position in the batch, with what happened:
 -- fire_now, due_duplicate, duplicate, blocked (a live cancel marker), rescheduled,
 -- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
@@ -50,6 +52,10 @@ WITH batch AS (
         last_error = NULL, parked_at = NULL, enqueued_at = now()
     WHERE chronos_messages.readied_at IS NULL
     RETURNING id
+), known_tenants AS (
+    INSERT INTO chronos_tenants (tenant)
+    SELECT t FROM unnest(%(new_tenants)s::text[]) AS t ORDER BY t
+    ON CONFLICT (tenant) DO NOTHING
 ), cancel_target AS (
     SELECT m.id, m.readied_at
     FROM chronos_messages m
@@ -104,60 +110,79 @@ WHERE b.action <> 's' OR b.blocked OR b.due
 ORDER BY b.ord;
 
 -- name: claim_due
--- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), skipping rows
--- another node is claiming and parked rows, and stopping before the rows' bytes (key + value +
--- stored headers) pass `max_bytes` (the first row is taken whatever its size when
+-- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
+-- skipping rows another node is claiming and parked rows, and stopping before the rows' bytes
+-- (key + value + stored headers) pass `max_bytes` (the first row is taken whatever its size when
 -- `first_always`); return them with the time left until each deadline on the database clock,
 -- measured as late as possible (clock_timestamp(), not the statement start) so timers anchored
--- on arrival of the result never fire early and lose little precision.
--- Fair under overload (issue 13): while no more than `limit` rows are due (`overload`: a walk of
--- at most limit + 1 entries of the ready index) the claim is the oldest `limit` rows, as before.
--- When more are due, it first takes, from each tenant with due rows, its oldest
--- limit / (tenants with due rows) rows (at least one), then fills the rest of the batch oldest
--- first. The tenants are found by a skip scan ("loose index scan") of the (tenant, deadline)
--- ready index: one index descent per tenant with unclaimed rows, at most `max_tenants` of them
--- (in name order; the others are served by the oldest-first fill), never a scan of their rows.
--- Tenants in `exclude_tenants` (those holding their share of the node's claim-ahead budget) are
--- not claimed, and while any is excluded there is no oldest-first fill (it would walk their
--- rows). Rows of a release before tenants (tenant NULL) are claimed by the fill only. The byte
--- budget counts the per-tenant rows first. The rows are updated through `id = ANY(...)` (primary
--- key in any plan, whatever the estimates). `attempts < park_attempts` skips the rows a previous
--- release parked by their attempts alone (parked_at NULL).
--- (octet_length of a bytea reads its length word, not the value.)
-WITH RECURSIVE overload AS (
-    SELECT count(*) > %(limit)s OR cardinality(%(exclude_tenants)s::text[]) > 0 AS fair
-    FROM (SELECT 1
-          FROM chronos_messages
-          WHERE readied_at IS NULL
-            AND parked_at IS NULL
-            AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
-          ORDER BY deadline
-          LIMIT %(limit)s + 1) head
-), tenants AS (
-    (SELECT m.tenant, 1 AS n
-     FROM chronos_messages m
-     WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NOT NULL
-       AND (SELECT fair FROM overload)
-     ORDER BY m.tenant
-     LIMIT 1)
-    UNION ALL
-    SELECT nx.tenant, t.n + 1
-    FROM tenants t
-    CROSS JOIN LATERAL (
-        SELECT m.tenant
-        FROM chronos_messages m
-        WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > t.tenant
-        ORDER BY m.tenant
-        LIMIT 1
-    ) nx  -- no next tenant: no row, and the walk ends (no NULL marker to filter out)
-    WHERE t.n < %(max_tenants)s
+-- on arrival of the result never fire early and lose little precision. Walks the ready index
+-- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
+-- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
+-- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
+WITH candidates AS (
+    SELECT id, deadline,
+           coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
+           + coalesce(pg_column_size(message_headers), 0) AS size
+    FROM chronos_messages
+    WHERE readied_at IS NULL
+      AND parked_at IS NULL
+      AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+      AND attempts < %(park_attempts)s
+    ORDER BY deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id
+    FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running
+          FROM candidates) c
+    WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
+)
+UPDATE chronos_messages m
+SET readied_at = now(), readied_by = %(node_id)s::uuid
+FROM due
+WHERE m.id = due.id
+RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
+          m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
+          m.target_topic,
+          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision,
+          m.tenant;
+
+-- name: claim_due_fair
+-- Phase 1 under overload (issue 13; the firing loop runs it while its previous claim came back
+-- full, or while a tenant holds its share of the node's claim-ahead budget): claim_due, with the
+-- batch shared between tenants. It visits at most `tenants` known tenants (chronos_tenants, in
+-- name order after `cursor`, wrapping round: a rotating window, so thousands of tenants are all
+-- visited within a few claims), each with two LIMIT-ed probes of the (tenant, deadline) ready
+-- index: has it a due row; then its oldest `limit` / (visited tenants with due rows) due rows,
+-- FOR UPDATE SKIP LOCKED. The rest of the batch is filled oldest first, as claim_due (work
+-- conserving: a flood drains at full speed), unless `fill` is false (a tenant is excluded: the
+-- fill would walk its rows). Tenants in `exclude_tenants` are not visited. Rows of a release
+-- before tenants (tenant NULL) are claimed by the fill only. The byte budget counts the visited
+-- tenants' rows first. The cost is bounded by `tenants` index probes plus the fill, whatever the
+-- number of rows or tenants. Rows are updated through `id = ANY(...)` (primary key in any plan).
+-- After the claimed rows comes one row whose id is NULL and whose last column is the cursor of
+-- the next fair claim (the last tenant visited).
+WITH visit AS (
+    SELECT w.tenant, row_number() OVER (ORDER BY w.lap, w.tenant) AS pos
+    FROM ((SELECT t.tenant, 0 AS lap
+           FROM chronos_tenants t
+           WHERE t.tenant > %(cursor)s::text
+           ORDER BY t.tenant
+           LIMIT %(tenants)s)
+          UNION ALL
+          (SELECT t.tenant, 1 AS lap
+           FROM chronos_tenants t
+           WHERE t.tenant <= %(cursor)s::text
+           ORDER BY t.tenant
+           LIMIT %(tenants)s)
+          LIMIT %(tenants)s) w
 ), due_tenants AS (
-    SELECT t.tenant
-    FROM tenants t
-    WHERE t.tenant <> ALL(%(exclude_tenants)s::text[])
+    SELECT v.tenant
+    FROM visit v
+    WHERE v.tenant <> ALL(%(exclude_tenants)s::text[])
       AND EXISTS (SELECT 1
                   FROM chronos_messages m
-                  WHERE m.tenant = t.tenant
+                  WHERE m.tenant = v.tenant
                     AND m.readied_at IS NULL
                     AND m.parked_at IS NULL
                     AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0))
@@ -181,8 +206,6 @@ WITH RECURSIVE overload AS (
         LIMIT (SELECT rows FROM share)
         FOR UPDATE SKIP LOCKED
     ) c
-    ORDER BY c.deadline, c.id
-    LIMIT %(limit)s
 ), rest AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
@@ -193,7 +216,7 @@ WITH RECURSIVE overload AS (
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
       AND id <> ALL(ARRAY(SELECT id FROM fair))
-      AND cardinality(%(exclude_tenants)s::text[]) = 0
+      AND %(fill)s::boolean
     ORDER BY deadline
     LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fair))
     FOR UPDATE SKIP LOCKED
@@ -206,15 +229,21 @@ WITH RECURSIVE overload AS (
     FROM (SELECT id, size, sum(size) OVER (ORDER BY part, deadline, id) AS running
           FROM candidates) c
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
+), claimed AS (
+    UPDATE chronos_messages m
+    SET readied_at = now(), readied_by = %(node_id)s::uuid
+    WHERE m.id = ANY(ARRAY(SELECT id FROM due))
+    RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch,
+              m.readied_at, m.message_key, m.message_value, m.message_headers, m.attempts,
+              m.last_error, m.target_topic,
+              (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision
+                  AS remaining_ms,
+              m.tenant
 )
-UPDATE chronos_messages m
-SET readied_at = now(), readied_by = %(node_id)s::uuid
-WHERE m.id = ANY(ARRAY(SELECT id FROM due))
-RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
-          m.message_key, m.message_value, m.message_headers, m.attempts, m.last_error,
-          m.target_topic,
-          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision,
-          m.tenant;
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       coalesce((SELECT v.tenant FROM visit v ORDER BY v.pos DESC LIMIT 1), %(cursor)s::text);
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and

@@ -1,18 +1,20 @@
-"""Tenants: the (tenant, deadline) ready index for fair claiming, and '' as the default tenant
+"""Tenants: the known tenants, the (tenant, deadline) ready index, and '' as the default tenant
 
 Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-08
 
 The reserved ``tenant`` column gets a default of ``''`` (the default tenant; metadata only, no
-table rewrite) and the index the fair claim walks: ``(tenant, deadline)`` over the rows neither
-claimed nor parked, built CONCURRENTLY so that upgrading a live cluster never blocks intake or
-firing.
+table rewrite); ``chronos_tenants`` lists the tenants the fair claim visits in turn (the default
+tenant from the start: no scan of the messages, whose tenant is NULL before this release); and the
+index each visit probes: ``(tenant, deadline)`` over the rows neither claimed nor parked, built
+CONCURRENTLY so that upgrading a live cluster never blocks intake or firing.
 
 Rolling upgrade: compatible with the previous release both ways. Its inserts name no tenant and
-now get ``''`` (the default tenant); rows it wrote before (``tenant`` NULL) are claimed by the new
-release's oldest-first step only, exactly as the previous release claims them. The previous
-release never reads the column.
+now get ``''`` (the default tenant, known from the start); rows it wrote before (``tenant`` NULL)
+are claimed oldest first by either release, as before. The previous release never reads the new
+column default, the new table or the new index, and its claim keeps its plan (the ready index).
+Release note: the nodes' role needs ``GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_tenants``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ def upgrade() -> None:
         comment="tenant for fair claiming under overload (empty: the default tenant; NULL: "
         "written before tenants, claimed oldest first only)",
     )
+    op.create_table(
+        "chronos_tenants",
+        sa.Column(
+            "tenant",
+            sa.String(128),
+            primary_key=True,
+            comment="a tenant ('': the default tenant)",
+        ),
+    )
+    op.execute("INSERT INTO chronos_tenants (tenant) VALUES ('') ON CONFLICT DO NOTHING")
     with op.get_context().autocommit_block():
         op.create_index(
             "chronos_messages_tenant_ready_idx",
@@ -54,6 +66,7 @@ def downgrade() -> None:
             postgresql_concurrently=True,
             if_exists=True,
         )
+    op.drop_table("chronos_tenants")
     op.alter_column(
         "chronos_messages",
         "tenant",

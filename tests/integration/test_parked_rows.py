@@ -20,7 +20,7 @@ from psycopg import sql
 
 from chronos.protocol import ScheduledMessage
 from chronos.sql import query
-from chronos.store import FAIR_MAX_TENANTS, PostgresStore, session_options
+from chronos.store import PostgresStore, session_options
 
 pytestmark = pytest.mark.integration
 
@@ -92,8 +92,6 @@ def explain_claim(url: str, analyze: bool) -> str:
         "park_attempts": PARK_ATTEMPTS,
         "max_bytes": 2**40,
         "first_always": True,
-        "exclude_tenants": [],
-        "max_tenants": FAIR_MAX_TENANTS,
     }
     with psycopg.connect(
         url, autocommit=True, options=session_options(url), cursor_factory=psycopg.ClientCursor
