@@ -179,13 +179,16 @@ WITH visit AS (
 ), due_tenants AS (
     SELECT v.tenant
     FROM visit v
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM chronos_messages m
+        WHERE m.tenant = v.tenant
+          AND m.readied_at IS NULL
+          AND m.parked_at IS NULL
+          AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+        LIMIT 1  -- a probe per tenant, never a join over the rows (LIMIT keeps it a subquery)
+    ) d
     WHERE v.tenant <> ALL(%(exclude_tenants)s::text[])
-      AND EXISTS (SELECT 1
-                  FROM chronos_messages m
-                  WHERE m.tenant = v.tenant
-                    AND m.readied_at IS NULL
-                    AND m.parked_at IS NULL
-                    AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0))
 ), share AS (
     SELECT greatest(1, %(limit)s / greatest(1, count(*)))::bigint AS rows FROM due_tenants
 ), fair AS (
