@@ -92,12 +92,15 @@ Index(
     postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
 )
 # "due, not readied and not parked, by tenant": the fair claim's probes of one tenant's oldest
-# ready rows (chronos/sql/queries.sql, claim_due_fair).
+# ready rows (chronos/sql/queries.sql, claim_due_fair). Its predicate is the ready index's,
+# written `coalesce(readied_at, parked_at) IS NULL` as the probes write it: the planner can prove
+# it from the probes only, so the probes never walk the deadline ready index (filtering on the
+# tenant) and the plain claim never walks this one, whatever the statistics.
 Index(
     "chronos_messages_tenant_ready_idx",
     messages.c.tenant,
     messages.c.deadline,
-    postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
+    postgresql_where=text("coalesce(readied_at, parked_at) IS NULL"),
 )
 # "readied longer than the hold time": the failure detector is an index range scan on readied_at.
 Index(

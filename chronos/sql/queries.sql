@@ -154,9 +154,12 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
 -- name order after `cursor`, wrapping round: a rotating window, so thousands of tenants are all
 -- visited within a few claims), each with two LIMIT-ed probes of the (tenant, deadline) ready
 -- index: has it a due row; then its oldest `limit` / (visited tenants with due rows) due rows,
--- FOR UPDATE SKIP LOCKED. The rest of the batch is filled oldest first, as claim_due (work
--- conserving: a flood drains at full speed), unless `fill` is false (a tenant is excluded: the
--- fill would walk its rows). Tenants in `exclude_tenants` are not visited. Rows of a release
+-- FOR UPDATE SKIP LOCKED. The probes say "ready" as that index's predicate does
+-- (coalesce(readied_at, parked_at) IS NULL): the deadline ready index cannot serve them, so no
+-- statistics can make a probe walk the flood's rows filtering on the tenant; ORDER BY deadline
+-- keeps a sequential scan out of reach too. The rest of the batch is filled oldest first, as
+-- claim_due (work conserving: a flood drains at full speed), unless `fill` is false (a tenant is
+-- excluded: the fill would walk its rows). Tenants in `exclude_tenants` are not visited. Rows of a release
 -- before tenants (tenant NULL) are claimed by the fill only. The byte budget counts the visited
 -- tenants' rows first. The cost is bounded by `tenants` index probes plus the fill, whatever the
 -- number of rows or tenants. Rows are updated through `id = ANY(...)` (primary key in any plan).
@@ -183,9 +186,9 @@ WITH visit AS (
         SELECT 1
         FROM chronos_messages m
         WHERE m.tenant = v.tenant
-          AND m.readied_at IS NULL
-          AND m.parked_at IS NULL
+          AND coalesce(m.readied_at, m.parked_at) IS NULL
           AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+        ORDER BY m.deadline
         LIMIT 1  -- a probe per tenant, never a join over the rows (LIMIT keeps it a subquery)
     ) d
     WHERE v.tenant <> ALL(%(exclude_tenants)s::text[])
@@ -201,8 +204,7 @@ WITH visit AS (
                + coalesce(pg_column_size(m.message_headers), 0) AS size
         FROM chronos_messages m
         WHERE m.tenant = t.tenant
-          AND m.readied_at IS NULL
-          AND m.parked_at IS NULL
+          AND coalesce(m.readied_at, m.parked_at) IS NULL
           AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
           AND m.attempts < %(park_attempts)s
         ORDER BY m.deadline

@@ -52,7 +52,9 @@ def upgrade() -> None:
             "chronos_messages_tenant_ready_idx",
             "chronos_messages",
             ["tenant", "deadline"],
-            postgresql_where=sa.text("readied_at IS NULL AND parked_at IS NULL"),
+            # the ready index's predicate, written as the fair claim's probes write it (so
+            # neither index is ever walked in place of the other: chronos/schema.py)
+            postgresql_where=sa.text("coalesce(readied_at, parked_at) IS NULL"),
             postgresql_concurrently=True,
             if_not_exists=True,
         )

@@ -4,7 +4,8 @@ A first fair claim found the tenants by a skip scan inside the claim: on a table
 the planner walked the deadline index instead, and its cost grew with every tenant holding rows.
 ``claim_due_fair`` visits a bounded window of known tenants (``chronos_tenants``), each with
 LIMIT-ed probes of the (tenant, deadline) ready index. Here a flood of one tenant is due first
-and 400 small tenants after it, with rows far in the future for everyone; the statement's plan,
+and 400 small tenants after it, 90 idle tenants have rows due only in two hours, and so has
+everyone; the statement's plan,
 custom and generic, on the table never analyzed and analyzed (the flood skews the tenant column),
 reads no row it throws away beyond the batch it takes, never scans the table, and the claim gives
 every small tenant its share. The plain claim keeps its plan (``test_parked_rows.py``).
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 FLOOD = 60_000
 TENANTS = 400
+IDLE_TENANTS = 90  # known, with rows due only later
 PER_TENANT = 20
 LATER = 20_000  # rows due in two hours, of the flood and of the small tenants
 LIMIT = 2_000
@@ -56,6 +58,8 @@ def flooded(database_factory: Any) -> Iterator[str]:
         for i in range(PER_TENANT)
     ]
     later = due + timedelta(hours=2)
+    # Tenants with rows but none due: their probes must not walk the due flood to find out.
+    rows += [_message(f"i{t:03d}", later, f"i{t:03d}") for t in range(IDLE_TENANTS)]
     rows += [
         _message(f"l{i:06d}", later, "flood" if i % 2 else f"t{i % TENANTS:03d}")
         for i in range(LATER)
@@ -105,7 +109,7 @@ def fair_params(fill: bool = True, exclude: tuple[str, ...] = ()) -> dict[str, A
         "max_bytes": 2**40,
         "first_always": True,
         "cursor": "",
-        "tenants": 500,
+        "tenants": 500,  # every known tenant: 400 small, 90 idle, the flood and ''
         "exclude_tenants": list(exclude),
         "fill": fill,
     }
@@ -170,3 +174,35 @@ def test_every_small_tenant_gets_its_share_of_one_claim(flooded: str) -> None:
         store.release(me, [(r.id, r.readied_at) for r in rows + plain], failed=False)
     finally:
         store.close()
+
+
+@pytest.fixture(scope="module")
+def few_tenants(database_factory: Any) -> Iterator[str]:
+    """The flood due at one instant; 20 small tenants whose rows are due only later."""
+    url = database_factory.create_migrated()
+    store = PostgresStore(url)
+    due = store.ping() + DUE_IN
+    rows = [_message(f"f{i:06d}", due, "flood") for i in range(FLOOD)]
+    rows += [
+        _message(f"s{t:02d}-{i}", due + timedelta(hours=1), f"s{t:02d}")
+        for t in range(20)
+        for i in range(10)
+    ]
+    for start in range(0, len(rows), 5_000):
+        store.enqueue(rows[start : start + 5_000], 0)
+    store.close()
+    yield url
+    database_factory.drop(url)
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never-analyzed", "analyzed"])
+def test_a_tenant_with_nothing_due_costs_one_probe_whatever_the_flood(
+    few_tenants: str, analyzed: bool, generic: bool
+) -> None:
+    """With few tenants the planner reckons a tenant's rows are common: it once probed each one
+    by walking the deadline index over the due flood, filtering on the tenant (60,000 rows read
+    and dropped per idle tenant, seconds a claim)."""
+    plan = explain(few_tenants, "claim_due_fair", fair_params(), analyzed, generic)
+    assert "Seq Scan on chronos_messages" not in plan, plan
+    assert rows_thrown_away(plan) <= LIMIT, plan
