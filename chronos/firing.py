@@ -25,6 +25,14 @@ dispatcher fires nothing and the loop gives back what it holds, before the leade
 node's claims over; when the lease is renewed, the loop gives back whatever it still holds in the
 table, then claims again.
 
+Tenants (issue 13): while the previous claim came back full (more is due than a claim takes:
+overload), the next claim shares its batch between the tenants with due rows (the store's fair
+claim); otherwise it is the plain oldest-first claim. The claim-ahead budget is shared too: a
+tenant holding ``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` (at most ``TENANT_HELD_CLAIMS``
+claims' worth) is left out of the next claims until it holds a quarter less (then the loop claims
+at once), so a flood never fills the budget and a small tenant's message is claimed (ahead of its
+deadline, as usual) while the flood waits in the table.
+
 The claim statement runs again at once while it returns full batches (a backlog drains at full
 speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
 """
@@ -36,6 +44,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,6 +68,14 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 2000
 DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
+TENANT_SHARE_OF_IN_FLIGHT = 0.5
+"""The part of ``max_in_flight`` one tenant may hold: the rest stays free for the others."""
+TENANT_HELD_CLAIMS = 4
+"""...and at most this many claims' worth (``claim_batch_size`` rows each): the timers fire
+earliest deadline first, so every row a flood holds that fell due before a small tenant's is
+published before it; a flood's overdue rows held by the node are the small tenant's queue. Four
+claims' worth keeps that queue a fraction of a second at the node's firing rate, and still more
+than a claim's round trip of work for the flood (its drain rate is unchanged)."""
 
 
 @dataclass(order=True, slots=True)
@@ -249,9 +266,19 @@ class FiringLoop(Loop):
         self.pending_delete: list[_Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
         self.tenant_metrics = TenantMetrics(settings.tenant_metrics_top)
+        self.held_by_tenant: Counter[str] = Counter()  # rows held, as held_bytes counts them
+        self.tenant_cap = max(
+            1,
+            min(
+                int(settings.max_in_flight * TENANT_SHARE_OF_IN_FLIGHT),
+                TENANT_HELD_CLAIMS * settings.claim_batch_size,
+            ),
+        )
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
+        self.overloaded = False  # the previous claim came back full: the next one is fair
+        self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -283,7 +310,7 @@ class FiringLoop(Loop):
             self.fence(now)
         elif self.fenced:
             self.unfence(now)
-        elif now >= self.next_claim_at:
+        elif now >= self.next_claim_at or self._share_freed():
             self.claim(now)
         self.finish(force=False)
 
@@ -365,6 +392,7 @@ class FiringLoop(Loop):
             self.next_claim_at = started + poll
             return
         limit = min(self.settings.claim_batch_size, room)
+        excluded = [t for t, n in self.held_by_tenant.items() if n >= self.tenant_cap]
         t0 = time.perf_counter()
         try:
             rows = self.store.claim(
@@ -376,10 +404,13 @@ class FiringLoop(Loop):
                 # Holding nothing, take one row whatever its size: a message larger than the
                 # budget must still fire (the broker's size limit bounds it).
                 first_always=self.held_bytes == 0,
+                fair=self.overloaded,
+                exclude_tenants=excluded,
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
             log.warning("claim failed: %s", exc, extra={"event": "database_error"})
+            self.held_back = set()  # back off, whatever is freed meanwhile
             self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff * random.uniform(0.5, 1)
             return
@@ -387,19 +418,28 @@ class FiringLoop(Loop):
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = sum(row_bytes(r.key, r.value, r.headers) for r in rows)
         self.held_bytes += claimed_bytes
+        self.held_by_tenant.update(r.tenant for r in rows)
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
             self.dispatcher.add(rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        if len(rows) == limit or (rows and 2 * claimed_bytes >= room_bytes):
-            # A backlog (by count or by bytes): claim again at once, as room allows.
-            self.next_claim_at = returned  # full batch: a backlog, claim again at once
+        self.overloaded = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        self.held_back = set(excluded)
+        if self.overloaded:
+            # A backlog (by count or by bytes): claim again at once, as room allows, sharing the
+            # next batch between the tenants with due rows.
+            self.next_claim_at = returned
         else:
             elapsed = returned - started
             jitter = random.uniform(0, 0.1 * poll)
             self.next_claim_at = returned + max(0.0, poll - elapsed) + jitter
+
+    def _share_freed(self) -> bool:
+        """A tenant the previous claim left out now holds a quarter of its share less: claim
+        for it at once rather than after the poll interval (its backlog drains without a gap)."""
+        return any(self.held_by_tenant[t] <= self.tenant_cap * 3 // 4 for t in self.held_back)
 
     # -- phase 2: delete / release ------------------------------------------------------------
 
@@ -450,6 +490,8 @@ class FiringLoop(Loop):
     def _forget(self, timers: list[_Timer]) -> None:
         """These rows leave this node's hands (deleted, given back or left to the detector)."""
         self.held_bytes -= sum(row_bytes(t.row.key, t.row.value, t.row.headers) for t in timers)
+        self.held_by_tenant.subtract(t.row.tenant for t in timers)
+        self.held_by_tenant = +self.held_by_tenant  # drop the tenants that hold nothing
 
     def _delete_delivered(self) -> None:
         batch, self.pending_delete = self.pending_delete, []

@@ -251,6 +251,7 @@ class IntakeLoop(Loop):
                 now=now,
                 max_delay=self.max_delay,
                 topic_allowed=self.topic_allowed,
+                tenant_from_key=self.settings.tenant_from_key,
             )
             if isinstance(parsed, Rejection):
                 dl = self._dead_letter(record, headers, parsed, f"{topic}/{partition}/{offset}")

@@ -4,7 +4,10 @@ An input record carries ``chronosMessageId`` (1-128 characters of UTF-8) and ``c
 (ISO-8601 with millisecond precision; no offset means UTC, ``Z`` or ``±hh:mm`` is converted).
 ``chronosAction`` (absent: ``schedule``) may say ``reschedule`` or ``cancel`` (a cancel needs no
 deadline); ``chronosTopic`` names the topic to fire to instead of the output topic (allowed only if
-it matches the configured patterns). Chronos headers are not relayed; every other header is, in
+it matches the configured patterns); ``chronosTenant`` (1-128 characters of UTF-8) names the tenant
+the message belongs to for fair claiming under overload (absent: a prefix of the key when
+``CHRONOS_TENANT_FROM_KEY`` names a separator, else the default tenant ``""``). Chronos headers are
+not relayed; every other header is, in
 order, repeats included.
 
 ``parse_record`` turns a raw record into a ``ScheduledMessage`` or a ``Rejection`` whose reason is a
@@ -26,12 +29,17 @@ MESSAGE_ID_HEADER = "chronosMessageId"
 DEADLINE_HEADER = "chronosDeadline"
 ACTION_HEADER = "chronosAction"
 TOPIC_HEADER = "chronosTopic"
-CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER, ACTION_HEADER, TOPIC_HEADER})
+TENANT_HEADER = "chronosTenant"
+CHRONOS_HEADERS = frozenset(
+    {MESSAGE_ID_HEADER, DEADLINE_HEADER, ACTION_HEADER, TOPIC_HEADER, TENANT_HEADER}
+)
 
 DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"
 DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"
 
 MAX_ID_LENGTH = 128
+MAX_TENANT_LENGTH = 128
+DEFAULT_TENANT = ""  # the tenant of a message that names none
 
 Header = tuple[str, bytes | None]
 Headers = list[Header]
@@ -64,6 +72,7 @@ class ScheduledMessage:
     headers: Headers  # non-Chronos headers, in order
     action: Action = Action.SCHEDULE
     target_topic: str | None = None  # chronosTopic (None: the output topic)
+    tenant: str = DEFAULT_TENANT  # chronosTenant, or the key's prefix (fair claiming)
 
 
 def topic_policy(output_topic: str, allowed_patterns: str) -> Callable[[str], bool]:
@@ -134,15 +143,19 @@ def parse_record(
     now: datetime | None = None,
     max_delay: timedelta | None = None,
     topic_allowed: Callable[[str], bool] | None = None,
+    tenant_from_key: str = "",
 ) -> ScheduledMessage | Rejection:
     """Validate one input record. Never raises on bad input: returns a Rejection instead.
-    ``topic_allowed`` decides on a ``chronosTopic`` (None: no topic is allowed)."""
+    ``topic_allowed`` decides on a ``chronosTopic`` (None: no topic is allowed);
+    ``tenant_from_key`` (non-empty) is the separator ending the key prefix that names the tenant
+    of a record without ``chronosTenant``."""
     message_id: bytes | None = None
     deadline_raw: bytes | None = None
     action_raw: bytes | None = None
     topic_raw: bytes | None = None
+    tenant_raw: bytes | None = None
     relayed: Headers = []
-    seen_id = seen_deadline = seen_action = seen_topic = 0
+    seen_id = seen_deadline = seen_action = seen_topic = seen_tenant = 0
     bad_name: str | None = None
     for name, header_value in headers or ():
         if name == MESSAGE_ID_HEADER:
@@ -157,6 +170,9 @@ def parse_record(
         elif name == TOPIC_HEADER:
             seen_topic += 1
             topic_raw = header_value
+        elif name == TENANT_HEADER:
+            seen_tenant += 1
+            tenant_raw = header_value
         else:
             relayed.append((name, header_value))
             if not _storable_name(name):
@@ -171,7 +187,8 @@ def parse_record(
         return Rejection("missing_id", f"missing header {MESSAGE_ID_HEADER}")
     if seen_id > 1:
         return Rejection("duplicate_header", f"header {MESSAGE_ID_HEADER} appears {seen_id} times")
-    for header, seen in ((ACTION_HEADER, seen_action), (TOPIC_HEADER, seen_topic)):
+    repeatable = ((ACTION_HEADER, seen_action), (TOPIC_HEADER, seen_topic))
+    for header, seen in (*repeatable, (TENANT_HEADER, seen_tenant)):
         if seen > 1:
             return Rejection("duplicate_header", f"header {header} appears {seen} times")
     action = _parse_action(action_raw) if seen_action else Action.SCHEDULE
@@ -191,6 +208,9 @@ def parse_record(
     target_topic = _parse_topic(topic_raw, topic_allowed) if seen_topic else None
     if isinstance(target_topic, Rejection):
         return target_topic
+    tenant = _parse_tenant(tenant_raw) if seen_tenant else _key_tenant(key, tenant_from_key)
+    if isinstance(tenant, Rejection):
+        return tenant
     if deadline_raw is None or len(deadline_raw) == 0:
         return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is empty")
     if len(deadline_raw) > 64:
@@ -209,7 +229,39 @@ def parse_record(
             f"{DEADLINE_HEADER} {format_deadline(deadline)} is more than "
             f"{int(max_delay.total_seconds() * 1000)} ms ahead (max delay)",
         )
-    return ScheduledMessage(id_text, deadline, key, value, relayed, action, target_topic)
+    return ScheduledMessage(id_text, deadline, key, value, relayed, action, target_topic, tenant)
+
+
+def _parse_tenant(raw: bytes | None) -> str | Rejection:
+    if raw is None or len(raw) == 0:
+        return Rejection("invalid_tenant", f"header {TENANT_HEADER} is empty")
+    try:
+        tenant = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection("invalid_tenant", f"header {TENANT_HEADER} is not valid UTF-8")
+    if len(tenant) > MAX_TENANT_LENGTH:
+        return Rejection(
+            "invalid_tenant",
+            f"header {TENANT_HEADER} is {len(tenant)} characters long (max {MAX_TENANT_LENGTH})",
+        )
+    if "\x00" in tenant:
+        return Rejection("invalid_tenant", f"header {TENANT_HEADER} contains a NUL character")
+    return tenant
+
+
+def _key_tenant(key: bytes | None, separator: str) -> str:
+    """The key's prefix up to ``separator`` (cut to 128 characters), or the default tenant when
+    no separator is configured, the key has none, or the prefix is not UTF-8 without NUL."""
+    if not separator or key is None:
+        return DEFAULT_TENANT
+    prefix, found, _ = key.partition(separator.encode("utf-8"))
+    if not found:
+        return DEFAULT_TENANT
+    try:
+        tenant = prefix.decode("utf-8")
+    except UnicodeDecodeError:
+        return DEFAULT_TENANT
+    return DEFAULT_TENANT if "\x00" in tenant else tenant[:MAX_TENANT_LENGTH]
 
 
 def _parse_id(message_id: bytes | None) -> str | Rejection:

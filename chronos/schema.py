@@ -59,7 +59,9 @@ messages = Table(
         "tenant",
         String(128),
         nullable=True,
-        comment="reserved: tenant for fair scheduling under overload",
+        server_default=text("''"),
+        comment="tenant for fair claiming under overload (empty: the default tenant; NULL: "
+        "written before tenants, claimed oldest first only)",
     ),
     Column(
         "parked_at",
@@ -88,6 +90,17 @@ Index(
     "chronos_messages_ready_idx",
     messages.c.deadline,
     postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
+)
+# "due, not readied and not parked, by tenant": the fair claim's probes of one tenant's oldest
+# ready rows (chronos/sql/queries.sql, claim_due_fair). Its predicate is the ready index's,
+# written `coalesce(readied_at, parked_at) IS NULL` as the probes write it: the planner can prove
+# it from the probes only, so the probes never walk the deadline ready index (filtering on the
+# tenant) and the plain claim never walks this one, whatever the statistics.
+Index(
+    "chronos_messages_tenant_ready_idx",
+    messages.c.tenant,
+    messages.c.deadline,
+    postgresql_where=text("coalesce(readied_at, parked_at) IS NULL"),
 )
 # "readied longer than the hold time": the failure detector is an index range scan on readied_at.
 Index(
@@ -125,6 +138,15 @@ cancels = Table(
     ),
 )
 Index("chronos_cancels_expires_idx", cancels.c.expires_at)
+
+# One row per tenant ever named by a message (the default tenant '' from the start): the tenants
+# the fair claim visits in turn. Written by the enqueue statement for the tenants a node has not
+# written yet (ON CONFLICT DO NOTHING), so it stays as small as the number of tenants.
+tenants = Table(
+    "chronos_tenants",
+    metadata,
+    Column("tenant", String(128), primary_key=True, comment="a tenant ('': the default tenant)"),
+)
 
 # One row per running node, written by its heartbeat every second and deleted at graceful
 # shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).

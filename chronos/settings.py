@@ -223,6 +223,11 @@ class Settings:
         "(empty: only the output topic); others are dead-lettered",
         _topic_patterns,
     )
+    tenant_from_key: str = setting(
+        "",
+        "separator ending the key prefix that names a message's tenant when it has no "
+        "chronosTenant header (e.g. ':'); empty: such messages belong to the default tenant",
+    )
     max_publish_attempts: int = setting(
         5,
         "publish attempts of one message before it is dead-lettered",

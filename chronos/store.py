@@ -39,7 +39,7 @@ from chronos.admin_store import (
 )
 from chronos.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
 from chronos.errors import StoreError
-from chronos.protocol import Headers, ScheduledMessage
+from chronos.protocol import Action, Headers, ScheduledMessage
 from chronos.sql import query
 from chronos.store_leadership import LeadershipQueries
 
@@ -111,6 +111,11 @@ class StuckRow:
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
 
 UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
+FAIR_TENANTS_PER_CLAIM = 500
+"""A fair claim visits at most this many known tenants (two index probes each), the next ones
+in name order after the previous fair claim's (a rotating window): with more tenants, each is
+visited every ``tenants / FAIR_TENANTS_PER_CLAIM`` claims (rounded up)."""
+KNOWN_TENANTS_MEMORY = 100_000  # tenants a store remembers having written (then it forgets all)
 
 
 def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -139,6 +144,8 @@ class Store(Protocol):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        fair: bool = False,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]: ...
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
@@ -296,6 +303,9 @@ class PostgresStore(AdminQueries, LeadershipQueries):
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
+        self._known_tenants: set[str] = set()  # written to chronos_tenants by this store
+        self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
+        self._fair_cursor = ""  # the last tenant the previous fair claim visited
 
     # -- connection management -------------------------------------------------------------
 
@@ -440,14 +450,21 @@ class PostgresStore(AdminQueries, LeadershipQueries):
             return []
         outcomes = [Outcome.INSERTED] * len(messages)
         for start, end in chunks_by_size(messages, ENQUEUE_CHUNK_BYTES):
+            chunk = messages[start:end]
+            new_tenants = {m.tenant for m in chunk if m.action is not Action.CANCEL}
+            new_tenants -= self._known_tenants
             rows, _ = self._execute_tuples(
                 "enqueue_batch",
                 {
-                    **encode_batch(messages[start:end]),
+                    **encode_batch(chunk),
                     "advance_ms": advance_ms,
                     "cancel_ttl_ms": cancel_ttl_ms,
+                    "new_tenants": sorted(new_tenants),
                 },
             )
+            if len(self._known_tenants) + len(new_tenants) > KNOWN_TENANTS_MEMORY:
+                self._known_tenants.clear()  # bounded memory: written again, as no-ops
+            self._known_tenants |= new_tenants
             for ordinal, outcome in rows:
                 outcomes[start + ordinal - 1] = Outcome(outcome)
         return outcomes
@@ -461,18 +478,33 @@ class PostgresStore(AdminQueries, LeadershipQueries):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        fair: bool = False,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]:
-        rows, arrived = self._execute_tuples(
-            "claim_due",
-            {
-                "node_id": node_id,
-                "horizon_ms": horizon_ms,
-                "limit": limit,
-                "park_attempts": park_attempts,
-                "max_bytes": max_bytes,
-                "first_always": first_always,
-            },
-        )
+        """Claim due rows oldest first (``claim_due``), or, when ``fair`` or a tenant is
+        excluded, shared between the tenants with due rows (``claim_due_fair``; then
+        ``exclude_tenants`` are not claimed at all)."""
+        params: dict[str, Any] = {
+            "node_id": node_id,
+            "horizon_ms": horizon_ms,
+            "limit": limit,
+            "park_attempts": park_attempts,
+            "max_bytes": max_bytes,
+            "first_always": first_always,
+        }
+        if not fair and not exclude_tenants:
+            rows, arrived = self._execute_tuples("claim_due", params)
+        else:
+            params |= {
+                "cursor": self._fair_cursor,
+                "tenants": max(1, min(self.fair_tenants_per_claim, limit)),
+                "exclude_tenants": list(exclude_tenants),
+                "fill": not exclude_tenants,
+            }
+            rows, arrived = self._execute_tuples("claim_due_fair", params)
+            self._fair_cursor = next(r[11] for r in rows if r[0] is None)
+            rows = [r for r in rows if r[0] is not None]
+        rows.sort(key=lambda r: r[1])  # oldest first (RETURNING keeps no order)
         # One tuple per row, the headers zipped from the two arrays the statement decoded.
         return [
             ClaimedRow(
@@ -487,6 +519,7 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 topic,
                 remaining_ms,
                 arrived,
+                tenant or "",
             )
             for (
                 id_,
@@ -500,6 +533,7 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 last_error,
                 topic,
                 remaining_ms,
+                tenant,
             ) in rows
         ]
 

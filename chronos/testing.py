@@ -27,6 +27,7 @@ from chronos.leadership import Leadership
 from chronos.memory_admin import InMemoryAdmin
 from chronos.memory_rows import NodeRow, StoredRow, check_uuid, refused
 from chronos.protocol import (
+    DEFAULT_TENANT,
     MAX_ID_LENGTH,
     Action,
     ScheduledMessage,
@@ -34,6 +35,7 @@ from chronos.protocol import (
 )
 from chronos.store import (
     DEFAULT_CANCEL_TTL_MS,
+    FAIR_TENANTS_PER_CLAIM,
     UNBOUNDED_BYTES,
     Claim,
     ClaimedRow,
@@ -119,6 +121,10 @@ class InMemoryStore(InMemoryAdmin):
         self._rows: dict[str, StoredRow] = {}
         self._nodes: dict[str, NodeRow] = {}
         self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
+        self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
+        self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
+        self._fair_cursor = ""  # the last tenant the previous fair claim visited
+        self.fair_claims = 0  # claims run as claim_due_fair (a test convenience)
         self._lock = threading.RLock()
         self._failures: list[tuple[str | None, StoreError]] = []
         self.closed = False
@@ -198,6 +204,7 @@ class InMemoryStore(InMemoryAdmin):
                     raise refused("enqueue_batch failed: invalid byte sequence (NUL)")
                 if m.deadline.tzinfo is None:
                     raise refused("enqueue_batch failed: naive deadline")
+            self._tenants.update(m.tenant for m in messages if m.action is not Action.CANCEL)
             threshold = now + timedelta(milliseconds=advance_ms)
             existed_before = {m.id for m in messages if m.id in self._rows}
             blocked = {m.id for m in messages if self._cancels.get(m.id, now) > now}
@@ -239,6 +246,7 @@ class InMemoryStore(InMemoryAdmin):
             headers_json=encode_headers(m.headers),
             enqueued_at=now,
             target_topic=m.target_topic,
+            tenant=m.tenant,
         )
         if m.action is Action.RESCHEDULE:
             if row is not None and row.readied_at is not None:
@@ -251,6 +259,26 @@ class InMemoryStore(InMemoryAdmin):
             return Outcome.DUPLICATE
         self._rows[m.id] = fresh
         return Outcome.INSERTED
+
+    def _fair_share(
+        self, due: list[StoredRow], with_due: set[str | None], limit: int, excluded: set[str]
+    ) -> list[StoredRow]:
+        """The rows ``claim_due_fair`` takes (``due``: oldest first): the next known tenants
+        after the cursor (wrapping round), each with due rows its share of the batch, then,
+        unless a tenant is excluded, the rest oldest first."""
+        known = sorted(self._tenants)
+        cursor = self._fair_cursor
+        size = max(1, min(self.fair_tenants_per_claim, limit))
+        window = ([t for t in known if t > cursor] + [t for t in known if t <= cursor])[:size]
+        self._fair_cursor = window[-1] if window else cursor
+        visited = [t for t in window if t not in excluded and t in with_due]
+        share = max(1, limit // max(1, len(visited)))
+        fair = [r for t in visited for r in [r for r in due if r.tenant == t][:share]]
+        fair.sort(key=lambda r: (r.deadline, r.id))
+        if excluded:
+            return fair
+        taken = {r.id for r in fair}
+        return fair + [r for r in due if r.id not in taken][: limit - len(fair)]
 
     def cancel_markers(self) -> dict[str, datetime]:
         """The live and expired cancel markers not yet purged, by id (a test convenience)."""
@@ -266,24 +294,26 @@ class InMemoryStore(InMemoryAdmin):
         *,
         max_bytes: int = UNBOUNDED_BYTES,
         first_always: bool = True,
+        fair: bool = False,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]:
         with self._lock:
+            fair = fair or bool(exclude_tenants)
             now = self._statement("claim_due")
+            self.fair_claims += fair
             node = check_uuid(node_id, "claim_due")
             horizon = now + timedelta(milliseconds=horizon_ms)
-            due = [
-                r
-                for r in self._rows.values()
-                if r.readied_at is None
-                and r.parked_at is None
-                and r.deadline <= horizon
-                and r.attempts < park_attempts
-            ]
+            ready = [r for r in self._rows.values() if r.readied_at is None and r.parked_at is None]
+            due = [r for r in ready if r.deadline <= horizon and r.attempts < park_attempts]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
+            limit = max(0, limit)
+            if fair:
+                with_due = {r.tenant for r in ready if r.deadline <= horizon}
+                due = self._fair_share(due, with_due, limit, set(exclude_tenants))
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
             running = 0
-            for row in due[: max(0, limit)]:
+            for row in due[:limit]:
                 size = row_bytes(row.key, row.value, row.headers)
                 running += size
                 if running > max_bytes and not (first_always and running == size):
@@ -303,8 +333,10 @@ class InMemoryStore(InMemoryAdmin):
                         target_topic=row.target_topic,
                         remaining_ms=(row.deadline - now).total_seconds() * 1000,
                         claimed_monotonic=arrived,
+                        tenant=row.tenant or "",
                     )
                 )
+            claimed.sort(key=lambda r: r.deadline)  # oldest first, as the store returns them
             return claimed
 
     def _fenced(self, node: str, claim: Claim) -> StoredRow | None:

@@ -10,11 +10,14 @@
 -- left alone. "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
 -- until now + cancel_ttl_ms. A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
+-- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
+-- tenants the fair claim visits (chronos_tenants).
 -- Only the exceptions come back, by their 1-based position in the batch, with what happened:
 -- fire_now, due_duplicate, duplicate, blocked (a live cancel marker), rescheduled,
 -- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
 -- all inserted returns no rows. The batch arrives as one binary array per column, in batch order
--- (ids, actions "s"|"r"|"c", deadlines (NULL for a cancel), raw keys and values, target topics);
+-- (ids, actions "s"|"r"|"c", deadlines (NULL for a cancel), raw keys and values, target topics,
+-- tenants ('' : the default tenant));
 -- headers flattened: header_rows (each header's 1-based message position), header_names and raw
 -- header_values, in order. The server builds the stored header document from them:
 -- [{"name": "<base64 value>" | null}, ...] (base64 without line breaks), NULL when none.
@@ -28,18 +31,20 @@ WITH headers AS (
 ), batch AS (
     SELECT b.ord, b.id, coalesce(b.action, 's') AS action, b.deadline,
            b.message_key, b.message_value, h.message_headers, b.target_topic,
+           coalesce(b.tenant, '') AS tenant,
            b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
            EXISTS (SELECT 1 FROM chronos_cancels c
                    WHERE c.id = b.id AND c.expires_at > now()) AS blocked
     FROM unnest(%(ids)b::text[], %(actions)b::text[], %(deadlines)b::timestamptz[],
-                %(keys)b::bytea[], %(values)b::bytea[], %(topics)b::text[])
+                %(keys)b::bytea[], %(values)b::bytea[], %(topics)b::text[],
+                %(tenants)b::text[])
              WITH ORDINALITY AS b(id, action, deadline, message_key, message_value, target_topic,
-                                  ord)
+                                  tenant, ord)
     LEFT JOIN headers h ON h.message_ord = b.ord
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+                                  target_topic, tenant)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
     FROM batch
     WHERE action = 's' AND NOT due AND NOT blocked
     ORDER BY ord
@@ -47,18 +52,22 @@ WITH headers AS (
     RETURNING id
 ), rescheduled AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic
+                                  target_topic, tenant)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
     FROM batch
     WHERE action = 'r' AND NOT blocked
     ORDER BY id
     ON CONFLICT (id) DO UPDATE
     SET deadline = excluded.deadline, message_key = excluded.message_key,
         message_value = excluded.message_value, message_headers = excluded.message_headers,
-        target_topic = excluded.target_topic, attempts = 0, last_error = NULL, parked_at = NULL,
-        enqueued_at = now()
+        target_topic = excluded.target_topic, tenant = excluded.tenant, attempts = 0,
+        last_error = NULL, parked_at = NULL, enqueued_at = now()
     WHERE chronos_messages.readied_at IS NULL
     RETURNING id
+), known_tenants AS (
+    INSERT INTO chronos_tenants (tenant)
+    SELECT t FROM unnest(%(new_tenants)s::text[]) AS t ORDER BY t
+    ON CONFLICT (tenant) DO NOTHING
 ), cancel_target AS (
     SELECT m.id, m.readied_at
     FROM chronos_messages m
@@ -156,7 +165,118 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
                     jsonb_path_query_array(m.message_headers, '$[*].*')) AS v
           ) AS header_values,
           m.attempts, m.last_error, m.target_topic,
-          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision;
+          (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision,
+          m.tenant;
+
+-- name: claim_due_fair
+-- Phase 1 under overload (issue 13; the firing loop runs it while its previous claim came back
+-- full, or while a tenant holds its share of the node's claim-ahead budget): claim_due, with the
+-- batch shared between tenants. It visits at most `tenants` known tenants (chronos_tenants, in
+-- name order after `cursor`, wrapping round: a rotating window, so thousands of tenants are all
+-- visited within a few claims), each with two LIMIT-ed probes of the (tenant, deadline) ready
+-- index: has it a due row; then its oldest `limit` / (visited tenants with due rows) due rows,
+-- FOR UPDATE SKIP LOCKED. The probes say "ready" as that index's predicate does
+-- (coalesce(readied_at, parked_at) IS NULL): the deadline ready index cannot serve them, so no
+-- statistics can make a probe walk the flood's rows filtering on the tenant; ORDER BY deadline
+-- keeps a sequential scan out of reach too. The rest of the batch is filled oldest first, as
+-- claim_due (work conserving: a flood drains at full speed), unless `fill` is false (a tenant is
+-- excluded: the fill would walk its rows). Tenants in `exclude_tenants` are not visited. Rows of a release
+-- before tenants (tenant NULL) are claimed by the fill only. The byte budget counts the visited
+-- tenants' rows first. The cost is bounded by `tenants` index probes plus the fill, whatever the
+-- number of rows or tenants. Rows are updated through `id = ANY(...)` (primary key in any plan).
+-- After the claimed rows comes one row whose id is NULL and whose last column is the cursor of
+-- the next fair claim (the last tenant visited).
+WITH visit AS (
+    SELECT w.tenant, row_number() OVER (ORDER BY w.lap, w.tenant) AS pos
+    FROM ((SELECT t.tenant, 0 AS lap
+           FROM chronos_tenants t
+           WHERE t.tenant > %(cursor)s::text
+           ORDER BY t.tenant
+           LIMIT %(tenants)s)
+          UNION ALL
+          (SELECT t.tenant, 1 AS lap
+           FROM chronos_tenants t
+           WHERE t.tenant <= %(cursor)s::text
+           ORDER BY t.tenant
+           LIMIT %(tenants)s)
+          LIMIT %(tenants)s) w
+), due_tenants AS (
+    SELECT v.tenant
+    FROM visit v
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM chronos_messages m
+        WHERE m.tenant = v.tenant
+          AND coalesce(m.readied_at, m.parked_at) IS NULL
+          AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+        ORDER BY m.deadline
+        LIMIT 1  -- a probe per tenant, never a join over the rows (LIMIT keeps it a subquery)
+    ) d
+    WHERE v.tenant <> ALL(%(exclude_tenants)s::text[])
+), share AS (
+    SELECT greatest(1, %(limit)s / greatest(1, count(*)))::bigint AS rows FROM due_tenants
+), fair AS (
+    SELECT c.id, c.deadline, c.size
+    FROM due_tenants t
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.deadline,
+               coalesce(octet_length(m.message_key), 0)
+               + coalesce(octet_length(m.message_value), 0)
+               + coalesce(pg_column_size(m.message_headers), 0) AS size
+        FROM chronos_messages m
+        WHERE m.tenant = t.tenant
+          AND coalesce(m.readied_at, m.parked_at) IS NULL
+          AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+          AND m.attempts < %(park_attempts)s
+        ORDER BY m.deadline
+        LIMIT (SELECT rows FROM share)
+        FOR UPDATE SKIP LOCKED
+    ) c
+), rest AS (
+    SELECT id, deadline,
+           coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
+           + coalesce(pg_column_size(message_headers), 0) AS size
+    FROM chronos_messages
+    WHERE readied_at IS NULL
+      AND parked_at IS NULL
+      AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+      AND attempts < %(park_attempts)s
+      AND id <> ALL(ARRAY(SELECT id FROM fair))
+      AND %(fill)s::boolean
+    ORDER BY deadline
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fair))
+    FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT 0 AS part, id, deadline, size FROM fair
+    UNION ALL
+    SELECT 1 AS part, id, deadline, size FROM rest
+), due AS (
+    SELECT id
+    FROM (SELECT id, size, sum(size) OVER (ORDER BY part, deadline, id) AS running
+          FROM candidates) c
+    WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
+), claimed AS (
+    UPDATE chronos_messages m
+    SET readied_at = now(), readied_by = %(node_id)s::uuid
+    WHERE m.id = ANY(ARRAY(SELECT id FROM due))
+    RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch,
+              m.readied_at, m.message_key, m.message_value,
+              ARRAY(SELECT jsonb_array_elements_text(
+                        jsonb_path_query_array(m.message_headers, '$[*].keyvalue().key'))
+              ) AS header_names,
+              ARRAY(SELECT decode(v, 'base64')
+                    FROM jsonb_array_elements_text(
+                        jsonb_path_query_array(m.message_headers, '$[*].*')) AS v
+              ) AS header_values,
+              m.attempts, m.last_error, m.target_topic,
+              (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision
+                  AS remaining_ms,
+              m.tenant
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       coalesce((SELECT v.tenant FROM visit v ORDER BY v.pos DESC LIMIT 1), %(cursor)s::text);
 
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
@@ -338,14 +458,14 @@ SELECT now() AS now,
 -- parked rows (rare) through the failed index. NULL (rows of a release before tenants) is ''.
 WITH RECURSIVE walk(tenant) AS (
     (SELECT m.tenant FROM chronos_messages m
-     WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NOT NULL
+     WHERE coalesce(m.readied_at, m.parked_at) IS NULL AND m.tenant IS NOT NULL
      ORDER BY m.tenant LIMIT 1)
     UNION ALL
     SELECT n.tenant
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT m.tenant FROM chronos_messages m
-        WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant > w.tenant
+        WHERE coalesce(m.readied_at, m.parked_at) IS NULL AND m.tenant > w.tenant
         ORDER BY m.tenant LIMIT 1
     ) n
 ), walked AS MATERIALIZED (
@@ -356,7 +476,7 @@ WITH RECURSIVE walk(tenant) AS (
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM chronos_messages m
-            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant = t.tenant
+            WHERE coalesce(m.readied_at, m.parked_at) IS NULL AND m.tenant = t.tenant
               AND m.attempts < %(park_attempts)s
             ORDER BY m.deadline LIMIT %(count_limit)s
         ) x
@@ -364,7 +484,7 @@ WITH RECURSIVE walk(tenant) AS (
     CROSS JOIN LATERAL (
         SELECT count(*) AS n, min(x.deadline) AS oldest FROM (
             SELECT m.deadline FROM chronos_messages m
-            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant = t.tenant
+            WHERE coalesce(m.readied_at, m.parked_at) IS NULL AND m.tenant = t.tenant
               AND m.deadline < now() AND m.attempts < %(park_attempts)s
             ORDER BY m.deadline LIMIT %(count_limit)s
         ) x
@@ -374,7 +494,7 @@ WITH RECURSIVE walk(tenant) AS (
     FROM (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM chronos_messages m
-            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NULL
+            WHERE coalesce(m.readied_at, m.parked_at) IS NULL AND m.tenant IS NULL
               AND m.attempts < %(park_attempts)s
             ORDER BY m.deadline LIMIT %(count_limit)s
         ) x
@@ -382,7 +502,7 @@ WITH RECURSIVE walk(tenant) AS (
     CROSS JOIN (
         SELECT count(*) AS n, min(x.deadline) AS oldest FROM (
             SELECT m.deadline FROM chronos_messages m
-            WHERE m.readied_at IS NULL AND m.parked_at IS NULL AND m.tenant IS NULL
+            WHERE coalesce(m.readied_at, m.parked_at) IS NULL AND m.tenant IS NULL
               AND m.deadline < now() AND m.attempts < %(park_attempts)s
             ORDER BY m.deadline LIMIT %(count_limit)s
         ) x

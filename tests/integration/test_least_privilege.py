@@ -28,8 +28,8 @@ pytestmark = pytest.mark.integration
 NODE_GRANTS = (
     "GRANT CONNECT ON DATABASE {database} TO {role}",
     "GRANT USAGE ON SCHEMA public TO {role}",
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, chronos_cancels "
-    "TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, chronos_cancels, "
+    "chronos_tenants TO {role}",
 )
 
 

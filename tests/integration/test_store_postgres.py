@@ -24,6 +24,7 @@ from tests.support import Topics, make_settings
 from tests.unit.helpers import chronos_headers
 from tests.unit.store_contract import HORIZON, StoreContract, msg, node
 from tests.unit.store_contract_actions import ActionContract
+from tests.unit.store_contract_tenants import TenantContract
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def harness(migrated_database_url: str) -> Iterator[PostgresHarness]:
     harness.store.close()
 
 
-class TestPostgresStore(StoreContract, ActionContract):
+class TestPostgresStore(StoreContract, ActionContract, TenantContract):
     pass
 
 

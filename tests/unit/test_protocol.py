@@ -60,6 +60,7 @@ def test_header_names_are_those_of_the_design() -> None:
         "chronosDeadline",
         "chronosAction",
         "chronosTopic",
+        "chronosTenant",
     }
 
 

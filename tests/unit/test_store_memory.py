@@ -15,6 +15,7 @@ from chronos.store import Outcome, Store
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock
 from tests.unit.store_contract import HORIZON, StoreContract, claims, msg, node
 from tests.unit.store_contract_actions import ActionContract
+from tests.unit.store_contract_tenants import TenantContract
 
 
 class MemoryHarness:
@@ -34,7 +35,7 @@ def harness() -> MemoryHarness:
     return MemoryHarness()
 
 
-class TestInMemoryStore(StoreContract, ActionContract):
+class TestInMemoryStore(StoreContract, ActionContract, TenantContract):
     pass
 
 

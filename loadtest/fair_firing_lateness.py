@@ -1,0 +1,155 @@
+"""One node's firing loop under a flood, with and without tenants (issue 13).
+
+    python -m loadtest.fair_firing_lateness [--flood 200000] [--small-tenants 20]
+                                            [--per-small 10] [--batch 2000]
+
+Starts an embedded Postgres (durable) and, for each of two runs in a fresh database, fills
+``chronos_messages`` in SQL with one tenant's ``--flood`` rows due at one instant T and, for
+``--small-tenants`` other tenants, ``--per-small`` rows each due from T + 0.5 s (50 ms apart);
+then runs one node's real firing loop (``FiringLoop`` on ``PostgresStore``, default settings but
+the claim batch) against an in-memory publisher until every row is published. The second run is
+the same rows without tenants (all the default tenant). Prints, per run, the small tenants'
+lateness (publish time minus deadline: p50, p99, worst) and the flood's drain rate (rows from T
+to its last row's publish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from chronos import migrate
+from chronos.embedded import EmbeddedPostgres
+from chronos.firing import FiringLoop
+from chronos.settings import Secret, load
+from chronos.store import PostgresStore
+from chronos.testing import FakePublisher, unfenced
+
+FILL = """
+INSERT INTO chronos_messages (id, deadline, message_key, message_value, tenant)
+SELECT 'f' || g, %(at)s, 'flood'::bytea, '\\x00'::bytea, %(flood_tenant)s
+FROM generate_series(1, %(flood)s) g
+"""
+FILL_SMALL = """
+INSERT INTO chronos_messages (id, deadline, message_key, message_value, tenant)
+SELECT 's' || t || '-' || i, d, convert_to('small', 'UTF8'),
+       convert_to((extract(epoch FROM d) * 1000)::bigint::text, 'UTF8'),
+       CASE WHEN %(tenants)s THEN 's' || t ELSE '' END
+FROM generate_series(1, %(small)s) t, generate_series(0, %(per_small)s - 1) i,
+     LATERAL (SELECT %(at)s + interval '500 milliseconds' + i * interval '50 milliseconds' AS d) x
+"""
+KNOWN = "INSERT INTO chronos_tenants (tenant) SELECT DISTINCT tenant FROM chronos_messages"
+KNOWN_CONFLICT = " ON CONFLICT DO NOTHING"
+
+
+@dataclass(frozen=True)
+class Run:
+    """The figures of one run."""
+
+    tenants: bool
+    small_p50_ms: float
+    small_p99_ms: float
+    small_worst_ms: float
+    flood_rows: int
+    flood_drain_s: float
+
+    def line(self) -> str:
+        label = "with tenants   " if self.tenants else "without tenants"
+        return (
+            f"{label} small tenants' lateness p50 {self.small_p50_ms:7.0f} ms  "
+            f"p99 {self.small_p99_ms:7.0f} ms  worst {self.small_worst_ms:7.0f} ms;  flood "
+            f"{self.flood_rows} rows drained in {self.flood_drain_s:5.1f} s "
+            f"({self.flood_rows / self.flood_drain_s:6.0f} rows/s)"
+        )
+
+
+def run(server_url: str, name: str, args: argparse.Namespace, tenants: bool) -> Run:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = server_url.rsplit("/", 1)[0] + "/" + name
+    migrate.upgrade(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT now()").fetchone()
+        assert row is not None
+        at: datetime = row[0] + timedelta(seconds=args.lead)
+        flood_tenant = "flood" if tenants else ""
+        conn.execute(FILL, {"at": at, "flood_tenant": flood_tenant, "flood": args.flood})
+        conn.execute(
+            FILL_SMALL,
+            {
+                "at": at,
+                "tenants": tenants,
+                "small": args.small_tenants,
+                "per_small": args.per_small,
+            },
+        )
+        conn.execute(KNOWN + KNOWN_CONFLICT)
+        conn.execute("ANALYZE chronos_messages")
+    if datetime.now(UTC) > at - timedelta(seconds=1):
+        raise SystemExit("filling took longer than --lead: raise it")
+    settings = load(
+        environ={},
+        database_url=Secret(url),
+        input_topic="in",
+        output_topic="out",
+        dead_letter_topic="dlq",
+        http_port=0,
+        claim_batch_size=args.batch,
+    ).validate()
+    store = PostgresStore(url)
+    publisher = FakePublisher()
+    loop = FiringLoop(settings, store, publisher, unfenced(settings.node_id))
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    total = args.flood + args.small_tenants * args.per_small
+    try:
+        give_up = time.monotonic() + args.lead + 600
+        while len(publisher.records) < total and time.monotonic() < give_up:
+            time.sleep(0.2)
+    finally:
+        loop.stop()
+        thread.join(30)
+        store.close()
+    records = list(publisher.records)
+    at_ms = at.timestamp() * 1000
+    flood = [r.timestamp_ms for r in records if r.key == b"flood"]
+    # A small row's value is its deadline in epoch ms.
+    lateness = sorted(r.timestamp_ms - int(r.value or b"0") for r in records if r.key == b"small")
+    return Run(
+        tenants,
+        statistics.median(lateness),
+        lateness[int(0.99 * (len(lateness) - 1))],
+        lateness[-1],
+        len(flood),
+        (max(flood) - at_ms) / 1000,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--flood", type=int, default=200_000)
+    parser.add_argument("--small-tenants", type=int, default=20)
+    parser.add_argument("--per-small", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--lead", type=float, default=20.0, help="seconds to fill before T")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="chronos-fair-firing-") as tmp:
+        postgres = EmbeddedPostgres(Path(tmp) / "postgres", 0, workspace=Path(tmp))
+        with postgres:
+            for tenants in (True, False):
+                name = f"fair_{'tenants' if tenants else 'none'}_{uuid.uuid4().hex[:6]}"
+                print(run(postgres.url, name, args, tenants).line(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
