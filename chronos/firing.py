@@ -30,7 +30,8 @@ overload), the next claim shares its batch between the tenants with due rows (th
 claim); otherwise it is the plain oldest-first claim. The claim-ahead budget is shared too: a
 tenant holding ``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` (at most ``TENANT_HELD_CLAIMS``
 claims' worth) is left out of the next claims until it holds a quarter less (then the loop claims
-at once), so a flood never fills the budget and a small tenant's message is claimed (ahead of its
+at once) — once more than one tenant is known (a single-tenant deployment claims ahead as before) —
+so a flood never fills the budget and a small tenant's message is claimed (ahead of its
 deadline, as usual) while the flood waits in the table.
 
 The claim statement runs again at once while it returns full batches (a backlog drains at full
@@ -70,6 +71,8 @@ DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
 TENANT_SHARE_OF_IN_FLIGHT = 0.5
 """The part of ``max_in_flight`` one tenant may hold: the rest stays free for the others."""
+TENANTS_CHECK_INTERVAL = 1.0
+"""Seconds between two looks at whether more than one tenant is known (one tiny statement)."""
 TENANT_HELD_CLAIMS = 4
 """...and at most this many claims' worth (``claim_batch_size`` rows each): the timers fire
 earliest deadline first, so every row a flood holds that fell due before a small tenant's is
@@ -278,6 +281,8 @@ class FiringLoop(Loop):
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
         self.overloaded = False  # the previous claim came back full: the next one is fair
+        self.several_tenants = False  # more than one tenant known: the budget is shared
+        self.tenants_checked_at = -TENANTS_CHECK_INTERVAL
         self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
 
     def progress_at(self) -> float:
@@ -392,7 +397,7 @@ class FiringLoop(Loop):
             self.next_claim_at = started + poll
             return
         limit = min(self.settings.claim_batch_size, room)
-        excluded = [t for t, n in self.held_by_tenant.items() if n >= self.tenant_cap]
+        excluded = self._excluded_tenants(started)
         t0 = time.perf_counter()
         try:
             rows = self.store.claim(
@@ -435,6 +440,20 @@ class FiringLoop(Loop):
             elapsed = returned - started
             jitter = random.uniform(0, 0.1 * poll)
             self.next_claim_at = returned + max(0.0, poll - elapsed) + jitter
+
+    def _excluded_tenants(self, now: float) -> list[str]:
+        """The tenants holding their share of the claim-ahead budget, while more than one tenant
+        is known (checked every ``TENANTS_CHECK_INTERVAL``): a node that only ever sees the
+        default tenant claims ahead as far as ``max_in_flight`` allows, as before tenants."""
+        if now - self.tenants_checked_at >= TENANTS_CHECK_INTERVAL:
+            try:
+                self.several_tenants = self.store.several_tenants()
+                self.tenants_checked_at = now
+            except StoreError as exc:  # keep the last answer; the claim will report the outage
+                log.debug("could not count the known tenants: %s", exc)
+        if not self.several_tenants:
+            return []
+        return [t for t, n in self.held_by_tenant.items() if n >= self.tenant_cap]
 
     def _share_freed(self) -> bool:
         """A tenant the previous claim left out now holds a quarter of its share less: claim

@@ -148,6 +148,10 @@ class Store(Protocol):
         exclude_tenants: Sequence[str] = (),
     ) -> list[ClaimedRow]: ...
 
+    def several_tenants(self) -> bool:
+        """More than one tenant is known (chronos_tenants): the claim-ahead budget is shared."""
+        ...
+
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
 
     def release(
@@ -536,6 +540,9 @@ class PostgresStore(AdminQueries, LeadershipQueries):
                 tenant,
             ) in rows
         ]
+
+    def several_tenants(self) -> bool:
+        return bool(self._execute("several_tenants", {})[0]["several"])
 
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
         if not claims:

@@ -280,6 +280,10 @@ class InMemoryStore(InMemoryAdmin):
         taken = {r.id for r in fair}
         return fair + [r for r in due if r.id not in taken][: limit - len(fair)]
 
+    def several_tenants(self) -> bool:
+        with self._lock:
+            return len(self._tenants) > 1
+
     def cancel_markers(self) -> dict[str, datetime]:
         """The live and expired cancel markers not yet purged, by id (a test convenience)."""
         with self._lock:

@@ -278,6 +278,11 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        coalesce((SELECT v.tenant FROM visit v ORDER BY v.pos DESC LIMIT 1), %(cursor)s::text);
 
+-- name: several_tenants
+-- More than one tenant is known (at most two rows of chronos_tenants read): the firing loop shares
+-- its claim-ahead budget between tenants only then.
+SELECT count(*) > 1 AS several FROM (SELECT 1 FROM chronos_tenants LIMIT 2) t;
+
 -- name: delete_fired
 -- Phase 2: delete rows whose delivery succeeded, fenced by this node's claim (readied_by and
 -- readied_at), so a row a peer re-claimed is never deleted. Returns the ids actually deleted.

@@ -41,6 +41,17 @@ class TenantContract:
         assert rows["a"].tenant == "acme"
         assert rows["b"].tenant == ""
 
+    def test_several_tenants_are_known_once_a_second_tenant_is_written(
+        self, harness: Harness
+    ) -> None:
+        store, later = harness.store, harness.now() + timedelta(hours=1)
+        store.enqueue([tmsg("d1", later), tmsg("d2", later)], 0)
+        assert not store.several_tenants()  # the default tenant alone
+        store.enqueue([tmsg("c1", later, "acme", Action.CANCEL)], 0)
+        assert not store.several_tenants()  # a cancel names no tenant to serve
+        store.enqueue([tmsg("a1", later, "acme")], 0)
+        assert store.several_tenants()
+
     def test_a_reschedule_moves_the_message_to_its_new_tenant(self, harness: Harness) -> None:
         store, now = harness.store, harness.now()
         later = now + timedelta(hours=1)

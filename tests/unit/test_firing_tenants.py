@@ -79,3 +79,22 @@ def test_a_claim_is_fair_only_after_a_full_claim() -> None:
     firing.run_for(300, step_ms=5)
     assert firing.store.fair_claims >= 1  # the claim after the first full one
     assert len([r for r in firing.publisher.records if r.topic == OUTPUT]) == 30
+
+
+def test_a_single_tenant_claims_ahead_as_far_as_the_budget_allows() -> None:
+    """With only the default tenant known, nobody needs a share of the budget: the node holds
+    up to ``max_in_flight`` as before tenants (the per-tenant cap would be a pure loss)."""
+    firing = Firing.create(auto=False, max_in_flight=100, claim_batch_size=20)
+    firing.store.enqueue([_msg(f"d{i:03d}", firing, 100, "") for i in range(300)], 0)
+    firing.run_for(300, step_ms=5)  # no delivery report arrives: every claimed row stays held
+    assert not firing.store.several_tenants()
+    assert len(firing.publisher.records) == 100  # the whole budget, not the tenant's share
+
+
+def test_the_budget_is_shared_once_a_second_tenant_is_known() -> None:
+    firing = Firing.create(auto=False, max_in_flight=100, claim_batch_size=20)
+    firing.store.enqueue([_msg(f"d{i:03d}", firing, 100, "") for i in range(300)], 0)
+    firing.store.enqueue([_msg("other", firing, 60_000, "other")], 0)  # known, not due
+    firing.run_for(300, step_ms=5)
+    assert firing.store.several_tenants()
+    assert len(firing.publisher.records) <= int(100 * TENANT_SHARE_OF_IN_FLIGHT) + 20
