@@ -307,7 +307,7 @@ def _tenant_scenarios(quick: bool, grace: float) -> list[Scenario]:
         flood, at_ms, small_s, drain = 60_000, 20_000, 30.0, 60.0
         flood2, at2_ms, small2_s = 30_000, 15_000, 15.0
     else:
-        flood, at_ms, small_s, drain = BURST_COUNT, 240_000, 360.0, 300.0
+        flood, at_ms, small_s, drain = BURST_COUNT, 270_000, 360.0, 300.0
         flood2, at2_ms, small2_s = 200_000, 60_000, 40.0
     load = TenantLoad(
         flood_count=flood,

@@ -249,10 +249,10 @@ def test_the_tenant_scenarios() -> None:
         assert main.tenants.header and not control.tenants.header
         assert control.tenants == TenantLoad(**{**_fields(main.tenants), "header": False})
         assert (main.tenants.small_tenants, main.tenants.small_rate) == (50, 10)
-        assert main.tenants.flood_count == (100_000 if quick else 1_000_000)
+        assert main.tenants.flood_count == (60_000 if quick else 1_000_000)
         assert (small.tenants.small_tenants, small.tenants.flood_count) == (
             20,
-            50_000 if quick else 200_000,
+            30_000 if quick else 200_000,
         )
         # The first small message is due 0.5 s after the flood.
         t = small.tenants
@@ -261,6 +261,9 @@ def test_the_tenant_scenarios() -> None:
         for w in (main, small):
             assert w.tenants is not None
             assert w.tenants.flood_send_s() * 1000 < w.tenants.flood_at_ms
+            # ... and due after a node ingesting 4,000 msg/s has stored it (fairness at the due
+            # instant is measured, not the input topic's queue)
+            assert w.tenants.flood_at_ms >= w.tenants.flood_count / 4
             assert w.send_seconds * 1000 > w.tenants.flood_at_ms + 5_000
             assert w.messages == w.tenants.count and w.is_burst()
             assert "--small-tenants" in w.harness_args() and "--count" not in w.harness_args()
