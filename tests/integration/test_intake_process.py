@@ -2,8 +2,9 @@
 real broker, real node processes).
 
 The node fires what its intake process consumed, serves the intake process's metrics on its one
-``/metrics``, drains both at SIGTERM, stops non-zero when the intake process dies, and never
-leaves the intake process consuming on its own when the node is killed.
+``/metrics``, drains both at SIGTERM, stops non-zero when the intake process dies, never
+leaves the intake process consuming on its own when the node is killed, and is paused whole by the
+fault suite (as a container freeze pauses it).
 """
 
 from __future__ import annotations
@@ -108,3 +109,29 @@ def test_a_dead_intake_process_stops_the_node_non_zero(cluster: Cluster) -> None
     assert code is not None, "the node outlived its intake process"
     assert code != 0
     assert any("intake process" in line and "SIGKILL" in line for line in node.lines())
+
+
+def test_a_pause_stops_the_whole_node_and_its_figures_cover_both_processes(
+    cluster: Cluster,
+) -> None:
+    """The fault suite's pause is a container freeze: the intake process stops with the node; its
+    CPU time and memory count in the node's."""
+    node, intake = started(cluster)
+    supervisor = psutil.Process(node.pid)
+    floor = sum(supervisor.cpu_times()[:2]) + sum(intake.cpu_times()[:2])  # CPU time only grows
+    assert node.cpu_seconds() >= floor
+    # Memory moves a little between two readings; the intake process's tens of MB do not.
+    assert node.rss_bytes() > supervisor.memory_info().rss + intake.memory_info().rss / 2
+
+    node.pause()
+    try:
+        assert eventually(
+            lambda: {supervisor.status(), intake.status()} == {psutil.STATUS_STOPPED}, 5
+        ), (supervisor.status(), intake.status())
+    finally:
+        node.resume()
+    assert eventually(
+        lambda: psutil.STATUS_STOPPED not in {supervisor.status(), intake.status()}, 5
+    )
+    assert node.terminate() == 0
+    assert gone(intake, 5)
