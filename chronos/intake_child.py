@@ -19,17 +19,19 @@ import ctypes
 import importlib
 import logging
 import os
+import select
 import signal
 import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger("chronos.intake_child")
 
 PR_SET_PDEATHSIG = 1
 TEST_INJECT_ENV = "CHRONOS_TEST_INJECT"
+FINAL_STATUS_WAIT_S = 5.0
 
 
 def die_with_parent(parent: int) -> None:
@@ -49,11 +51,20 @@ def _inject_test_hook() -> None:
 
 
 class Link:
-    """This process's end of the socket: status lines out, the node's lines in."""
+    """This process's end of the socket: status lines out, the node's lines in.
+
+    A status is sent without ever waiting for the node to read it: a node that reads nothing (it
+    is paused, or busy) must never hold up this process. A status the socket buffer cannot take
+    whole waits, as the only one, for the next send; while it waits, newer statuses are dropped
+    (each supersedes the one before), so no line is ever torn or sent twice. Only the final
+    status (``close``) waits for the node, ``FINAL_STATUS_WAIT_S`` at most.
+    """
 
     def __init__(self, sock: socket.socket, loop: Any) -> None:
         self.sock = sock
         self.loop = loop
+        self.dropped = 0  # statuses dropped because the node was not reading
+        self._unsent = b""
         self._lock = threading.Lock()
         self._done = threading.Event()
 
@@ -63,26 +74,60 @@ class Link:
             target=self._report, args=(interval,), name="chronos-intake-status", daemon=True
         ).start()
 
-    def send_status(self) -> None:
+    def status(self) -> bytes:
         from chronos import metrics_relay
         from chronos.intake_process import encode
 
-        status = {
-            "op": "status",
-            "age": max(0.0, time.monotonic() - self.loop.progress_at()),
-            "assigned": sorted(self.loop.assigned),
-            "metrics": metrics_relay.snapshot(),
-        }
+        return encode(
+            {
+                "op": "status",
+                "age": max(0.0, time.monotonic() - self.loop.progress_at()),
+                "assigned": sorted(self.loop.assigned),
+                "metrics": metrics_relay.snapshot(),
+            }
+        )
+
+    def send_status(self) -> bool:
+        """Send a status if the socket takes it now (False: dropped); never blocks."""
+        line = self.status()
         with self._lock:
-            try:
-                self.sock.sendall(encode(status))
-            except OSError:
-                _orphaned()
+            if not self._flush():
+                self.dropped += 1
+                return False
+            self._unsent = line
+            self._flush()
+            return True
 
     def close(self) -> None:
         """Send the last status (final counters) and stop reporting."""
         self._done.set()
-        self.send_status()
+        line = self.status()
+        deadline = time.monotonic() + FINAL_STATUS_WAIT_S
+        with self._lock:
+            if self._drain(deadline):
+                self._unsent = line
+                self._drain(deadline)
+
+    def _flush(self) -> bool:
+        """Send what the socket takes of the unsent line now; True once none is left."""
+        while self._unsent:
+            try:
+                sent = self.sock.send(self._unsent, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return False
+            except OSError:
+                _orphaned()
+            self._unsent = self._unsent[sent:]
+        return True
+
+    def _drain(self, deadline: float) -> bool:
+        """Flush the unsent line, waiting for the node to read until ``deadline``."""
+        while not self._flush():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            select.select([], [self.sock], [], left)
+        return True
 
     def _report(self, interval: float) -> None:
         while not self._done.wait(interval):
@@ -105,10 +150,11 @@ class Link:
                     self.loop.stop()
 
 
-def _orphaned() -> None:
+def _orphaned() -> NoReturn:
     """The node is gone: never consume on alone (its offsets are stored, not all committed:
     whatever was not committed is consumed again by the partition's next owner)."""
     os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(1)  # not reached
 
 
 def main(argv: list[str]) -> int:

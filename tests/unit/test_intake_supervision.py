@@ -3,6 +3,8 @@ the child's lifecycle (a stand-in child speaking the same wire)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import sys
 import threading
 import time
@@ -14,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.parser import text_string_to_metric_families
 
 from chronos.errors import ChronosError
+from chronos.intake_child import Link
 from chronos.intake_process import IntakeProcess, child_environment
 from chronos.metrics_relay import MergedRegistry, snapshot
 from chronos.settings import load
@@ -167,3 +170,55 @@ def test_a_stop_asked_before_the_child_started_still_reaches_it() -> None:
     thread.join(10)
     assert not thread.is_alive()
     assert errors == []
+
+
+class _IntakeLoop:
+    assigned = {("in", 0)}
+
+    def progress_at(self) -> float:
+        return time.monotonic()
+
+
+def _in_thread(call: Any, timeout: float = 30.0) -> Any:
+    """``call()`` on a thread; fails the test (instead of hanging it) if it never returns."""
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "blocked"
+    return result[0]
+
+
+def test_status_lines_never_block_the_intake_process_when_the_node_reads_nothing() -> None:
+    """A paused node reads nothing: its intake process keeps running, drops the statuses the
+    socket cannot take, never tears a line, and its last status still reaches the node."""
+    node_end, child_end = socket.socketpair()
+    with node_end, child_end:
+        child_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        link = Link(child_end, _IntakeLoop())
+
+        def fill() -> int:
+            sent = 0
+            for _ in range(10_000):
+                if not link.send_status():
+                    return sent
+                sent += 1
+            return -1
+
+        sent = _in_thread(fill)
+        assert sent > 0  # the socket took some: the node is not gone, only not reading
+        assert not _in_thread(link.send_status)  # full: dropped, at once
+        assert link.dropped == 2
+
+        received = b""
+        node_end.settimeout(10)
+        closing = threading.Thread(target=link.close, daemon=True)
+        closing.start()  # waits (bounded) for the node to read
+        while not received.endswith(b"\n") or len(received.split(b"\n")) < sent + 2:
+            received += node_end.recv(1 << 16)
+        closing.join(10)
+        assert not closing.is_alive()
+    lines = received.split(b"\n")[:-1]
+    assert len(lines) == sent + 1  # every status taken, whole, then the final one
+    assert all(json.loads(line)["op"] == "status" for line in lines)
+    assert json.loads(lines[-1])["assigned"] == [["in", 0]]
