@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _inject_test_hook()
 
-    from chronos import faults, kafka, logs, metrics, settings
+    from chronos import faults, kafka, logs, metrics, metrics_relay, settings
     from chronos.intake import IntakeLoop
     from chronos.intake_process import STATUS_INTERVAL_S
     from chronos.store import PostgresStore
@@ -181,6 +181,7 @@ def main(argv: list[str]) -> int:
         synchronous_commit=config.database_synchronous_commit,
     )
     metrics.RUNNING_STATEMENT_AGE.set_function(store.longest_running_s)
+    metrics_relay.expose_process("intake")
     loop = IntakeLoop(
         config,
         store,

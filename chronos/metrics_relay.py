@@ -16,14 +16,19 @@ by family, so that no family appears twice. Both processes declare every family
   larger one.
 
 Only ``chronos_`` families are shipped: the ``process_*`` and ``python_*`` families stay the
-node process's own.
+node process's own. So that a dashboard still sees the whole node, each process also reports its
+CPU time and resident memory as ``chronos_process_cpu_seconds_total`` and
+``chronos_process_resident_memory_bytes`` labelled ``process="node"`` or ``process="intake"``
+(``expose_process``): summed over ``process``, they cover every process of the node.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
+from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
@@ -31,6 +36,8 @@ PREFIX = "chronos_"
 # Gauges whose node-wide value is the larger of the two processes' values.
 GAUGE_MAX = frozenset({"chronos_running_statement_age_seconds"})
 _ADDING = frozenset({"counter", "histogram", "gaugehistogram", "summary", "gauge"})
+# The families of prometheus_client's ProcessCollector that each process reports by role.
+_PROCESS_FAMILIES = frozenset({"process_cpu_seconds", "process_resident_memory_bytes"})
 
 Snapshot = list[dict[str, Any]]
 
@@ -105,3 +112,33 @@ class MergedRegistry(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return merge(self.registry.collect(), self._shipped)
+
+
+class ProcessFamilies(Collector):
+    """This process's CPU time and resident memory as ``chronos_process_*`` families labelled
+    ``process=<role>`` (read by ``prometheus_client``'s ``ProcessCollector``)."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self._source = ProcessCollector(registry=None)
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._source.collect():
+            if family.name not in _PROCESS_FAMILIES:
+                continue
+            ours = Metric(PREFIX + family.name, family.documentation, family.type, family.unit)
+            for sample in family.samples:
+                ours.add_sample(
+                    PREFIX + sample.name, {**sample.labels, "process": self.role}, sample.value
+                )
+            yield ours
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()  # the names, for the registry's check against duplicates
+
+
+def expose_process(role: str, registry: CollectorRegistry = REGISTRY) -> None:
+    """Have ``registry`` report this process's CPU time and memory as ``process=<role>``; once:
+    a process has one role, a second call changes nothing."""
+    with contextlib.suppress(ValueError):  # "Duplicated timeseries": reported already
+        registry.register(ProcessFamilies(role))

@@ -31,7 +31,7 @@ from chronos.intake import IntakeLoop
 from chronos.intake_process import IntakeProcess
 from chronos.leadership import Leadership
 from chronos.loop import Loop
-from chronos.metrics_relay import MergedRegistry
+from chronos.metrics_relay import MergedRegistry, expose_process
 from chronos.monitor import Monitor
 from chronos.recovery import RecoveryLoop
 from chronos.settings import Settings
@@ -256,6 +256,7 @@ def run_node(settings: Settings) -> int:
     """``chronos run``: check topics, start the node, handle signals, drain, exit."""
     kafka.check_topics(settings)
     node = Node(settings)
+    expose_process("node")
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s", signal.Signals(signum).name)

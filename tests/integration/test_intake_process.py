@@ -77,6 +77,9 @@ def test_the_node_fires_what_its_intake_process_consumed_and_serves_its_metrics(
     assert node.metric("chronos_enqueued_messages_total") == 1
     assert node.metric("chronos_fired_messages_total") == 1  # the node's own counter
     assert node.metric('chronos_batch_size_messages_count{operation="enqueue"}') >= 1
+    for role in ("node", "intake"):  # each process's own CPU time and memory
+        assert node.metric(f'chronos_process_resident_memory_bytes{{process="{role}"}}') > 0
+        assert node.metric(f'chronos_process_cpu_seconds_total{{process="{role}"}}') > 0
     text = requests.get(f"http://127.0.0.1:{node.settings.http_port}/metrics", timeout=10).text
     names = Counter(family.name for family in text_string_to_metric_families(text))
     assert [name for name, count in names.items() if count > 1] == []

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from chronos.errors import ChronosError
 from chronos.intake_child import Link
 from chronos.intake_process import IntakeProcess, child_environment
-from chronos.metrics_relay import MergedRegistry, snapshot
+from chronos.metrics_relay import MergedRegistry, expose_process, snapshot
 from chronos.settings import load
 from tests.unit.helpers import settings
 
@@ -222,3 +222,20 @@ def test_status_lines_never_block_the_intake_process_when_the_node_reads_nothing
     assert len(lines) == sent + 1  # every status taken, whole, then the final one
     assert all(json.loads(line)["op"] == "status" for line in lines)
     assert json.loads(lines[-1])["assigned"] == [["in", 0]]
+
+
+def test_each_process_reports_its_cpu_time_and_memory_under_its_role() -> None:
+    node, child = CollectorRegistry(), CollectorRegistry()
+    expose_process("node", node)
+    expose_process("node", node)  # once per process
+    expose_process("intake", child)
+    merged = MergedRegistry(node)
+    merged.receive(snapshot(child))
+    text = generate_latest(merged).decode()
+    samples = _samples(text)
+    for role in ("node", "intake"):
+        assert samples[f"chronos_process_resident_memory_bytes[('process', '{role}')]"] > 0
+        assert samples[f"chronos_process_cpu_seconds_total[('process', '{role}')]"] >= 0
+    names = Tally(f.name for f in text_string_to_metric_families(text))
+    assert names["chronos_process_cpu_seconds"] == 1
+    assert sum(1 for name in samples if name.startswith("chronos_process_resident")) == 2
