@@ -99,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return admin_cli.run(args)
     try:
         config = settings.load(args)
-        logs.configure(config.log_level, config.log_format)
+        # A node's records carry its node id, as its intake process's do.
+        node = config.node_id if args.command == "run" else None
+        logs.configure(config.log_level, config.log_format, node=node)
         if args.command == "run":
             from chronos.node import run_node
 

@@ -2,8 +2,9 @@
 
 ``CHRONOS_FAULT_KILL_AT=<point>[:<n>]`` makes the n-th passage (default the first) through
 ``fault_point(<point>)`` send SIGKILL to this very process, so the fault suite can prove that a
-crash between any two steps loses nothing. Unset (always, in production) a fault point costs one
-attribute read. Points:
+crash between any two steps loses nothing. In the intake process the node process is killed
+first: a fault point simulates the crash of the whole node. Unset (always, in production) a
+fault point costs one attribute read. Points:
 
 * ``after_claim``            firing: the claim transaction committed, nothing published yet
 * ``after_produce``          dispatcher: records handed to the producer, no delivery report yet
@@ -13,6 +14,7 @@ attribute read. Points:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -33,6 +35,12 @@ def _parse(raw: str | None) -> tuple[str, int] | None:
 _armed = _parse(os.environ.get(ENV))
 _hits = 0
 _lock = threading.Lock()
+_also: list[int] = []
+
+
+def kill_also(pid: int) -> None:
+    """Make a fault point kill process ``pid`` too (the intake process names its node)."""
+    _also.append(pid)
 
 
 def fault_point(name: str) -> None:
@@ -42,4 +50,7 @@ def fault_point(name: str) -> None:
     with _lock:
         _hits += 1
         if _hits >= _armed[1]:
+            for pid in _also:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -27,7 +27,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.registry import Collector
 
 from chronos.admin import admin_routes
 from chronos.settings import Settings
@@ -283,7 +284,7 @@ def console_page() -> bytes:
     return resources.files("chronos").joinpath("console/index.html").read_bytes()
 
 
-def core_routes(health: Health) -> Route:
+def core_routes(health: Health, registry: Collector = REGISTRY) -> Route:
     def route(
         _h: _Handler, method: str, path: str, _q: str
     ) -> tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]] | None:
@@ -296,7 +297,7 @@ def core_routes(health: Health) -> Route:
             ok, detail = health.ready()
             return json_response(200 if ok else 503, detail)
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest()
+            return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
         if path in ("/console", "/console/"):
             return 200, "text/html; charset=utf-8", console_page(), CONSOLE_HEADERS
         return None
@@ -305,13 +306,16 @@ def core_routes(health: Health) -> Route:
 
 
 def start_http_server(
-    settings: Settings, state: Any, store: Store, **limits: Any
+    settings: Settings, state: Any, store: Store, *, registry: Collector = REGISTRY, **limits: Any
 ) -> ChronosHTTPServer:
-    """Serve on a thread; ``limits`` override the pool's (workers, backlog, idle_timeout,
-    deadline)."""
+    """Serve on a thread; ``registry`` is what /metrics serves; ``limits`` override the pool's
+    (workers, backlog, idle_timeout, deadline)."""
     server = ChronosHTTPServer((settings.http_host, settings.http_port), _Handler, **limits)
     server.store = store
-    server.routes = [core_routes(Health(settings, state, store)), admin_routes(settings, store)]
+    server.routes = [
+        core_routes(Health(settings, state, store), registry),
+        admin_routes(settings, store),
+    ]
     thread = threading.Thread(target=server.serve_forever, name="chronos-http", daemon=True)
     thread.start()
     log.info(

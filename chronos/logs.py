@@ -48,13 +48,31 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-def configure(level: str = "INFO", fmt: str = "text") -> None:
+class _NodeFilter(logging.Filter):
+    """Gives every record the node id (``node``) unless it names one already."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "node"):
+            record.node = self.node
+        return True
+
+
+def configure(level: str = "INFO", fmt: str = "text", node: str | None = None) -> None:
+    """Log to stderr; with ``node``, every record carries that node id (the JSON field
+    ``node``; in text, after the thread name)."""
     handler = logging.StreamHandler(sys.stderr)
+    if node is not None:
+        handler.addFilter(_NodeFilter(node))
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
+        where = "[%(threadName)s node=%(node)s]" if node is not None else "[%(threadName)s]"
         handler.setFormatter(
-            TextFormatter("%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s")
+            TextFormatter(f"%(asctime)s %(levelname)-7s %(name)s {where} %(message)s")
         )
     root = logging.getLogger()
     root.handlers[:] = [handler]

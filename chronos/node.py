@@ -1,10 +1,14 @@
 """A Chronos node: starts, supervises and stops the three loops; signals; graceful drain.
 
-The loops share only the Store, their publishers and the settings. If one loop dies
-unexpectedly the node stops the others and exits non-zero (the orchestrator restarts it); on
-SIGTERM/SIGINT it stops consuming and claiming, gives back the rows it has not fired, waits for
-delivery reports, deletes what was delivered, commits offsets, and exits 0 within the shutdown
-timeout.
+The loops share only the Store, their publishers and the settings. Firing and recovery are
+threads of this process; intake runs in a child process of its own (``chronos.intake_process``:
+consuming never holds the interpreter lock the firing timers wait for), or as a thread when
+``CHRONOS_INTAKE_PROCESS=thread`` or when a test injects a store, publishers or a consumer.
+
+If one loop dies unexpectedly (the intake process included) the node stops the others and exits
+non-zero (the orchestrator restarts it); on SIGTERM/SIGINT it stops consuming (intake commits its
+offsets) and claiming, gives back the rows it has not fired, waits for delivery reports, deletes
+what was delivered, and exits 0 within the shutdown timeout.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from chronos import __version__, kafka, metrics
 from chronos.errors import ConfigError
 from chronos.firing import FiringLoop
 from chronos.intake import IntakeLoop
+from chronos.intake_process import IntakeProcess
 from chronos.leadership import Leadership
 from chronos.loop import Loop
+from chronos.metrics_relay import MergedRegistry, expose_process
 from chronos.monitor import Monitor
 from chronos.recovery import RecoveryLoop
 from chronos.settings import Settings
@@ -45,6 +51,8 @@ class NodeState:
     stopping: bool = False
     loops: dict[str, tuple[Loop, threading.Thread]] = field(default_factory=dict)
     liveness_timeout_s: float = 30.0
+    # What /metrics serves: this process's metrics and the intake process's.
+    registry: MergedRegistry = field(default_factory=MergedRegistry)
 
     def loops_alive(self) -> bool:
         return bool(self.loops) and all(t.is_alive() for _, t in self.loops.values())
@@ -68,6 +76,9 @@ class Node:
         consumer_factory: Callable[..., Any] | None = None,
     ):
         self.settings = settings
+        self.separate_intake = settings.intake_process == "separate" and (
+            store is None and publisher_factory is None and consumer_factory is None
+        )
         self.store = (
             store
             if store is not None
@@ -101,13 +112,18 @@ class Node:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def build_loops(self) -> list[Loop]:
-        return [
-            IntakeLoop(
+        intake: Loop = (
+            IntakeProcess(self.settings, self.state.registry)
+            if self.separate_intake
+            else IntakeLoop(
                 self.settings,
                 self.store,
                 self._publisher_factory("intake"),
                 self._consumer_factory,
-            ),
+            )
+        )
+        return [
+            intake,
             FiringLoop(
                 self.settings,
                 self.store,
@@ -121,7 +137,8 @@ class Node:
         ]
 
     def start(self) -> None:
-        # Hand the GIL over sooner (default 5 ms): the dispatcher's timers wait for it.
+        # Hand the GIL over sooner (default 5 ms): the dispatcher's timers wait for it, behind
+        # the claim loop's decoding (and intake's batches when intake is a thread).
         sys.setswitchinterval(SWITCH_INTERVAL)
         log.info(
             "chronos node %s starting (input %s -> output %s, advance %d ms, hold %d ms)",
@@ -153,7 +170,9 @@ class Node:
         from chronos.http import start_http_server
 
         try:
-            return start_http_server(self.settings, self.state, self.store)
+            return start_http_server(
+                self.settings, self.state, self.store, registry=self.state.registry
+            )
         except OSError as exc:
             where = f"{self.settings.http_host}:{self.settings.http_port}"
             raise ConfigError(
@@ -237,6 +256,7 @@ def run_node(settings: Settings) -> int:
     """``chronos run``: check topics, start the node, handle signals, drain, exit."""
     kafka.check_topics(settings)
     node = Node(settings)
+    expose_process("node")
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s", signal.Signals(signum).name)

@@ -283,6 +283,16 @@ class Settings:
         "statement, a black-holed connection)",
         _positive_int,
     )
+    intake_process: str = setting(
+        "separate",
+        "where intake runs: 'separate' (its own OS process, so that consuming never holds the "
+        "interpreter lock the firing timers wait for) or 'thread' (a thread of the node process)",
+        str.lower,
+        choices=(
+            "separate",
+            "thread",
+        ),
+    )
     http_host: str = setting(
         "0.0.0.0",
         "address of the HTTP server (metrics, health, admin API)",

@@ -81,6 +81,9 @@ class Launched:
     http_port: int = 0
     host: str = "127.0.0.1"
     log_path: Path | None = None
+    # Whether the child leads a process group of its own (``launch(new_session=True)``): then
+    # ``send_tree`` reaches the processes it starts too (a node's intake process).
+    own_group: bool = False
 
     @property
     def pid(self) -> int:
@@ -97,6 +100,16 @@ class Launched:
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(sig)
+
+    def send_tree(self, sig: signal.Signals) -> None:
+        """``sig`` to the child's whole process group in one call (all of it or none), as a
+        container freeze or a VM stall stops all of a node's processes at once; to the child
+        alone when it shares this process's group."""
+        if not self.own_group:
+            self.send(sig)
+        elif self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
 
     def _get(self, path: str, timeout: float) -> tuple[int, str]:
         if not self.http_port:
@@ -172,7 +185,7 @@ def launch(
             stderr=subprocess.STDOUT,
             start_new_session=new_session,
         )
-    return Launched(name, process, http_port, log_path=log_path)
+    return Launched(name, process, http_port, log_path=log_path, own_group=new_session)
 
 
 def wait_ready(
@@ -254,11 +267,12 @@ def stop_all(
     *,
     on_kill: Callable[[Launched], None] | None = None,
 ) -> dict[str, int | None]:
-    """SIGCONT and SIGTERM every node at once, wait up to ``timeout`` s in all, SIGKILL what is
-    left (calling ``on_kill`` first). Returns each node's exit code (None: killed)."""
+    """SIGCONT (each node's whole process tree) and SIGTERM every node at once, wait up to
+    ``timeout`` s in all, SIGKILL what is left (calling ``on_kill`` first). Returns each node's
+    exit code (None: killed)."""
     nodes = list(nodes)
     for node in nodes:
-        node.send(signal.SIGCONT)
+        node.send_tree(signal.SIGCONT)
         node.send(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     codes: dict[str, int | None] = {}

@@ -79,23 +79,37 @@ def hwm_kb(pid: int) -> int | None:
     return None if text is None else parse_status_kb(text, "VmHWM")
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants (a node's intake process and its probes; Postgres's
+    backends), or ``[root]`` alone once it is gone."""
+    try:
+        return [root, *(p.pid for p in psutil.Process(root).children(recursive=True))]
+    except psutil.Error:
+        return [root]
+
+
 def tree_cpu_s(root: int | None) -> float:
-    """CPU seconds of ``root``, its reaped children and its live children (Postgres backends)."""
+    """CPU seconds of ``root`` and of every live descendant, each with its reaped children."""
     if root is None:
         return 0.0
-    top = proc_stat(root)
-    if top is None:
-        return 0.0
-    total = top.cpu_s + top.children_cpu_s
-    try:
-        children = psutil.Process(root).children()
-    except psutil.Error:
-        children = []
-    for child in children:
-        st = proc_stat(child.pid)
-        if st is not None:
-            total += st.cpu_s + st.children_cpu_s
-    return total
+    return sum(
+        st.cpu_s + st.children_cpu_s for pid in _tree(root) if (st := proc_stat(pid)) is not None
+    )
+
+
+def tree_rss_kb(root: int) -> int | None:
+    """RSS of ``root`` and its live descendants (None once ``root`` is gone)."""
+    if rss_kb(root) is None:
+        return None
+    return sum(rss for pid in _tree(root) if (rss := rss_kb(pid)) is not None)
+
+
+def tree_hwm_kb(root: int) -> int | None:
+    """Sum of the peak RSS of ``root`` and its live descendants: an upper bound of the tree's
+    peak (each process may peak at another moment)."""
+    if hwm_kb(root) is None:
+        return None
+    return sum(hwm for pid in _tree(root) if (hwm := hwm_kb(pid)) is not None)
 
 
 def machine_busy_s() -> float:
@@ -122,12 +136,12 @@ class CpuSnapshot:
 def cpu_snapshot(
     nodes: Mapping[int, int], postgres_pid: int | None, broker_pid: int | None
 ) -> CpuSnapshot:
-    """CPU seconds so far of the nodes (index -> pid), Postgres, the broker, this process's
-    reaped children and the machine."""
+    """CPU seconds so far of the nodes (index -> pid, each with its intake process), Postgres,
+    the broker, this process's reaped children and the machine."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return CpuSnapshot(
         wall=time.monotonic(),
-        nodes={i: (st.cpu_s if (st := proc_stat(pid)) else 0.0) for i, pid in nodes.items()},
+        nodes={i: tree_cpu_s(pid) for i, pid in nodes.items()},  # a node is a process tree
         postgres=tree_cpu_s(postgres_pid),
         broker=tree_cpu_s(broker_pid),
         machine_busy=machine_busy_s(),

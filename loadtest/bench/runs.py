@@ -19,7 +19,7 @@ from typing import Any
 
 from loadtest import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
-from loadtest.bench.procstats import cpu_delta, cpu_snapshot, hwm_kb
+from loadtest.bench.procstats import cpu_delta, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
 from loadtest.bench.results import CpuUsage, StackSample
@@ -242,7 +242,7 @@ def _run_load(
         elapsed = time.monotonic() - started
         cpu_after = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
         metrics_after = [n.metrics_text() for n in nodes]
-        hwm = {n.index: hwm_kb(n.pid) for n in nodes}
+        hwm = {n.index: tree_hwm_kb(n.pid) for n in nodes}
         if profiler is not None:
             profiler.stop()
         sampler.stop()

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.procstats import rss_kb
+from loadtest.bench.procstats import tree_rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
 from loadtest.bench.results import StackSample, Stall, TableCounts
@@ -96,10 +96,10 @@ class Sampler(threading.Thread):
                 conn.close()
 
     def _rss_mb(self) -> dict[int, float | None]:
-        """Each node's RSS now; the largest seen is kept in ``rss_max_kb``."""
+        """Each node's RSS now (all its processes); the largest seen is kept in ``rss_max_kb``."""
         out: dict[int, float | None] = {}
         for node in self.nodes:
-            rss = rss_kb(node.pid)
+            rss = tree_rss_kb(node.pid)
             out[node.index] = None if rss is None else round(rss / 1024, 1)
             if rss is not None:
                 self.rss_max_kb[node.index] = max(self.rss_max_kb.get(node.index, 0), rss)

@@ -1,5 +1,7 @@
 """Scenario 3 — a node paused (SIGSTOP) for twice the hold time while it holds claims, then
-resumed (SIGCONT): the "falsely suspected failure" of the design.
+resumed (SIGCONT): the "falsely suspected failure" of the design. The pause stops the node's
+whole process tree at once (the node process and its intake process), as a container freeze or
+a VM stall does (``NodeProcess.pause``).
 
 * **with a real peer** (two node processes): the node is paused right after a claim, before
   it fires anything; the peer takes its rows over after the hold time and fires them. Pass:

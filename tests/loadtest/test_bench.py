@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from loadtest import scenarios as sc
@@ -265,6 +266,43 @@ def test_tree_cpu_counts_live_children() -> None:
         child.wait()
     assert procstats.proc_stat(child.pid) is None
     assert procstats.tree_cpu_s(None) == 0.0 and procstats.rss_kb(child.pid) is None
+
+
+def test_tree_figures_count_grandchildren() -> None:
+    """A node is a process tree (its intake process, that one's probes): CPU time and memory of
+    a node count every generation."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    spawn = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {burn + 'time.sleep(60)'!r}])\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", spawn])
+    grandchildren: list[psutil.Process] = []
+    try:
+        limit = time.monotonic() + 30
+        while (
+            not grandchildren
+            or (st := procstats.proc_stat(grandchildren[0].pid)) is None
+            or (st.cpu_s < 0.3)
+        ):
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+            grandchildren = psutil.Process(child.pid).children()
+        me = procstats.proc_stat(os.getpid())
+        assert me is not None  # the grandchild's 0.3 s count in this process's tree
+        assert procstats.tree_cpu_s(os.getpid()) >= me.cpu_s + me.children_cpu_s + 0.3
+        own, theirs = procstats.rss_kb(child.pid), procstats.rss_kb(grandchildren[0].pid)
+        assert own is not None and theirs is not None
+        assert (procstats.tree_rss_kb(child.pid) or 0) > own + theirs // 2
+        peaks = [procstats.hwm_kb(p) or 0 for p in (child.pid, grandchildren[0].pid)]
+        assert (procstats.tree_hwm_kb(child.pid) or 0) >= sum(peaks)  # peaks only grow
+    finally:
+        for process in grandchildren:
+            process.kill()
+        child.kill()
+        child.wait()
+    assert procstats.tree_rss_kb(child.pid) is None and procstats.tree_hwm_kb(child.pid) is None
 
 
 def test_machine_busy_and_memory() -> None:

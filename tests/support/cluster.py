@@ -3,8 +3,10 @@
 ``Cluster`` starts ``python -m chronos run`` processes configured through their ``CHRONOS_*``
 environment (``chronos.settings.as_environment``), each logging JSON lines to its own file, and
 lets a test signal them (SIGKILL, SIGSTOP/SIGCONT, SIGTERM), restart them, read their events
-and metrics, and watch their CPU time and memory. ``close()`` resumes any stopped process and
-stops every process it started, by its own handle, never by name.
+and metrics, and watch their CPU time and memory. A node is a process tree (``chronos run`` and
+its intake process): a pause stops all of it, CPU time and memory are summed over all of it.
+``close()`` resumes any stopped process and stops every process it started, by its own handle,
+never by name.
 
 ``Table`` is a thin read (and, for fault injection, write) view of ``chronos_messages`` with a
 new connection per call, so it survives a Postgres restart.
@@ -163,13 +165,29 @@ class NodeProcess:
     def metric(self, name: str, default: float = 0.0) -> float:
         return self.metrics().get(name, default)
 
+    def processes(self) -> list[psutil.Process]:
+        """The node's live processes: ``chronos run`` and its descendants (the intake process,
+        its header probes)."""
+        root = psutil.Process(self.pid)
+        return [root, *root.children(recursive=True)]
+
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the process so far."""
-        times = psutil.Process(self.pid).cpu_times()
-        return float(times.user + times.system)
+        """User + system CPU time of the node so far: every live process of its tree, and the
+        children each has reaped (a node is more than one process)."""
+        total = 0.0
+        for process in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = process.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        return total
 
     def rss_bytes(self) -> int:
-        return int(psutil.Process(self.pid).memory_info().rss)
+        """Resident memory of the node: the sum over its live processes."""
+        total = 0
+        for process in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += int(process.memory_info().rss)
+        return total
 
     # -- signals -------------------------------------------------------------------------------
 
@@ -183,12 +201,14 @@ class NodeProcess:
         return self.process.wait(30)
 
     def pause(self) -> None:
-        self.send(signal.SIGSTOP)
+        """SIGSTOP the node's whole process tree at once, as a container freeze or a VM stall
+        would (pausing ``chronos run`` alone would leave its intake process consuming)."""
+        self.launched.send_tree(signal.SIGSTOP)
         self.paused = True
 
     def resume(self) -> None:
         if self.paused:
-            self.send(signal.SIGCONT)
+            self.launched.send_tree(signal.SIGCONT)
             self.paused = False
 
     def terminate(self, timeout: float | None = None) -> int:
