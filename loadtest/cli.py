@@ -144,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="create missing topics with this many partitions",
     )
     run.add_argument("--seed", type=int, help="random seed for uniform delays")
+    run.add_argument(
+        "--produce-only",
+        action="store_true",
+        help="send and flush, then stop: record no output (a background load for another run)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     run.add_argument("--out", type=Path, help="results directory (default loadtest/results/<ts>)")
 
@@ -237,6 +242,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         create_topics=args.create_topics,
         seed=args.seed,
         progress=not args.no_progress,
+        produce_only=args.produce_only,
         kafka_properties=dict(args.kafka_property),
     )
     result = run_load(cfg)
