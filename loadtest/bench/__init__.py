@@ -13,9 +13,10 @@ with far-future rows) and freshly started ``python -m chronos run`` node process
 * every second a sampler records each node's RSS (psutil) and the table (rows
   waiting, claimed and overdue, from the partial indexes, never a scan of pre-loaded rows), and
   scrapes each node's ``/metrics`` (consumer lag, in-flight messages);
-* around the load it records each node's CPU time (its whole process tree) and ``/metrics`` (the ``claim`` statement
-  latency histogram: mean from the sum/count delta, p99 from the bucket deltas), the CPU time of
-  Postgres, the broker, the load generator and the rest of the machine;
+* around the load it records each node's CPU time (its whole process tree) and ``/metrics``
+  (the ``claim`` statement latency histogram: mean from the sum/count delta, p99 from the
+  bucket deltas), the CPU time of Postgres, the broker, the load generator and the rest of the
+  machine, and each one's CPU per message handled;
 * a node that fires nothing for 10 s while rows are overdue gets its thread stacks and the
   database sessions saved (``stall-node<i>.txt``); ``--profile`` records a node with py-spy.
 

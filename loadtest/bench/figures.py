@@ -233,7 +233,11 @@ def fill_from_summary(
         "max_lag_ms": producer.get("max_lag_ms"),
         "behind_messages": producer.get("behind_messages"),
     }
-    if not w.is_burst():
+    if w.background is not None:
+        # The table also holds the background's rows (due in an hour): the backlog of the
+        # measured load cannot be told apart from them, so it is not judged.
+        rec["backlog"] = None
+    elif not w.is_burst():
         _, mean_delay, _ = w.delay_bounds_s()
         rec["backlog"] = backlog_verdict(
             samples,

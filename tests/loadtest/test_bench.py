@@ -472,6 +472,17 @@ def _results(bench_dict: dict[str, Any]) -> dict[tuple[str, str], bool | None]:
     return {(r["scenario"], r["target"]): r["pass"] for r in _evaluate(bench_dict)}
 
 
+def test_fill_from_summary_intake_does_not_judge_the_mixed_backlog() -> None:
+    """The table also holds the background's hour-ahead rows: no backlog verdict."""
+    scenario = next(r for r in sc.plan(["intake"], quick=True) if r.kind == "intake")
+    summary = {"counts": {"sent": 10_000}, "throughput": {"timeline": []}}
+    run = {"start_ms": 0, "producer": {"start_ms": 0, "end_ms": 10_000}}
+    samples = [StackSample(t * 1000, table=TableCounts(9_000 * t, 0, 0)) for t in range(12)]
+    rec: dict[str, Any] = {}
+    figures.fill_from_summary(rec, scenario, summary, run, samples, 1_000)
+    assert rec["backlog"] is None and "drain" not in rec
+
+
 def test_evaluate_all_pass() -> None:
     rows = _evaluate(_canned_bench())
     verdicts = [r["pass"] for r in rows if r["scenario"] != "ceiling"]
