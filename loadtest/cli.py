@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     from loadtest import bench, ceiling
 
     ceil = sub.add_parser(
-        "ceiling", help="the raw-SQL ceiling: the pipeline's statements alone on a Postgres"
+        "ceiling", help="the ceiling: the node's store statements alone on a Postgres (no Kafka)"
     )
     ceiling.add_arguments(ceil)
 

@@ -2,7 +2,7 @@
 
 Each scenario is one harness run (``python -m loadtest run``) against a fresh set of topics, an
 empty ``chronos_messages`` table (or one pre-loaded with far-future rows) and freshly started
-node processes. ``ceiling`` is not a harness run: it is the raw-SQL pipeline of
+node processes. ``ceiling`` is not a harness run: it is the store-only pipeline of
 ``loadtest.ceiling`` on the same Postgres, always measured first.
 
 The targets come from the speed-and-precision issue; on a 2-core machine with Postgres, the
@@ -268,7 +268,7 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             Scenario(
                 "ceiling",
                 "ceiling",
-                "raw SQL pipeline on the same Postgres (no Kafka, no Chronos)",
+                "the node's store statements on the same Postgres (no Kafka)",
                 nodes=0,
                 ceiling_seconds=ceiling_s,
                 ceiling_warmup_s=warmup,

@@ -98,7 +98,7 @@ def _ceiling_rows(bench: BenchRecord) -> list[Row]:
     rows = [
         Row(
             "ceiling",
-            "raw SQL insert/claim/delete on the same Postgres",
+            "the node's enqueue/claim/delete through its store, same Postgres, no Kafka",
             f"{fmt(ceiling)} msg/s",
             None,
             "reference",

@@ -54,7 +54,7 @@ def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
     sdir = ctx.out / scenario.name
     sdir.mkdir(parents=True, exist_ok=True)
     tag = f"[{scenario.name}]"
-    say(f"{tag} raw SQL pipeline on the same Postgres for {scenario.ceiling_seconds:g} s")
+    say(f"{tag} the node's store statements on this Postgres for {scenario.ceiling_seconds:g} s")
     result = run_ceiling(
         ctx.stack.url,
         seconds=scenario.ceiling_seconds,
