@@ -6,7 +6,7 @@ import sys
 
 from loadtest.bench.evaluation import capacity, fmt, run_ceiling
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
-from loadtest.bench.results import Intake
+from loadtest.bench.results import CpuUsage, Intake
 from loadtest.bench.sampling import STALL_SECONDS
 
 
@@ -24,32 +24,54 @@ def _cpu_per_message_lines(bench: BenchRecord) -> list[str]:
     recs = [r for r in bench.scenarios if r.cpu_per_message is not None]
     if not recs:
         return []
-    control = next((r.cpu_per_message for r in recs if r.kind == "relay"), None)
-    base_broker = None if control is None else control.broker_us
+    control = next((r.cpu for r in recs if r.kind == "relay"), None)
+    base_rate = broker_cores(control)
     lines = [
         "",
         "CPU microseconds per message handled (every message sent to Chronos during the load, "
         "a background load's included). *node*: the node's whole process tree (children and "
-        "the children it waited for included); *broker beyond control*: the broker's figure "
-        "minus that of the `relay` control, where the echo relay stands in for Chronos:",
+        "the children it waited for included). The broker's cost is largely per second (its "
+        "clients' requests), not per message: *broker cores* is its CPU seconds per wall "
+        "second, and *broker beyond control* its CPU per message after taking away, for the "
+        "same wall time, what it used per second in the `relay` control (the echo relay in "
+        "place of Chronos, at the precision load):",
         "",
-        "| scenario | messages | node | broker | broker beyond control | postgres | "
-        "load generator |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | messages | node | broker | broker cores | broker beyond control | "
+        "postgres | load generator |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for rec in recs:
         per = rec.cpu_per_message
         assert per is not None
-        beyond = (
-            None
-            if base_broker is None or per.broker_us is None or rec.kind == "relay"
-            else round(per.broker_us - base_broker, 1)
-        )
-        cells = [per.node_us, per.broker_us, beyond, per.postgres_us, per.harness_us]
-        lines.append(
-            f"| {rec.name} | {fmt(per.messages)} | " + " | ".join(fmt(c) for c in cells) + " |"
-        )
+        beyond = None
+        cpu = rec.cpu
+        if (
+            rec.kind != "relay"
+            and base_rate is not None
+            and cpu is not None
+            and cpu.broker_s is not None
+            and cpu.wall_s
+            and per.messages
+        ):
+            beyond = round((cpu.broker_s - base_rate * cpu.wall_s) * 1e6 / per.messages, 1)
+        cells = [
+            fmt(per.messages),
+            fmt(per.node_us),
+            fmt(per.broker_us),
+            fmt(broker_cores(cpu), 2),
+            fmt(beyond),
+            fmt(per.postgres_us),
+            fmt(per.harness_us),
+        ]
+        lines.append(f"| {rec.name} | " + " | ".join(cells) + " |")
     return lines
+
+
+def broker_cores(cpu: CpuUsage | None) -> float | None:
+    """The broker's CPU seconds per wall second during a load."""
+    if cpu is None or cpu.broker_s is None or not cpu.wall_s:
+        return None
+    return round(cpu.broker_s / cpu.wall_s, 2)
 
 
 def render_markdown(bench: BenchRecord) -> str:

@@ -135,3 +135,31 @@ def test_cpu_per_message_round_trips(messages: int) -> None:
 
     per = procstats.cpu_per_message(CpuUsage(nodes_s=1.0, broker_s=0.5), messages)
     assert CpuPerMessage.from_dict(per.as_dict()) == per
+
+
+def test_report_separates_the_brokers_cost_from_the_control() -> None:
+    from loadtest.bench.records import BenchRecord
+    from loadtest.bench.report import render_markdown
+
+    def rec(name: str, kind: str, wall: float, broker: float, messages: int) -> dict[str, object]:
+        cpu = CpuUsage(wall_s=wall, nodes_s=1.0, broker_s=broker, postgres_s=0.5, harness_s=0.2)
+        return {
+            "name": name,
+            "kind": kind,
+            "status": "ok",
+            "cpu": cpu.as_dict(),
+            "cpu_per_message": procstats.cpu_per_message(cpu, messages).as_dict(),
+        }
+
+    bench = BenchRecord.from_dict(
+        {
+            "scenarios": [
+                rec("relay", "relay", 20.0, 5.0, 10_000),  # 0.25 core without Chronos
+                rec("sustained", "sustained", 30.0, 9.0, 100_000),
+            ]
+        }
+    )
+    text = render_markdown(bench)
+    # 9 s - 0.25 x 30 s = 1.5 s beyond the control over 100,000 messages: 15 µs/msg.
+    assert "| sustained | 100,000 | 10.0 | 90.0 | 0.30 | 15.0 | 5.0 | 2.0 |" in text
+    assert "| relay | 10,000 | 100.0 | 500.0 | 0.25 | n/a | 50.0 | 20.0 |" in text
