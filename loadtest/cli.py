@@ -177,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="send no chronosTenant header (the control run: the same load without tenants)",
     )
     run.add_argument("--seed", type=int, help="random seed for uniform delays")
+    run.add_argument(
+        "--produce-only",
+        action="store_true",
+        help="send and flush, then stop: record no output (a background load for another run)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     run.add_argument("--out", type=Path, help="results directory (default loadtest/results/<ts>)")
 
@@ -217,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     from loadtest import bench, ceiling
 
     ceil = sub.add_parser(
-        "ceiling", help="the raw-SQL ceiling: the pipeline's statements alone on a Postgres"
+        "ceiling", help="the ceiling: the node's store statements alone on a Postgres (no Kafka)"
     )
     ceiling.add_arguments(ceil)
 
@@ -300,6 +305,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         create_topics=args.create_topics,
         seed=args.seed,
         progress=not args.no_progress,
+        produce_only=args.produce_only,
         kafka_properties=dict(args.kafka_property),
         tenants=tenants,
     )

@@ -46,6 +46,7 @@ class RunConfig:
     seed: int | None = None
     progress: bool = True
     flush_timeout_s: float = 60.0
+    produce_only: bool = False  # send and flush, record nothing (a background load)
     kafka_properties: dict[str, str] = field(default_factory=dict)
     tenants: TenantLoad | None = None  # a multi-tenant load (its plan gives count and deadlines)
 
@@ -84,18 +85,23 @@ def run_load(cfg: RunConfig) -> RunResult:
         create_partitions=cfg.create_topics,
         kafka_properties=cfg.kafka_properties,
     )
-    recorder = OutputRecorder(
-        bootstrap=cfg.bootstrap,
-        output_topic=cfg.output_topic,
-        dead_letter_topic=cfg.dead_letter_topic,
-        run_id=run_id,
-        expected=cfg.count,
-        out_dir=cfg.out_dir,
-        start_from=cfg.start_from,
-        kafka_properties=cfg.kafka_properties,
+    recorder: OutputRecorder | None = (
+        None
+        if cfg.produce_only
+        else OutputRecorder(
+            bootstrap=cfg.bootstrap,
+            output_topic=cfg.output_topic,
+            dead_letter_topic=cfg.dead_letter_topic,
+            run_id=run_id,
+            expected=cfg.count,
+            out_dir=cfg.out_dir,
+            start_from=cfg.start_from,
+            kafka_properties=cfg.kafka_properties,
+        )
     )
-    recorder.prepare()
-    recorder.start()
+    if recorder is not None:
+        recorder.prepare()
+        recorder.start()
     producer = LoadProducer(
         ProducerSettings(
             bootstrap=cfg.bootstrap,
@@ -117,18 +123,19 @@ def run_load(cfg: RunConfig) -> RunResult:
     t0 = time.monotonic()
 
     def snapshot() -> Snapshot:
-        rs, ps = recorder.stats, producer.stats
-        window = list(recorder.recent_lateness)
+        ps = producer.stats
+        received = 0 if recorder is None else recorder.stats.distinct_ids
+        window = [] if recorder is None else list(recorder.recent_lateness)
         return Snapshot(
             elapsed_s=time.monotonic() - t0,
             phase=phase[0],
             sent=ps.sent,
             total=cfg.count,
-            received=rs.distinct_ids,
-            in_flight=max(0, ps.sent - rs.distinct_ids),
+            received=received,
+            in_flight=max(0, ps.sent - received),
             lateness_p99_ms=percentile_of(window, 0.99),
             behind=0 if ps.tracker is None else ps.tracker.behind_slots,
-            dead_letter=rs.dead_letter_records,
+            dead_letter=0 if recorder is None else recorder.stats.dead_letter_records,
         )
 
     progress = ProgressLine(snapshot, enabled=cfg.progress)
@@ -157,7 +164,7 @@ def run_load(cfg: RunConfig) -> RunResult:
         window_end_ms = last_deadline + int(cfg.drain_timeout_s * 1000)
         grace_end_ms = window_end_ms + int(cfg.grace_s * 1000)
         complete_since: float | None = None
-        while not interrupted:
+        while not interrupted and recorder is not None:
             now = now_ms()
             if recorder.stats.distinct_ids >= expected:
                 complete = True
@@ -175,7 +182,8 @@ def run_load(cfg: RunConfig) -> RunResult:
         interrupted = True
     finally:
         ended_ms = now_ms()
-        recorder.stop()
+        if recorder is not None:
+            recorder.stop()
         progress.stop()
         producer.close()
 
@@ -194,7 +202,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             grace_s=cfg.grace_s,
             ended_ms=ended_ms,
             received_at_window_end=received_at_window_end,
-            received_at_end=recorder.stats.distinct_ids,
+            received_at_end=0 if recorder is None else recorder.stats.distinct_ids,
         ).as_dict(),
         "params": {
             "bootstrap": cfg.bootstrap,
@@ -215,18 +223,27 @@ def run_load(cfg: RunConfig) -> RunResult:
             "start_from": cfg.start_from,
             "seed": cfg.seed,
             "kafka_properties": _masked(cfg.kafka_properties),
+            "produce_only": cfg.produce_only,
         },
         "topics": partitions,
         "producer": ps.as_dict(),
-        "consumer": recorder.stats.as_dict(),
+        "consumer": None if recorder is None else recorder.stats.as_dict(),
     }
     (cfg.out_dir / RUN_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-    return RunResult(run_id, cfg.out_dir, ps.sent, recorder.stats.distinct_ids, complete, metadata)
+    received = 0 if recorder is None else recorder.stats.distinct_ids
+    return RunResult(run_id, cfg.out_dir, ps.sent, received, complete, metadata)
 
 
 def print_outcome(result: RunResult) -> None:
     meta = result.metadata
     prod, cons = meta["producer"], meta["consumer"]
+    if cons is None:
+        print(
+            f"run {result.run_id}: sent {prod['sent']} at {prod['achieved_rate']}/s "
+            f"(produce only); results in {result.out_dir}",
+            file=sys.stderr,
+        )
+        return
     lines = [
         f"run {result.run_id}: sent {prod['sent']} at {prod['achieved_rate']}/s "
         f"(max lag {prod['max_lag_ms']} ms, {prod['behind_messages']} sent behind schedule, "

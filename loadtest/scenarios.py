@@ -2,7 +2,7 @@
 
 Each scenario is one harness run (``python -m loadtest run``) against a fresh set of topics, an
 empty ``chronos_messages`` table (or one pre-loaded with far-future rows) and freshly started
-node processes. ``ceiling`` is not a harness run: it is the raw-SQL pipeline of
+node processes. ``ceiling`` is not a harness run: it is the store-only pipeline of
 ``loadtest.ceiling`` on the same Postgres, always measured first.
 
 The targets come from the speed-and-precision issue; on a 2-core machine with Postgres, the
@@ -21,16 +21,20 @@ from loadtest.tenants import TenantLoad
 # -- targets ---------------------------------------------------------------------------------
 
 SUSTAINED_RATE = 10_000  # msg/s end to end, one node, for 60 s, 3-10 s delays
-CEILING_RATIO = 0.7  # sustained throughput / ceiling
+CEILING_RATIO = 0.5  # saturation: the node's drain rate / the ceiling of the same run
 SATURATE_FACTOR = 0.8
-"""``saturate`` offers this fraction of the measured ceiling: above the 0.7 target, so a node
+"""``saturate`` offers this fraction of the measured ceiling: above the ratio target, so a node
 that keeps up proves it, and one that does not shows its capacity; no more, because on a
 shared 2-core machine every extra message the load generator sends costs the node CPU."""
 PRECISION_RATE = 1_000  # msg/s of the precision scenario
 PRECISION_P99_MS = 10.0
 PRECISION_P999_MS = 25.0
-BURST_COUNT = 1_000_000
-BURST_DRAIN_RATE = 10_000  # msg/s
+PRECISION_MAX_MS = 100.0
+INTAKE_RATE = 9_000  # msg/s ingested meanwhile by the precision-under-intake scenario
+INTAKE_DELAY = "fixed:1h"  # ... due an hour later: stored, never fired during the run
+BURST_COUNTS = (50_000, 200_000, 1_000_000)  # due at one instant; --quick keeps the first two
+BURST_SEND_RATE = 20_000  # msg/s at which a burst is sent, ahead of its deadline
+BURST_DRAIN_RATE = 15_000  # msg/s
 BACKLOG_ROWS = 10_000_000
 BACKLOG_BASELINE_ROWS = 10_000
 RSS_LIMIT_MB = 300.0
@@ -55,6 +59,9 @@ BACKLOG_TABLE_FACTOR = 1.25  # rows at the end of sending <= this x rate x mean 
 BACKLOG_OVERDUE_SECONDS = 0.1  # p90 of overdue rows in the steady window <= rate x this
 BACKLOG_LAG_SECONDS = 2.0  # consumer lag at the end of sending <= rate x this
 BACKLOG_E2E_SECONDS = 1.0  # due but not yet fired at the end of sending <= rate x this
+BACKLOG_FLAT_FRACTION = 0.1
+"""*Flat*: the rows waiting or claimed at the end of sending differ from those at the start of
+the steady window by at most this fraction of rate x mean delay, plus one second of messages."""
 
 SCENARIO_NAMES = (
     "ceiling",
@@ -63,6 +70,7 @@ SCENARIO_NAMES = (
     "saturate",
     "relay",
     "precision",
+    "intake",
     "burst",
     "backlog",
     "tenants",
@@ -73,6 +81,7 @@ DEFAULT_SCENARIOS = (
     "saturate",
     "relay",
     "precision",
+    "intake",
     "burst",
     "backlog",
     "tenants",
@@ -91,6 +100,9 @@ class Workload:
     grace_s: float = 60.0  # after the window, while messages are missing: late, not lost
     rate_from_ceiling: bool = False  # offer SATURATE_FACTOR x the ceiling of the same run
     tenants: TenantLoad | None = None  # a multi-tenant load: rate = the flood's, delay its burst
+    background: Workload | None = None
+    """Sent at the same time by a second load generator that records nothing
+    (``--produce-only``): load on the same node that is not measured itself."""
 
     def __post_init__(self) -> None:
         if (self.duration_s is None) == (self.count is None):
@@ -105,6 +117,11 @@ class Workload:
             return self.count
         assert self.duration_s is not None
         return int(round(self.rate * self.duration_s))
+
+    @property
+    def all_messages(self) -> int:
+        """The messages sent, the background's included: what the node handles."""
+        return self.messages + (0 if self.background is None else self.background.messages)
 
     @property
     def send_seconds(self) -> float:
@@ -156,7 +173,10 @@ class Workload:
             return self.tenants.describe()
         r = rate if rate is not None else self.rate
         amount = f"{self.count:,} msgs" if self.count is not None else f"{_num(self.duration_s)} s"
-        return f"{r:,.0f} msg/s, {amount}, {self.delay}"
+        text = f"{r:,.0f} msg/s, {amount}, {self.delay}"
+        if self.background is not None:
+            text += f" + {self.background.describe()} (not recorded)"
+        return text
 
 
 def _num(value: float | None) -> str:
@@ -195,6 +215,14 @@ class Scenario:
                 "count": w.count,
                 "drain_timeout_s": w.drain_timeout_s,
                 "grace_s": w.grace_s,
+                "background": None
+                if w.background is None
+                else {
+                    "rate": w.background.rate,
+                    "delay": w.background.delay,
+                    "duration_s": w.background.duration_s,
+                    "count": w.background.count,
+                },
             },
         }
 
@@ -207,28 +235,42 @@ def _rows_label(rows: int) -> str:
     return str(rows)
 
 
+def burst_workload(count: int, grace_s: float) -> Workload:
+    """``count`` messages sent at BURST_SEND_RATE, all due at one instant: 10 s after the last
+    is sent plus 1 s per 10,000 messages (time enough for the intake to store every message
+    before the deadline), at least 15 s after the start."""
+    send_s = count / BURST_SEND_RATE
+    at = max(15, math.ceil(send_s + 10 + count / 10_000))
+    drain = max(30.0, 2 * count / BURST_DRAIN_RATE)
+    return Workload(
+        BURST_SEND_RATE, f"burst:{at}s", count=count, drain_timeout_s=drain, grace_s=grace_s
+    )
+
+
 def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
     # The grace after each window only runs while messages are missing (what arrives then is
     # late, not lost), so a generous one costs nothing when everything arrives in time.
     if quick:
         seconds, delay, drain, grace = 10.0, "uniform:2s-4s", 20.0, 60.0
         ceiling_s, warmup = 5.0, 1.0
-        burst = Workload(20_000, "burst:15s", count=100_000, drain_timeout_s=30.0, grace_s=grace)
+        burst_counts: tuple[int, ...] = BURST_COUNTS[:2]
         backlog_rows = 1_000_000
     else:
         seconds, delay, drain, grace = 60.0, "uniform:3s-10s", 30.0, 120.0
         ceiling_s, warmup = 20.0, 3.0
-        # Sent at 20,000 msg/s (50 s), all due 150 s after the start: time enough for the
-        # intake to store every message before the deadline.
-        burst = Workload(
-            20_000, "burst:150s", count=BURST_COUNT, drain_timeout_s=300.0, grace_s=grace
-        )
+        burst_counts = BURST_COUNTS
         backlog_rows = BACKLOG_ROWS
     sustained = Workload(
         SUSTAINED_RATE, delay, duration_s=seconds, drain_timeout_s=drain, grace_s=grace
     )
     precision = Workload(
         PRECISION_RATE, delay, duration_s=seconds, drain_timeout_s=drain, grace_s=grace
+    )
+    # Precision under intake: the precision load while the same node ingests INTAKE_RATE msg/s
+    # due an hour later (stored, never fired during the run).
+    intake = replace(
+        precision,
+        background=Workload(INTAKE_RATE, INTAKE_DELAY, duration_s=seconds, drain_timeout_s=0),
     )
     # Offered SATURATE_FACTOR x the measured ceiling: if the node cannot take it, its steady
     # fired rate is its capacity. The drain after sending may be long.
@@ -240,7 +282,7 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             Scenario(
                 "ceiling",
                 "ceiling",
-                "raw SQL pipeline on the same Postgres (no Kafka, no Chronos)",
+                "the node's store statements on the same Postgres (no Kafka)",
                 nodes=0,
                 ceiling_seconds=ceiling_s,
                 ceiling_warmup_s=warmup,
@@ -272,14 +314,24 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             )
         ],
         "precision": [Scenario("precision", "precision", "1 node, precision", 1, precision)],
+        "intake": [
+            Scenario(
+                "intake",
+                "intake",
+                f"1 node, precision while ingesting {INTAKE_RATE:,} msg/s due in an hour",
+                1,
+                intake,
+            )
+        ],
         "burst": [
             Scenario(
+                f"burst-{_rows_label(count)}",
                 "burst",
-                "burst",
-                f"1 node, {burst.messages:,} messages due at one instant",
+                f"1 node, {count:,} messages due at one instant",
                 1,
-                burst,
+                burst_workload(count, grace),
             )
+            for count in burst_counts
         ],
         "tenants": _tenant_scenarios(quick, grace),
         "backlog": [
@@ -307,7 +359,7 @@ def _tenant_scenarios(quick: bool, grace: float) -> list[Scenario]:
         flood, at_ms, small_s, drain = 60_000, 20_000, 30.0, 60.0
         flood2, at2_ms, small2_s = 30_000, 15_000, 15.0
     else:
-        flood, at_ms, small_s, drain = BURST_COUNT, 270_000, 360.0, 300.0
+        flood, at_ms, small_s, drain = 1_000_000, 270_000, 360.0, 300.0
         flood2, at2_ms, small2_s = 200_000, 60_000, 40.0
     load = TenantLoad(
         flood_count=flood,

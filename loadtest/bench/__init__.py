@@ -2,7 +2,8 @@
 
 It brings up its own stack with the project's code — ``EmbeddedPostgres`` (durable, as
 ``chronos dev`` runs it) and ``EmbeddedBroker`` on free ports in a fresh data directory — runs
-the migrations, measures the raw-SQL ceiling (``loadtest.ceiling``) on that Postgres, and then
+the migrations, measures the ceiling (``loadtest.ceiling``: the node's store without Kafka) on
+that Postgres, and then
 runs each scenario (``loadtest.scenarios``) on fresh topics, an empty table (or one pre-loaded
 with far-future rows) and freshly started ``python -m chronos run`` node processes:
 
@@ -12,9 +13,10 @@ with far-future rows) and freshly started ``python -m chronos run`` node process
 * every second a sampler records each node's RSS (psutil) and the table (rows
   waiting, claimed and overdue, from the partial indexes, never a scan of pre-loaded rows), and
   scrapes each node's ``/metrics`` (consumer lag, in-flight messages);
-* around the load it records each node's CPU time and ``/metrics`` (the ``claim`` statement
-  latency histogram: mean from the sum/count delta, p99 from the bucket deltas), the CPU time of
-  Postgres, the broker, the load generator and the rest of the machine;
+* around the load it records each node's CPU time (its whole process tree) and ``/metrics``
+  (the ``claim`` statement latency histogram: mean from the sum/count delta, p99 from the
+  bucket deltas), the CPU time of Postgres, the broker, the load generator and the rest of the
+  machine, and each one's CPU per message handled;
 * a node that fires nothing for 10 s while rows are overdue gets its thread stacks and the
   database sessions saved (``stall-node<i>.txt``); ``--profile`` records a node with py-spy.
 

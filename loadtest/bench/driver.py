@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any
 
 from loadtest import scenarios as sc
-from loadtest.bench.evaluation import capacity, ceiling_rate, evaluate
+from loadtest.bench.evaluation import capacity, evaluate, run_ceiling
 from loadtest.bench.figures import received_gaps
 from loadtest.bench.procstats import cpu_model, memory_total_kb
 from loadtest.bench.promtext import node_metrics
@@ -85,7 +85,7 @@ def write_outputs(out: Path, bench: dict[str, Any]) -> None:
     record = BenchRecord.from_dict(bench)
     targets = evaluate(record)
     cap, source = capacity(record)
-    ceiling = ceiling_rate(record)
+    ceiling = run_ceiling(record)
     bench["targets"] = rows_as_dicts(targets)
     bench["headline"] = {
         "ceiling_msg_per_s": ceiling,

@@ -4,8 +4,10 @@ component used during a load."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtest.bench.results import CpuUsage
+from loadtest.bench.results import CpuPerMessage, CpuUsage
 
 KB = 1024
 
@@ -112,6 +114,84 @@ def tree_hwm_kb(root: int) -> int | None:
     return sum(hwm for pid in _tree(root) if (hwm := hwm_kb(pid)) is not None)
 
 
+class TreeCpu:
+    """CPU seconds of a process and all its descendants since this object was made, children
+    that exited included.
+
+    A node may run part of its work in child processes (an intake child, short-lived helpers
+    it forks and waits for). At every ``sample()``: each live process of the tree (the root and
+    ``children(recursive=True)``, plus every process seen before that is still alive, even if
+    re-parented) counts its own CPU and that of the children it waited for
+    (``children_user``/``children_system``), so a reaped child's time moves to its parent's
+    figure without being lost or counted twice. A process that disappears between two samples
+    without its (tracked, still alive) parent's waited-for time growing by as much was not
+    reaped inside the tree: its last-seen CPU is kept. What such a process used after the last
+    sample is lost, hence the sampler calls ``sample()`` every second.
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        # pid -> (create_time, ppid, own CPU + waited-for children's CPU, waited-for part)
+        self._seen: dict[int, tuple[float, int, float, float]] = {}
+        self._kept = 0.0  # CPU of tree processes gone unreaped
+        self._start: float | None = None
+        self._last = 0.0
+        self.sample()
+        self._start = self._last
+
+    def _read(self, process: psutil.Process) -> tuple[float, int, float, float] | None:
+        try:
+            with process.oneshot():
+                t = process.cpu_times()
+                reaped = t.children_user + t.children_system
+                return process.create_time(), process.ppid(), t.user + t.system + reaped, reaped
+        except psutil.Error:
+            return None
+
+    def _processes(self) -> dict[int, psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        try:
+            root = psutil.Process(self.root)
+            found[root.pid] = root
+            found.update({c.pid: c for c in root.children(recursive=True)})
+        except psutil.Error:
+            pass
+        for pid in self._seen:
+            if pid not in found:
+                with contextlib.suppress(psutil.Error):
+                    found[pid] = psutil.Process(pid)
+        return found
+
+    def sample(self) -> float:
+        """The tree's CPU seconds now (since the object was made, once it exists)."""
+        with self._lock:
+            now: dict[int, tuple[float, int, float, float]] = {}
+            for pid, process in self._processes().items():
+                info = self._read(process)
+                before = self._seen.get(pid)
+                if info is not None and (before is None or info[0] == before[0]):
+                    now[pid] = info
+            gone = {pid: v for pid, v in self._seen.items() if pid not in now}
+            by_parent: dict[int, float] = {}
+            for _, ppid, total, _ in gone.values():
+                by_parent[ppid] = by_parent.get(ppid, 0.0) + total
+            for ppid, lost in by_parent.items():
+                parent_then, parent_now = self._seen.get(ppid), now.get(ppid)
+                reaped = 0.0
+                if parent_then is not None and parent_now is not None:
+                    reaped = parent_now[3] - parent_then[3]
+                self._kept += max(0.0, lost - reaped)
+            self._seen = now
+            self._last = self._kept + sum(v[2] for v in now.values())
+            return self._last - (self._start or 0.0)
+
+    @property
+    def processes(self) -> int:
+        """How many processes the tree had at the last sample."""
+        return len(self._seen)
+
+
 def machine_busy_s() -> float:
     """CPU seconds all CPUs spent busy (neither idle nor waiting for I/O) since boot."""
     t = psutil.cpu_times()
@@ -134,14 +214,14 @@ class CpuSnapshot:
 
 
 def cpu_snapshot(
-    nodes: Mapping[int, int], postgres_pid: int | None, broker_pid: int | None
+    nodes: Mapping[int, TreeCpu], postgres_pid: int | None, broker_pid: int | None
 ) -> CpuSnapshot:
-    """CPU seconds so far of the nodes (index -> pid, each with its intake process), Postgres,
-    the broker, this process's reaped children and the machine."""
+    """CPU seconds so far of the nodes (index -> the node's process tree), Postgres, the
+    broker, this process's reaped children and the machine."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return CpuSnapshot(
         wall=time.monotonic(),
-        nodes={i: tree_cpu_s(pid) for i, pid in nodes.items()},  # a node is a process tree
+        nodes={i: tree.sample() for i, tree in nodes.items()},
         postgres=tree_cpu_s(postgres_pid),
         broker=tree_cpu_s(broker_pid),
         machine_busy=machine_busy_s(),
@@ -168,4 +248,19 @@ def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
         machine_busy_s=round(machine, 1),
         machine_util=round(machine / wall / (os.cpu_count() or 1), 3) if wall > 0 else None,
         other_s=round(max(0.0, machine - nodes_s - pg - broker - harness), 1),
+    )
+
+
+def cpu_per_message(cpu: CpuUsage, messages: int) -> CpuPerMessage:
+    """Each component's CPU microseconds per message handled (sent to Chronos)."""
+
+    def us(seconds: float | None) -> float | None:
+        return None if seconds is None or messages <= 0 else round(seconds * 1e6 / messages, 1)
+
+    return CpuPerMessage(
+        messages=messages,
+        node_us=us(cpu.nodes_s),
+        broker_us=us(cpu.broker_s),
+        postgres_us=us(cpu.postgres_s),
+        harness_us=us(cpu.harness_s),
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from loadtest.bench.results import (
     BacklogVerdict,
+    CpuPerMessage,
     CpuUsage,
     Drain,
     Intake,
@@ -102,6 +103,7 @@ class ScenarioRecord:
     published_directly: int | None = None
     rss_max_mb: float | None = None
     cpu: CpuUsage | None = None
+    cpu_per_message: CpuPerMessage | None = None
     stalls: list[Stall] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     profile: Profile | None = None
@@ -154,6 +156,7 @@ class ScenarioRecord:
             published_directly=json_int(json_map(data, "node_counters"), "published_directly"),
             rss_max_mb=json_num(data, "rss_max_mb"),
             cpu=CpuUsage.from_dict(json_map(data, "cpu")),
+            cpu_per_message=CpuPerMessage.from_dict(json_map(data, "cpu_per_message")),
             stalls=[Stall.from_dict(s) for s in data.get("stalls") or []],
             files={str(k): str(v) for k, v in json_map(data, "files").items()},
             profile=Profile.from_dict(json_map(data, "profile")),

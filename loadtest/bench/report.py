@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from loadtest.bench.evaluation import capacity, ceiling_rate, fmt
+from loadtest.bench.evaluation import capacity, fmt, run_ceiling
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
-from loadtest.bench.results import Intake
+from loadtest.bench.results import CpuUsage, Intake
 from loadtest.bench.sampling import STALL_SECONDS
 
 
@@ -18,6 +18,62 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _cpu_per_message_lines(bench: BenchRecord) -> list[str]:
+    """CPU microseconds per message handled, each component apart; the broker's cost beyond
+    that of the ``relay`` control (the same broker and load generator without Chronos)."""
+    recs = [r for r in bench.scenarios if r.cpu_per_message is not None]
+    if not recs:
+        return []
+    control = next((r.cpu for r in recs if r.kind == "relay"), None)
+    base_rate = broker_cores(control)
+    lines = [
+        "",
+        "CPU microseconds per message handled (every message sent to Chronos during the load, "
+        "a background load's included). *node*: the node's whole process tree (children and "
+        "the children it waited for included). The broker's cost is largely per second (its "
+        "clients' requests), not per message: *broker cores* is its CPU seconds per wall "
+        "second, and *broker beyond control* its CPU per message after taking away, for the "
+        "same wall time, what it used per second in the `relay` control (the echo relay in "
+        "place of Chronos, at the precision load):",
+        "",
+        "| scenario | messages | node | broker | broker cores | broker beyond control | "
+        "postgres | load generator |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in recs:
+        per = rec.cpu_per_message
+        assert per is not None
+        beyond = None
+        cpu = rec.cpu
+        if (
+            rec.kind != "relay"
+            and base_rate is not None
+            and cpu is not None
+            and cpu.broker_s is not None
+            and cpu.wall_s
+            and per.messages
+        ):
+            beyond = round((cpu.broker_s - base_rate * cpu.wall_s) * 1e6 / per.messages, 1)
+        cells = [
+            fmt(per.messages),
+            fmt(per.node_us),
+            fmt(per.broker_us),
+            fmt(broker_cores(cpu), 2),
+            fmt(beyond),
+            fmt(per.postgres_us),
+            fmt(per.harness_us),
+        ]
+        lines.append(f"| {rec.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def broker_cores(cpu: CpuUsage | None) -> float | None:
+    """The broker's CPU seconds per wall second during a load."""
+    if cpu is None or cpu.broker_s is None or not cpu.wall_s:
+        return None
+    return round(cpu.broker_s / cpu.wall_s, 2)
+
+
 def render_markdown(bench: BenchRecord) -> str:
     """BENCHMARK.md: headline, targets, scenario details, machine facts and links."""
     lines: list[str] = ["# Chronos benchmark", ""]
@@ -26,14 +82,15 @@ def render_markdown(bench: BenchRecord) -> str:
             "> **Quick mode**: a smoke test with shrunken scenarios, not the headline benchmark.",
             "",
         ]
-    ceiling = ceiling_rate(bench)
+    ceiling = run_ceiling(bench)
     cap, source = capacity(bench)
     if cap and ceiling:
         kind = "capacity" if source == "saturate" else "sustained rate (offered-limited)"
         lines.append(
             f"**One Chronos node: {cap:,.0f} msg/s {kind} = {cap / ceiling:.2f} x the ceiling "
-            f"({ceiling:,.0f} msg/s, the raw SQL pipeline measured in the same run on the same "
-            "Postgres).**"
+            f"({ceiling:,.0f} msg/s: the node's own enqueue, claim and delete statements through "
+            "its store, without Kafka, on the same Postgres in the same run; the larger of the "
+            "first and the last measurement).**"
         )
         sustained = next(iter(bench.by_kind("sustained")), None)
         steady = sustained.steady if sustained is not None and sustained.ok else None
@@ -107,6 +164,7 @@ def render_markdown(bench: BenchRecord) -> str:
             )
             + " |"
         )
+    lines += _cpu_per_message_lines(bench)
     stalled = [r for r in bench.scenarios if r.stalls]
     if stalled:
         lines += ["", "### Stalls", ""]

@@ -335,6 +335,40 @@ class CpuUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuPerMessage:
+    """CPU microseconds per message handled (every message sent to Chronos during the load,
+    a background load's included): the node's process tree, the broker, Postgres and the
+    load generator."""
+
+    messages: int | None = None
+    node_us: float | None = None
+    broker_us: float | None = None
+    postgres_us: float | None = None
+    harness_us: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "node_us": self.node_us,
+            "broker_us": self.broker_us,
+            "postgres_us": self.postgres_us,
+            "harness_us": self.harness_us,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Json | None) -> CpuPerMessage | None:
+        if not data:
+            return None
+        return cls(
+            messages=json_int(data, "messages"),
+            node_us=json_num(data, "node_us"),
+            broker_us=json_num(data, "broker_us"),
+            postgres_us=json_num(data, "postgres_us"),
+            harness_us=json_num(data, "harness_us"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RankedFunction:
     function: str
     samples: int

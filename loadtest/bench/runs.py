@@ -19,7 +19,7 @@ from typing import Any
 
 from loadtest import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
-from loadtest.bench.procstats import cpu_delta, cpu_snapshot, tree_hwm_kb
+from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_per_message, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
 from loadtest.bench.results import CpuUsage, StackSample
@@ -54,15 +54,19 @@ def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
     sdir = ctx.out / scenario.name
     sdir.mkdir(parents=True, exist_ok=True)
     tag = f"[{scenario.name}]"
-    say(f"{tag} raw SQL pipeline on the same Postgres for {scenario.ceiling_seconds:g} s")
+    say(f"{tag} the node's store statements on this Postgres for {scenario.ceiling_seconds:g} s")
     result = run_ceiling(
-        ctx.stack.url, seconds=scenario.ceiling_seconds, warmup=scenario.ceiling_warmup_s
+        ctx.stack.url,
+        seconds=scenario.ceiling_seconds,
+        warmup=scenario.ceiling_warmup_s,
+        environ=ctx.stack.node_env,
     )
     data = asdict(result)
     (sdir / "ceiling.json").write_text(json.dumps(data, indent=2) + "\n")
     say(
         f"{tag} {result.ceiling_msg_per_s:,.0f} msg/s (claim {result.claim_ms_avg} ms, "
-        f"delete {result.delete_ms_avg} ms, insert {result.insert_ms_avg} ms per 2,000 rows)"
+        f"delete {result.delete_ms_avg} ms, enqueue {result.insert_ms_avg} ms per "
+        f"{result.batch:,} rows, through the node's store)"
     )
     return {
         **scenario.as_dict(),
@@ -129,7 +133,15 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     advance = int(nodes[0].settings.timing_advance_ms)
     harness_argv = _harness_argv(ctx.stack, topics, w, rate, advance, events)
     rec["harness_command"] = "python " + shlex.join(harness_argv)
-    load = _run_load(ctx, scenario, sdir, nodes, harness_argv)
+    background_argv = None
+    if w.background is not None:
+        bg = w.background
+        background_argv = [
+            *_harness_argv(ctx.stack, topics, bg, bg.rate, advance, sdir / "background"),
+            "--produce-only",
+        ]
+        rec["background_command"] = "python " + shlex.join(background_argv)
+    load = _run_load(ctx, scenario, sdir, nodes, harness_argv, background_argv)
     _record_load(rec, load, nodes, sdir)
     if load.sampler.stalls:
         say(f"{tag} node stalled: see {', '.join(s.file for s in load.sampler.stalls)}")
@@ -141,6 +153,12 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     say(f"{tag} load done in {load.elapsed:.0f} s; analysing")
     summary, run = _analyse(ctx, scenario.name, events, sdir)
     fill_from_summary(rec, scenario, summary, run, load.sampler.samples, rate)
+    handled = int(run.get("producer", {}).get("sent") or 0)
+    if background_argv is not None:
+        bg_run = json.loads((sdir / "background" / "run.json").read_text())
+        rec["background"] = bg_run.get("producer", {})
+        handled += int(rec["background"].get("sent") or 0)
+    rec["cpu_per_message"] = cpu_per_message(load.cpu, handled).as_dict()
     _locate_loss(rec, ctx.stack, run, events)
     rec["files"] = _files(scenario.name, sdir)
     _plot_stack(sdir / "stack.png", load.sampler.samples, run, scenario)
@@ -213,16 +231,22 @@ class LoadRun:
 
 
 def _run_load(
-    ctx: Context, scenario: Scenario, sdir: Path, nodes: Sequence[NodeProcess], argv: list[str]
+    ctx: Context,
+    scenario: Scenario,
+    sdir: Path,
+    nodes: Sequence[NodeProcess],
+    argv: list[str],
+    background_argv: list[str] | None = None,
 ) -> LoadRun:
-    """The load generator with the sampler (and the profiler) running; the nodes stopped."""
+    """The load generator (and the background one) with the sampler (and the profiler)
+    running; the nodes stopped."""
     assert scenario.workload is not None
     stack = ctx.stack
     metrics_before = [n.metrics_text() for n in nodes]
-    pids = {n.index: n.pid for n in nodes}
-    cpu_before = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
+    trees = {n.index: TreeCpu(n.pid) for n in nodes}
+    cpu_before = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
     load_before = os.getloadavg()
-    sampler = Sampler(stack.url, nodes, stall_dir=sdir)
+    sampler = Sampler(stack.url, nodes, stall_dir=sdir, cpu_trees=list(trees.values()))
     sampler.start()
     profiler: Profiler | None = None
     if scenario.name in ctx.profile or scenario.kind in ctx.profile:
@@ -230,7 +254,15 @@ def _run_load(
         profiler = Profiler(nodes[0].pid, start_s, ctx.profile_seconds, sdir / "profile-node0.raw")
         profiler.start()
     started = time.monotonic()
+    background: subprocess.Popen[bytes] | None = None
     try:
+        if background_argv is not None:
+            background = launch(
+                background_argv,
+                log_path=sdir / "harness-background.log",
+                env=clean_env(),
+                death_signal=signal.SIGTERM,
+            )
         harness = launch(
             argv,
             log_path=sdir / "harness.log",
@@ -238,9 +270,14 @@ def _run_load(
             death_signal=signal.SIGTERM,
         )
         code = _wait_child(harness, f"the load of {scenario.name}")
+        if background is not None:
+            code = code or _wait_child(background, f"the background load of {scenario.name}")
     finally:
         elapsed = time.monotonic() - started
-        cpu_after = cpu_snapshot(pids, stack.postgres_pid, stack.broker_pid)
+        if background is not None and background.poll() is None:
+            background.kill()
+            background.wait()
+        cpu_after = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
         metrics_after = [n.metrics_text() for n in nodes]
         hwm = {n.index: tree_hwm_kb(n.pid) for n in nodes}
         if profiler is not None:

@@ -1,5 +1,5 @@
-"""The sampler: every second, node RSS, the table's waiting/claimed/overdue rows and each
-node's consumer lag; and the stall watch that saves a stalled node's stacks."""
+"""The sampler: every second, node RSS and process-tree CPU, the table's waiting/claimed/overdue
+rows and each node's consumer lag; and the stall watch that saves a stalled node's stacks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.procstats import tree_rss_kb
+from loadtest.bench.procstats import TreeCpu, tree_rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
 from loadtest.bench.results import StackSample, Stall, TableCounts
@@ -30,6 +30,7 @@ class Sampler(threading.Thread):
         nodes: Sequence[NodeProcess],
         interval: float = SAMPLE_INTERVAL_S,
         stall_dir: Path | None = None,
+        cpu_trees: Sequence[TreeCpu] = (),
     ) -> None:
         super().__init__(name="bench-sampler", daemon=True)
         self.url = url
@@ -41,6 +42,9 @@ class Sampler(threading.Thread):
         self.stalls: list[Stall] = []
         self._watch = {n.index: StallWatch() for n in self.nodes}
         self._stop_event = threading.Event()
+        # Sampled every second so a child that exits unreaped between two CPU snapshots still
+        # counts (see TreeCpu).
+        self.cpu_trees = list(cpu_trees)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -55,6 +59,8 @@ class Sampler(threading.Thread):
             t_ms = int(time.time() * 1000)
             load1 = round(os.getloadavg()[0], 2)
             rss_mb = self._rss_mb()
+            for tree in self.cpu_trees:
+                tree.sample()
             table: TableCounts | None = None
             try:
                 if conn is None:

@@ -1,0 +1,165 @@
+"""The benchmark's CPU accounting: a node's whole process tree (children it waited for and
+children that left the tree included) and the CPU per message handled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadtest.bench import procstats
+from loadtest.bench.results import CpuUsage
+
+# Burns 0.3 s of its own CPU (process time, not wall time: the same on a busy machine).
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+
+
+def _wait_for(path: Path, what: str) -> str:
+    limit = time.monotonic() + 60
+    while not path.exists() or not path.read_text().strip():
+        assert time.monotonic() < limit, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return path.read_text().strip()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_tree_cpu_keeps_children_the_root_waited_for(tmp_path: Path) -> None:
+    """The root runs two short-lived children one after the other and waits for each (like an
+    intake forking a probe per batch): their CPU counts although neither is alive at the end."""
+    done = tmp_path / "done"
+    script = (
+        "import subprocess, sys, time\n"
+        f"for _ in range(2): subprocess.run([sys.executable, '-c', {BURN!r}], check=True)\n"
+        f"open({str(done)!r}, 'w').write('ok')\n"
+        "time.sleep(60)\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        tree = procstats.TreeCpu(root.pid)
+        _wait_for(done, "the children")
+        assert tree.sample() >= 0.6
+        assert tree.processes == 1  # only the root is left
+    finally:
+        root.kill()
+        root.wait()
+
+
+def test_tree_cpu_keeps_a_descendant_that_left_the_tree(tmp_path: Path) -> None:
+    """A grandchild whose parent exits is re-parented outside the tree and never reaped by a
+    tree member: the CPU it had when last sampled is kept."""
+    pid_file, ready = tmp_path / "grandchild", tmp_path / "ready"
+    grandchild = BURN + f"open({str(ready)!r}, 'w').write('ok')\ntime.sleep(60)\n"
+    middle = (
+        "import subprocess, sys\n"
+        f"g = subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+        "sys.stdin.read()\n"  # exits, without waiting for g, once stdin closes
+    )
+    root_script = (
+        "import subprocess, sys, time\n"
+        f"m = subprocess.Popen([sys.executable, '-c', {middle!r}], stdin=subprocess.PIPE)\n"
+        "sys.stdin.read()\n"
+        "m.stdin.close(); m.wait()\n"
+        "time.sleep(60)\n"
+    )
+    # The tree's root runs under a subreaper outside the tree, which reaps the orphan: once
+    # killed, the grandchild is really gone, not a zombie.
+    root_pid_file = tmp_path / "root"
+    reaper = (
+        "import ctypes, os, subprocess, sys\n"
+        "ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)\n"  # PR_SET_CHILD_SUBREAPER
+        f"r = subprocess.Popen([sys.executable, '-c', {root_script!r}])\n"
+        f"open({str(root_pid_file)!r}, 'w').write(str(r.pid))\n"
+        "while True:\n"
+        "    try: os.waitpid(-1, 0)\n"
+        "    except ChildProcessError: break\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", reaper], stdin=subprocess.PIPE)
+    g_pid = 0
+    try:
+        tree = procstats.TreeCpu(int(_wait_for(root_pid_file, "the root")))
+        g_pid = int(_wait_for(pid_file, "the grandchild's pid"))
+        _wait_for(ready, "the grandchild's work")
+        seen = tree.sample()
+        assert seen >= 0.3 and tree.processes == 3
+        assert root.stdin is not None
+        root.stdin.close()  # the middle process exits; the grandchild is orphaned
+        limit = time.monotonic() + 30
+        while tree.processes != 2:  # the root and the re-parented grandchild
+            tree.sample()
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        assert psutil.Process(g_pid).ppid() == root.pid  # the subreaper, outside the tree
+        psutil.Process(g_pid).kill()
+        limit = time.monotonic() + 30
+        while psutil.pid_exists(g_pid):
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        g_pid = 0
+        assert tree.sample() >= seen
+    finally:
+        if g_pid and _alive(g_pid):
+            psutil.Process(g_pid).kill()
+        for child in psutil.Process(root.pid).children(recursive=True):
+            child.kill()
+        root.wait()
+
+
+def test_cpu_per_message() -> None:
+    cpu = CpuUsage(nodes_s=15.0, broker_s=6.0, postgres_s=9.0, harness_s=3.0)
+    per = procstats.cpu_per_message(cpu, 100_000)
+    assert (per.node_us, per.broker_us, per.postgres_us, per.harness_us) == (
+        150.0,
+        60.0,
+        90.0,
+        30.0,
+    )
+    assert per.messages == 100_000
+    assert procstats.cpu_per_message(cpu, 0).node_us is None
+    assert procstats.cpu_per_message(CpuUsage(), 10).broker_us is None
+
+
+@pytest.mark.parametrize("messages", [1, 1_000_000])
+def test_cpu_per_message_round_trips(messages: int) -> None:
+    from loadtest.bench.results import CpuPerMessage
+
+    per = procstats.cpu_per_message(CpuUsage(nodes_s=1.0, broker_s=0.5), messages)
+    assert CpuPerMessage.from_dict(per.as_dict()) == per
+
+
+def test_report_separates_the_brokers_cost_from_the_control() -> None:
+    from loadtest.bench.records import BenchRecord
+    from loadtest.bench.report import render_markdown
+
+    def rec(name: str, kind: str, wall: float, broker: float, messages: int) -> dict[str, object]:
+        cpu = CpuUsage(wall_s=wall, nodes_s=1.0, broker_s=broker, postgres_s=0.5, harness_s=0.2)
+        return {
+            "name": name,
+            "kind": kind,
+            "status": "ok",
+            "cpu": cpu.as_dict(),
+            "cpu_per_message": procstats.cpu_per_message(cpu, messages).as_dict(),
+        }
+
+    bench = BenchRecord.from_dict(
+        {
+            "scenarios": [
+                rec("relay", "relay", 20.0, 5.0, 10_000),  # 0.25 core without Chronos
+                rec("sustained", "sustained", 30.0, 9.0, 100_000),
+            ]
+        }
+    )
+    text = render_markdown(bench)
+    # 9 s - 0.25 x 30 s = 1.5 s beyond the control over 100,000 messages: 15 µs/msg.
+    assert "| sustained | 100,000 | 10.0 | 90.0 | 0.30 | 15.0 | 5.0 | 2.0 |" in text
+    assert "| relay | 10,000 | 100.0 | 500.0 | 0.25 | n/a | 50.0 | 20.0 |" in text
