@@ -9,7 +9,7 @@ this node's wall clock says.
 Two threads share the work so that a slow statement never delays a timer:
 
 * the loop thread claims (phase 1) and deletes/releases (phase 2), one statement per batch;
-* the ``Dispatcher`` thread sleeps until the earliest timer, publishes what is due and serves
+* the ``Dispatcher`` thread (chronos.dispatcher) sleeps until the earliest timer, publishes what is due and serves
   the producer's delivery reports.
 
 Phase 2 deletes only rows whose delivery report succeeded, fenced by this node's claim
@@ -40,28 +40,26 @@ speed); otherwise it waits the poll interval less the time taken, plus a little 
 
 from __future__ import annotations
 
-import heapq
 import logging
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from confluent_kafka import KafkaError
 
 from chronos import metrics
+from chronos.dispatcher import Dispatcher, Timer
 from chronos.errors import StoreError
 from chronos.faults import fault_point
 from chronos.kafka import Publisher, is_permanent
 from chronos.leadership import Leadership
 from chronos.loop import Loop
-from chronos.policy import park_after, should_dead_letter
-from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
+from chronos.policy import park_after
 from chronos.settings import Settings
-from chronos.store import Claim, ClaimedRow, Store, row_bytes
+from chronos.store import Claim, Store, row_bytes
 from chronos.tenant_metrics import TenantMetrics
 
 log = logging.getLogger(__name__)
@@ -79,166 +77,6 @@ earliest deadline first, so every row a flood holds that fell due before a small
 published before it; a flood's overdue rows held by the node are the small tenant's queue. Four
 claims' worth keeps that queue a fraction of a second at the node's firing rate, and still more
 than a claim's round trip of work for the flood (its drain rate is unchanged)."""
-
-
-@dataclass(order=True, slots=True)
-class _Timer:
-    fire_at: float  # monotonic
-    seq: int
-    row: ClaimedRow = field(compare=False)
-    dead_letter: bool = field(default=False, compare=False)  # sent to the dead-letter topic
-    lateness: float = field(default=0.0, compare=False)  # seconds, taken when produced
-
-
-class Dispatcher:
-    """Fires timers on time and collects delivery outcomes. Runs on its own thread."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        publisher: Publisher,
-        leadership: Leadership,
-        monotonic: Callable[[], float] = time.monotonic,
-    ):
-        self.settings = settings
-        self.publisher = publisher
-        self.leadership = leadership
-        self.monotonic = monotonic
-        self.hold = settings.hold_time_ms / 1000
-        self.cond = threading.Condition()
-        self.timers: list[_Timer] = []  # guarded by cond
-        self.in_flight = 0  # produced, report pending (dispatcher thread only)
-        self.delivered: list[_Timer] = []  # guarded by cond
-        self.failed: list[tuple[_Timer, KafkaError | None]] = []  # guarded by cond
-        self.expired: list[_Timer] = []  # guarded by cond
-        self.outcome_ready = threading.Event()
-        self.stopping = threading.Event()
-        self.alive_at = time.monotonic()  # start of the latest dispatcher iteration (liveness)
-        self._seq = 0
-
-    # -- called from the loop thread ------------------------------------------------------
-
-    def add(self, rows: list[ClaimedRow]) -> None:
-        advance = self.settings.timing_advance_ms / 1000
-        with self.cond:
-            for row in rows:
-                self._seq += 1
-                fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
-                heapq.heappush(self.timers, _Timer(fire_at, self._seq, row))
-            self.cond.notify()
-
-    def held(self) -> int:
-        with self.cond:
-            return len(self.timers) + self.in_flight + len(self.delivered) + len(self.failed)
-
-    def take_outcomes(
-        self,
-    ) -> tuple[list[_Timer], list[tuple[_Timer, KafkaError | None]], list[_Timer]]:
-        with self.cond:
-            delivered, self.delivered = self.delivered, []
-            failed, self.failed = self.failed, []
-            expired, self.expired = self.expired, []
-            self.outcome_ready.clear()
-        return delivered, failed, expired
-
-    def take_unfired(self) -> list[_Timer]:
-        with self.cond:
-            unfired, self.timers = self.timers, []
-        return unfired
-
-    def stop(self) -> None:
-        self.stopping.set()
-        with self.cond:
-            self.cond.notify()
-
-    # -- the dispatcher thread ------------------------------------------------------------
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            self.alive_at = time.monotonic()
-            self.fire_due()
-            self.publisher.poll(0)
-            with self.cond:
-                if self.stopping.is_set():
-                    break
-                wait = 0.05
-                if self.timers:
-                    wait = min(wait, self.timers[0].fire_at - self.monotonic())
-                if self.in_flight:
-                    wait = min(wait, 0.005)  # serve delivery reports promptly
-                if wait > 0:
-                    self.cond.wait(wait)
-
-    def fire_due(self) -> None:
-        now = self.monotonic()
-        if not self.leadership.may_fire(now):
-            return  # past this node's lease: fire nothing (the loop gives the timers back)
-        due: list[_Timer] = []
-        with self.cond:
-            while self.timers and self.timers[0].fire_at <= now:
-                due.append(heapq.heappop(self.timers))
-        for timer in due:
-            if now - timer.row.claimed_monotonic >= self.hold:
-                # Held past the hold time (e.g. this process was paused): a peer may already
-                # have taken it over, so give it back (fenced) rather than fire it twice.
-                with self.cond:
-                    self.expired.append(timer)
-                continue
-            self._produce(timer)
-        if due:
-            fault_point("after_produce")
-
-    def drain(self, timeout: float) -> None:
-        """Wait (on the caller's thread) for outstanding delivery reports."""
-        deadline = self.monotonic() + timeout
-        while self.in_flight and self.monotonic() < deadline:
-            self.publisher.poll(0.05)
-
-    def _produce(self, timer: _Timer) -> None:
-        row = timer.row
-        topic = row.target_topic or self.settings.output_topic
-        headers = row.headers
-        dead_letter = should_dead_letter(row.attempts, self.settings)
-        if dead_letter:
-            # The broker refused it max_publish_attempts times: dead-letter it with the reason.
-            reason = (
-                f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
-            )
-            headers = list(row.headers) + [
-                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
-                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
-            ]
-            topic = self.settings.dead_letter_topic
-        timer.dead_letter = dead_letter
-        # Lateness on the database clock, as the timers are: the time since the claim result
-        # arrived minus the time that was left until the deadline then (never this node's wall
-        # clock, which may be off), taken when the record is handed to the producer (the
-        # record's timestamp), counted once its delivery is confirmed.
-        lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
-        timer.lateness = lateness
-
-        def report(err: KafkaError | None) -> None:
-            self.in_flight -= 1
-            with self.cond:
-                if err is None:
-                    self.delivered.append(timer)
-                else:
-                    self.failed.append((timer, err))
-            self.outcome_ready.set()
-            if err is None:
-                if dead_letter:
-                    metrics.DEAD_LETTERED.labels("publish_failed").inc()
-                    log.error(
-                        "message %s dead-lettered after %d failed publishes",
-                        row.id,
-                        row.attempts,
-                        extra={"event": "dead_lettered", "reason": "publish_failed"},
-                    )
-                else:
-                    metrics.LATENESS.observe(lateness)
-
-        self.in_flight += 1
-        self.publisher.produce(topic, row.key, row.value, headers, report)
 
 
 class FiringLoop(Loop):
@@ -266,7 +104,7 @@ class FiringLoop(Loop):
         self.park_attempts = park_after(settings)  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
-        self.pending_delete: list[_Timer] = []
+        self.pending_delete: list[Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
         self.tenant_metrics = TenantMetrics(settings.tenant_metrics_top)
         self.held_by_tenant: Counter[str] = Counter()  # rows held, as held_bytes counts them
@@ -506,7 +344,7 @@ class FiringLoop(Loop):
             )
             self.unreleased.append((claims, failed, errors))
 
-    def _forget(self, timers: list[_Timer]) -> None:
+    def _forget(self, timers: list[Timer]) -> None:
         """These rows leave this node's hands (deleted, given back or left to the detector)."""
         self.held_bytes -= sum(row_bytes(t.row.key, t.row.value, t.row.headers) for t in timers)
         self.held_by_tenant.subtract(t.row.tenant for t in timers)
@@ -553,7 +391,7 @@ class FiringLoop(Loop):
                     extra={"event": "fenced_delete", "message_id": message_id},
                 )
 
-    def _handle_failed(self, batch: list[tuple[_Timer, KafkaError | None]]) -> None:
+    def _handle_failed(self, batch: list[tuple[Timer, KafkaError | None]]) -> None:
         """Give failed rows back. Permanent refusals count as attempts; outages do not."""
         metrics.PUBLISH_ERRORS.labels("output").inc(len(batch))
         self._forget([t for t, _ in batch])

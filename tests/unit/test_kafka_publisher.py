@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from chronos import kafka
-from chronos.firing import Dispatcher
+from chronos.dispatcher import Dispatcher
 from chronos.kafka import KafkaPublisher
 from chronos.testing import unfenced
 from tests.unit.helpers import claimed_rows, settings

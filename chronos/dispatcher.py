@@ -1,0 +1,184 @@
+"""The dispatcher: the thread that fires claimed rows from in-memory timers on time (earliest
+deadline first) and collects their delivery outcomes for the firing loop (chronos.firing)."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError
+
+from chronos import metrics
+from chronos.faults import fault_point
+from chronos.kafka import Publisher
+from chronos.leadership import Leadership
+from chronos.policy import should_dead_letter
+from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
+from chronos.settings import Settings
+from chronos.store import ClaimedRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True, slots=True)
+class Timer:
+    fire_at: float  # monotonic
+    seq: int
+    row: ClaimedRow = field(compare=False)
+    dead_letter: bool = field(default=False, compare=False)  # sent to the dead-letter topic
+    lateness: float = field(default=0.0, compare=False)  # seconds, taken when produced
+
+
+class Dispatcher:
+    """Fires timers on time and collects delivery outcomes. Runs on its own thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: Publisher,
+        leadership: Leadership,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self.publisher = publisher
+        self.leadership = leadership
+        self.monotonic = monotonic
+        self.hold = settings.hold_time_ms / 1000
+        self.cond = threading.Condition()
+        self.timers: list[Timer] = []  # guarded by cond
+        self.in_flight = 0  # produced, report pending (dispatcher thread only)
+        self.delivered: list[Timer] = []  # guarded by cond
+        self.failed: list[tuple[Timer, KafkaError | None]] = []  # guarded by cond
+        self.expired: list[Timer] = []  # guarded by cond
+        self.outcome_ready = threading.Event()
+        self.stopping = threading.Event()
+        self.alive_at = time.monotonic()  # start of the latest dispatcher iteration (liveness)
+        self._seq = 0
+
+    # -- called from the loop thread ------------------------------------------------------
+
+    def add(self, rows: list[ClaimedRow]) -> None:
+        advance = self.settings.timing_advance_ms / 1000
+        with self.cond:
+            for row in rows:
+                self._seq += 1
+                fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
+                heapq.heappush(self.timers, Timer(fire_at, self._seq, row))
+            self.cond.notify()
+
+    def held(self) -> int:
+        with self.cond:
+            return len(self.timers) + self.in_flight + len(self.delivered) + len(self.failed)
+
+    def take_outcomes(
+        self,
+    ) -> tuple[list[Timer], list[tuple[Timer, KafkaError | None]], list[Timer]]:
+        with self.cond:
+            delivered, self.delivered = self.delivered, []
+            failed, self.failed = self.failed, []
+            expired, self.expired = self.expired, []
+            self.outcome_ready.clear()
+        return delivered, failed, expired
+
+    def take_unfired(self) -> list[Timer]:
+        with self.cond:
+            unfired, self.timers = self.timers, []
+        return unfired
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.cond:
+            self.cond.notify()
+
+    # -- the dispatcher thread ------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.alive_at = time.monotonic()
+            self.fire_due()
+            self.publisher.poll(0)
+            with self.cond:
+                if self.stopping.is_set():
+                    break
+                wait = 0.05
+                if self.timers:
+                    wait = min(wait, self.timers[0].fire_at - self.monotonic())
+                if self.in_flight:
+                    wait = min(wait, 0.005)  # serve delivery reports promptly
+                if wait > 0:
+                    self.cond.wait(wait)
+
+    def fire_due(self) -> None:
+        now = self.monotonic()
+        if not self.leadership.may_fire(now):
+            return  # past this node's lease: fire nothing (the loop gives the timers back)
+        due: list[Timer] = []
+        with self.cond:
+            while self.timers and self.timers[0].fire_at <= now:
+                due.append(heapq.heappop(self.timers))
+        for timer in due:
+            if now - timer.row.claimed_monotonic >= self.hold:
+                # Held past the hold time (e.g. this process was paused): a peer may already
+                # have taken it over, so give it back (fenced) rather than fire it twice.
+                with self.cond:
+                    self.expired.append(timer)
+                continue
+            self._produce(timer)
+        if due:
+            fault_point("after_produce")
+
+    def drain(self, timeout: float) -> None:
+        """Wait (on the caller's thread) for outstanding delivery reports."""
+        deadline = self.monotonic() + timeout
+        while self.in_flight and self.monotonic() < deadline:
+            self.publisher.poll(0.05)
+
+    def _produce(self, timer: Timer) -> None:
+        row = timer.row
+        topic = row.target_topic or self.settings.output_topic
+        headers = row.headers
+        dead_letter = should_dead_letter(row.attempts, self.settings)
+        if dead_letter:
+            # The broker refused it max_publish_attempts times: dead-letter it with the reason.
+            reason = (
+                f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
+            )
+            headers = list(row.headers) + [
+                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
+                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
+            ]
+            topic = self.settings.dead_letter_topic
+        timer.dead_letter = dead_letter
+        # Lateness on the database clock, as the timers are: the time since the claim result
+        # arrived minus the time that was left until the deadline then (never this node's wall
+        # clock, which may be off), taken when the record is handed to the producer (the
+        # record's timestamp), counted once its delivery is confirmed.
+        lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
+        timer.lateness = lateness
+
+        def report(err: KafkaError | None) -> None:
+            self.in_flight -= 1
+            with self.cond:
+                if err is None:
+                    self.delivered.append(timer)
+                else:
+                    self.failed.append((timer, err))
+            self.outcome_ready.set()
+            if err is None:
+                if dead_letter:
+                    metrics.DEAD_LETTERED.labels("publish_failed").inc()
+                    log.error(
+                        "message %s dead-lettered after %d failed publishes",
+                        row.id,
+                        row.attempts,
+                        extra={"event": "dead_lettered", "reason": "publish_failed"},
+                    )
+                else:
+                    metrics.LATENESS.observe(lateness)
+
+        self.in_flight += 1
+        self.publisher.produce(topic, row.key, row.value, headers, report)
