@@ -9,8 +9,8 @@ this node's wall clock says.
 Two threads share the work so that a slow statement never delays a timer:
 
 * the loop thread claims (phase 1) and deletes/releases (phase 2), one statement per batch;
-* the ``Dispatcher`` thread (chronos.dispatcher) sleeps until the earliest timer, publishes what is due and serves
-  the producer's delivery reports.
+* the ``Dispatcher`` thread (chronos.dispatcher) sleeps until the earliest timer, publishes what
+  is due and serves the producer's delivery reports.
 
 Phase 2 deletes only rows whose delivery report succeeded, fenced by this node's claim
 (``readied_by`` and ``readied_at``); a row a peer re-claimed after a suspected failure is never
