@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from chronos.histogram import BatchHistogram
+
 CONSUMED = Counter("chronos_consumed_messages_total", "Records consumed from the input topic")
 ENQUEUED = Counter("chronos_enqueued_messages_total", "Messages inserted into the table")
 PUBLISHED_DIRECTLY = Counter(
@@ -78,7 +80,9 @@ LATENESS_BUCKETS = (
     60,
     300,
 )
-LATENESS = Histogram(
+# Observed once per batch of delivered messages (chronos.histogram): the same family as a
+# prometheus_client Histogram, at a fraction of the cost per message.
+LATENESS = BatchHistogram(
     "chronos_fire_lateness_seconds",
     "Fire time minus deadline (negative: fired within the timing advance)",
     buckets=LATENESS_BUCKETS,
@@ -181,7 +185,7 @@ TENANT_FIRED = Counter(
     "under _other",
     ["tenant"],
 )
-TENANT_LATENESS = Histogram(
+TENANT_LATENESS = BatchHistogram(
     "chronos_tenant_fire_lateness_seconds",
     "Fire time minus deadline by tenant (the busiest tenants by name, the others under _other)",
     ["tenant"],

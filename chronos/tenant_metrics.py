@@ -135,13 +135,24 @@ class TenantMetrics:
         """Record fired messages as (tenant, lateness in seconds) pairs."""
         with self._lock:
             self.labels.roll()
-            by_label: dict[str, list[float]] = {}
+            by_tenant: dict[str, list[float]] = {}
             for tenant, lateness in fired:
-                by_label.setdefault(self.labels.label(tenant), []).append(lateness)
+                values = by_tenant.get(tenant)
+                if values is None:
+                    by_tenant[tenant] = [lateness]
+                else:
+                    values.append(lateness)
+            # One label decision per tenant and batch, in the order the tenants first appear
+            # (so free label slots go to the same tenants as one decision per message would).
+            by_label: dict[str, list[float]] = {}
+            for tenant, values in by_tenant.items():
+                label = self.labels.label(tenant, len(values))
+                if label in by_label:
+                    by_label[label].extend(values)
+                else:
+                    by_label[label] = values
             for label, values in by_label.items():  # one series lookup per label and batch
-                histogram = TENANT_LATENESS.labels(label)
-                for lateness in values:
-                    histogram.observe(lateness)
+                TENANT_LATENESS.observe_many(values, (label,))
                 TENANT_FIRED.labels(label).inc(len(values))
 
 
