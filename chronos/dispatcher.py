@@ -8,7 +8,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 from confluent_kafka import KafkaError
 
@@ -19,18 +20,24 @@ from chronos.leadership import Leadership
 from chronos.policy import should_dead_letter
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.settings import Settings
-from chronos.store import ClaimedRow
+from chronos.store import ClaimedRow, row_bytes
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class Timer:
-    fire_at: float  # monotonic
-    seq: int
-    row: ClaimedRow = field(compare=False)
-    dead_letter: bool = field(default=False, compare=False)  # sent to the dead-letter topic
-    lateness: float = field(default=0.0, compare=False)  # seconds, taken when produced
+    """A claimed row in this node's hands (never compared: the heap orders ``Entry`` tuples)."""
+
+    row: ClaimedRow
+    size: int  # the row's bytes as the byte budget counts them (row_bytes), taken at claim
+    dead_letter: bool = False  # sent to the dead-letter topic
+    lateness: float = 0.0  # seconds, taken when produced
+
+
+Entry = tuple[float, int, Timer]
+"""A heap entry: (fire_at on the monotonic clock, sequence number, timer); the sequence number
+is unique, so tuples compare on floats and ints only."""
 
 
 class Dispatcher:
@@ -48,8 +55,9 @@ class Dispatcher:
         self.leadership = leadership
         self.monotonic = monotonic
         self.hold = settings.hold_time_ms / 1000
+        self.output_topic = settings.output_topic
         self.cond = threading.Condition()
-        self.timers: list[Timer] = []  # guarded by cond
+        self.timers: list[Entry] = []  # a heap, guarded by cond
         self.in_flight = 0  # produced, report pending (dispatcher thread only)
         self.delivered: list[Timer] = []  # guarded by cond
         self.failed: list[tuple[Timer, KafkaError | None]] = []  # guarded by cond
@@ -61,14 +69,26 @@ class Dispatcher:
 
     # -- called from the loop thread ------------------------------------------------------
 
-    def add(self, rows: list[ClaimedRow]) -> None:
+    def add(self, rows: list[ClaimedRow]) -> int:
+        """Set a timer for each row; returns the rows' bytes (``row_bytes``, summed)."""
         advance = self.settings.timing_advance_ms / 1000
+        seq = self._seq
+        entries: list[Entry] = []
+        total = 0
+        for row in rows:
+            size = row_bytes(row.key, row.value, row.headers)
+            total += size
+            seq += 1
+            fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
+            entries.append((fire_at, seq, Timer(row, size)))
+        self._seq = seq
+        push = heapq.heappush
         with self.cond:
-            for row in rows:
-                self._seq += 1
-                fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
-                heapq.heappush(self.timers, Timer(fire_at, self._seq, row))
+            timers = self.timers  # read under the lock: take_unfired swaps the list
+            for entry in entries:
+                push(timers, entry)
             self.cond.notify()
+        return total
 
     def held(self) -> int:
         with self.cond:
@@ -87,7 +107,7 @@ class Dispatcher:
     def take_unfired(self) -> list[Timer]:
         with self.cond:
             unfired, self.timers = self.timers, []
-        return unfired
+        return [timer for _, _, timer in unfired]
 
     def stop(self) -> None:
         self.stopping.set()
@@ -106,7 +126,7 @@ class Dispatcher:
                     break
                 wait = 0.05
                 if self.timers:
-                    wait = min(wait, self.timers[0].fire_at - self.monotonic())
+                    wait = min(wait, self.timers[0][0] - self.monotonic())
                 if self.in_flight:
                     wait = min(wait, 0.005)  # serve delivery reports promptly
                 if wait > 0:
@@ -117,19 +137,23 @@ class Dispatcher:
         if not self.leadership.may_fire(now):
             return  # past this node's lease: fire nothing (the loop gives the timers back)
         due: list[Timer] = []
+        pop = heapq.heappop
         with self.cond:
-            while self.timers and self.timers[0].fire_at <= now:
-                due.append(heapq.heappop(self.timers))
+            timers = self.timers  # read under the lock: take_unfired swaps the list
+            while timers and timers[0][0] <= now:
+                due.append(pop(timers)[2])
+        if not due:
+            return
+        hold, produce = self.hold, self._produce
         for timer in due:
-            if now - timer.row.claimed_monotonic >= self.hold:
+            if now - timer.row.claimed_monotonic >= hold:
                 # Held past the hold time (e.g. this process was paused): a peer may already
                 # have taken it over, so give it back (fenced) rather than fire it twice.
                 with self.cond:
                     self.expired.append(timer)
                 continue
-            self._produce(timer)
-        if due:
-            fault_point("after_produce")
+            produce(timer)
+        fault_point("after_produce")
 
     def drain(self, timeout: float) -> None:
         """Wait (on the caller's thread) for outstanding delivery reports."""
@@ -139,10 +163,11 @@ class Dispatcher:
 
     def _produce(self, timer: Timer) -> None:
         row = timer.row
-        topic = row.target_topic or self.settings.output_topic
+        topic = row.target_topic or self.output_topic
         headers = row.headers
-        dead_letter = should_dead_letter(row.attempts, self.settings)
-        if dead_letter:
+        # A row never refused (nearly every row) is never dead-lettered: max_publish_attempts
+        # is at least 1, so the policy is asked only about rows refused before.
+        if row.attempts and should_dead_letter(row.attempts, self.settings):
             # The broker refused it max_publish_attempts times: dead-letter it with the reason.
             reason = (
                 f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
@@ -152,33 +177,31 @@ class Dispatcher:
                 (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
             ]
             topic = self.settings.dead_letter_topic
-        timer.dead_letter = dead_letter
+            timer.dead_letter = True
         # Lateness on the database clock, as the timers are: the time since the claim result
         # arrived minus the time that was left until the deadline then (never this node's wall
         # clock, which may be off), taken when the record is handed to the producer (the
-        # record's timestamp), counted once its delivery is confirmed.
-        lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
-        timer.lateness = lateness
-
-        def report(err: KafkaError | None) -> None:
-            self.in_flight -= 1
-            with self.cond:
-                if err is None:
-                    self.delivered.append(timer)
-                else:
-                    self.failed.append((timer, err))
-            self.outcome_ready.set()
-            if err is None:
-                if dead_letter:
-                    metrics.DEAD_LETTERED.labels("publish_failed").inc()
-                    log.error(
-                        "message %s dead-lettered after %d failed publishes",
-                        row.id,
-                        row.attempts,
-                        extra={"event": "dead_lettered", "reason": "publish_failed"},
-                    )
-                else:
-                    metrics.LATENESS.observe(lateness)
-
+        # record's timestamp), counted by the firing loop once its delivery is confirmed.
+        timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
         self.in_flight += 1
-        self.publisher.produce(topic, row.key, row.value, headers, report)
+        self.publisher.produce(topic, row.key, row.value, headers, partial(self._report, timer))
+
+    def _report(self, timer: Timer, err: KafkaError | None) -> None:
+        """A delivery report (served by the publisher's poll, on the thread that polls)."""
+        self.in_flight -= 1
+        with self.cond:
+            if err is None:
+                self.delivered.append(timer)
+            else:
+                self.failed.append((timer, err))
+        if not self.outcome_ready.is_set():  # set() takes a lock: once per batch of reports
+            self.outcome_ready.set()
+        if err is None and timer.dead_letter:
+            row = timer.row
+            metrics.DEAD_LETTERED.labels("publish_failed").inc()
+            log.error(
+                "message %s dead-lettered after %d failed publishes",
+                row.id,
+                row.attempts,
+                extra={"event": "dead_lettered", "reason": "publish_failed"},
+            )

@@ -59,7 +59,7 @@ from chronos.leadership import Leadership
 from chronos.loop import Loop
 from chronos.policy import park_after
 from chronos.settings import Settings
-from chronos.store import Claim, Store, row_bytes
+from chronos.store import Claim, Store
 from chronos.tenant_metrics import TenantMetrics
 
 log = logging.getLogger(__name__)
@@ -259,13 +259,13 @@ class FiringLoop(Loop):
             return
         self.claim_backoff = 0.0
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
-        claimed_bytes = sum(row_bytes(r.key, r.value, r.headers) for r in rows)
-        self.held_bytes += claimed_bytes
-        self.held_by_tenant.update(r.tenant for r in rows)
+        claimed_bytes = 0
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
-            self.dispatcher.add(rows)
+            claimed_bytes = self.dispatcher.add(rows)  # each row's size, kept with its timer
+            self.held_bytes += claimed_bytes
+            self.held_by_tenant.update(r.tenant for r in rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
         self.overloaded = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
@@ -303,6 +303,9 @@ class FiringLoop(Loop):
     def finish(self, *, force: bool) -> None:
         delivered, failed, expired = self.dispatcher.take_outcomes()
         if delivered:
+            # Lateness counted once delivery is confirmed, a batch at a time (dead letters
+            # are not fired messages).
+            metrics.LATENESS.observe_many([t.lateness for t in delivered if not t.dead_letter])
             if not self.pending_delete:
                 self.pending_since = self.monotonic()
             self.pending_delete.extend(delivered)
@@ -346,7 +349,7 @@ class FiringLoop(Loop):
 
     def _forget(self, timers: list[Timer]) -> None:
         """These rows leave this node's hands (deleted, given back or left to the detector)."""
-        self.held_bytes -= sum(row_bytes(t.row.key, t.row.value, t.row.headers) for t in timers)
+        self.held_bytes -= sum(t.size for t in timers)
         self.held_by_tenant.subtract(t.row.tenant for t in timers)
         self.held_by_tenant = +self.held_by_tenant  # drop the tenants that hold nothing
 
@@ -374,7 +377,7 @@ class FiringLoop(Loop):
         self._forget(batch)  # only once: a failed delete keeps its rows held and tries again
         metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
         metrics.BATCH_SIZE.labels("delete").observe(len(batch))
-        gone = set(deleted)
+        gone = deleted
         # Fired: delivered to its own topic and deleted by this node (not a dead letter, and
         # not a row a peer had taken over: that one is counted where it is deleted).
         fired = [t for t in batch if not t.dead_letter and t.row.id in gone]
