@@ -88,9 +88,10 @@ class BatchHistogram(Collector):
             series.sum += total
 
     def remove(self, *labelvalues: str) -> None:
-        """Remove a labelled series (KeyError if it was never observed, as prometheus_client)."""
+        """Remove a labelled series (nothing happens if it was never observed, as with
+        prometheus_client)."""
         with self._lock:
-            del self._series[tuple(labelvalues)]
+            self._series.pop(tuple(labelvalues), None)
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
