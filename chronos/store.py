@@ -388,8 +388,9 @@ class PostgresStore(AdminQueries, LeadershipQueries):
     def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
         if not claims:
             return set()
-        rows = self._execute("delete_fired", statement_params("delete_fired", node_id, claims))
-        return {r["id"] for r in rows}
+        params = statement_params("delete_fired", node_id, claims)
+        rows, _ = self._execute_tuples("delete_fired", params)  # no dict per deleted row
+        return {r[0] for r in rows}
 
     def release(
         self,

@@ -34,6 +34,7 @@ def test_lateness_is_measured_on_the_database_clock_not_the_wall_clock() -> None
     # process's own wall clock (time.time()) is another one, days apart from it here.
     f = Firing.create(timing_advance_ms=50, lookahead_ms=1000)
     assert f.store.enqueue([msg("m", f.at(500))], 0) == [Outcome.INSERTED]
+
     # The histogram has negative bounds, so it has no _sum (prometheus_client leaves it out):
     # the buckets tell where the one lateness fell.
     def buckets() -> tuple[float, float, float]:
