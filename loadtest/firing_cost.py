@@ -50,12 +50,14 @@ COUNT = "SELECT count(*) FROM chronos_messages"
 
 class AckingPublisher:
     """A ``Publisher`` that keeps no records: every produced record is acknowledged (success)
-    at the next ``poll``, through its delivery callback. Counts records and their bytes."""
+    at the next ``poll``, through its delivery callback. Counts records and their bytes.
+
+    No lock: the dispatcher thread produces and polls (the loop thread polls only once the
+    dispatcher has stopped), and a poll takes the pending list in one swap."""
 
     def __init__(self) -> None:
         self.produced = 0
         self.produced_bytes = 0
-        self._lock = threading.Lock()
         self._pending: list[DeliveryCallback] = []
 
     def produce(
@@ -68,12 +70,10 @@ class AckingPublisher:
     ) -> None:
         self.produced += 1
         self.produced_bytes += len(key or b"") + len(value or b"")
-        with self._lock:
-            self._pending.append(on_delivery)
+        self._pending.append(on_delivery)
 
     def poll(self, timeout: float) -> int:
-        with self._lock:
-            ready, self._pending = self._pending, []
+        ready, self._pending = self._pending, []
         error: KafkaError | None = None
         for callback in ready:
             callback(error)
@@ -86,8 +86,7 @@ class AckingPublisher:
         return 0
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._pending)
+        return len(self._pending)
 
 
 @dataclass(frozen=True)
