@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Protocol, cast
 
 from confluent_kafka import (
@@ -31,6 +32,9 @@ from chronos.settings import Settings, reveal_properties
 log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[KafkaError | None], None]
+# The producer's type for headers (a module constant: a type built inside ``produce`` would be
+# built again for every record).
+_ProducerHeaders = list[tuple[str, str | bytes | None]]
 
 # How long a replaced producer may take to serve the reports of its purged records.
 ABANDON_FLUSH_SECONDS = 0.5
@@ -244,29 +248,19 @@ class KafkaPublisher:
         headers: Headers,
         on_delivery: DeliveryCallback,
     ) -> None:
-        self._renew_if_broken()
+        if self._broken is not None:
+            self._renew_if_broken()
         self._token += 1
         token, pending = self._token, self._pending
         pending[token] = on_delivery
-
-        def report(err: KafkaError | None, _msg: Message | None) -> None:
-            if pending.pop(token, None) is None:
-                return  # already reported (abandoned with its replaced producer)
-            if err is None:
-                self._last_success = time.monotonic()
-            elif breaks_producer(err):
-                self._broken = err
-            elif time.monotonic() - self._last_success > self._stuck_after:
-                self._broken = err
-            on_delivery(err)
-
+        report = partial(self._report, pending, token)
         while True:
             try:
                 self._producer.produce(
                     topic,
                     value=value,
                     key=key,
-                    headers=cast(list[tuple[str, str | bytes | None]], headers) or None,
+                    headers=cast(_ProducerHeaders, headers) or None,
                     on_delivery=report,
                 )
                 return
@@ -279,6 +273,26 @@ class KafkaPublisher:
                     self._broken = err
                 report(err, None)
                 return
+
+    def _report(
+        self,
+        pending: dict[int, DeliveryCallback],
+        token: int,
+        err: KafkaError | None,
+        _msg: Message | None,
+    ) -> None:
+        """The delivery report of one record (``pending``: the callbacks of the producer it was
+        produced on)."""
+        on_delivery = pending.pop(token, None)
+        if on_delivery is None:
+            return  # already reported (abandoned with its replaced producer)
+        if err is None:
+            self._last_success = time.monotonic()
+        elif breaks_producer(err):
+            self._broken = err
+        elif time.monotonic() - self._last_success > self._stuck_after:
+            self._broken = err
+        on_delivery(err)
 
     def poll(self, timeout: float) -> int:
         self._renew_if_broken()
