@@ -5,10 +5,14 @@ One iteration handles one consumed batch:
 2. one statement inserts the batch (ids already waiting/ready are ignored) and tells which
    messages had already lapsed (deadline within the timing advance) and were unknown: those are
    published directly, bypassing the table, as the design says;
-3. wait for every direct publish and dead-letter delivery report;
-4. only then store the batch's offsets (committed by the consumer in the background and
-   synchronously at shutdown). A crash anywhere before step 4 replays the batch: at-least-once,
-   and idempotent on the message id.
+3. produce the direct publishes and dead letters, and go on consuming: their delivery reports
+   are collected while the next batches are parsed and enqueued (a batch of late messages costs
+   the loop no round trip to the broker, so intake does not slow down exactly when its input is
+   late);
+4. store a batch's offsets only once every record it published is confirmed, and in consumed
+   order (a batch's offsets wait for the batches before it). The offsets are committed by the
+   consumer in the background and synchronously at shutdown; a crash anywhere before step 4
+   replays the batch: at-least-once, and idempotent on the message id.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -36,6 +40,7 @@ from chronos.actions import ACTION_OUTCOMES, Folded, report
 from chronos.consumer_lag import record_consumer_stats
 from chronos.errors import StoreError
 from chronos.faults import fault_point
+from chronos.intake_records import Pending, Unsettled, reduced, reporter
 from chronos.kafka import Publisher, is_permanent
 from chronos.loop import Backoff, Loop
 from chronos.policy import dead_letter_after
@@ -54,21 +59,10 @@ from chronos.store import Outcome, Store
 log = logging.getLogger(__name__)
 
 CLOCK_SYNC_S = 30.0
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A record to publish (directly, or to the dead-letter topic) and its delivery state."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    kind: str  # "direct" | "dead_letter:<reason>"
-    error: KafkaError | None = None
-    done: bool = False
-    refusals: int = 0  # permanent refusals so far
-    source: str = ""  # topic/partition/offset of the input record
+UNSETTLED_RECORDS_MAX = 20_000
+"""Records produced and not yet confirmed before the loop waits for the oldest batch's reports
+instead of consuming more (bounds memory and the replay after a crash)."""
+UNSETTLED_BATCHES_MAX = 64
 
 
 class IntakeLoop(Loop):
@@ -93,6 +87,8 @@ class IntakeLoop(Loop):
             timedelta(milliseconds=settings.max_delay_ms) if settings.max_delay_ms else None
         )
         self.assigned: set[tuple[str, int]] = set()
+        self.unsettled: deque[Unsettled] = deque()  # in consumed order
+        self.unsettled_records = 0
         self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
@@ -115,13 +111,19 @@ class IntakeLoop(Loop):
                     timeout=min(0.5, self.settings.poll_interval_ms / 1000),
                 )
                 if records:
-                    self.process_batch(consumer, records)
+                    self.submit(consumer, records)
+                full = (
+                    self.unsettled_records >= UNSETTLED_RECORDS_MAX
+                    or len(self.unsettled) >= UNSETTLED_BATCHES_MAX
+                )
+                self.settle(consumer, block=full)
                 if self.truncated:
                     self._rewind(consumer)
         finally:
             self._close(consumer)
 
     def _close(self, consumer: Consumer) -> None:
+        self.settle(consumer, block=True)  # stopping: a batch still unconfirmed is replayed
         try:
             consumer.commit(asynchronous=False)
         except KafkaException as exc:
@@ -143,6 +145,9 @@ class IntakeLoop(Loop):
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Confirm what was published first, so the offsets of the partitions leaving are stored
+        # while they are still ours (their new owner resumes after them, not before).
+        self.settle(consumer, block=True)
         self.assigned -= {(p.topic, p.partition) for p in partitions}
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
@@ -191,6 +196,7 @@ class IntakeLoop(Loop):
             log.debug("unreadable consumer statistics: %s", exc)
 
     def _rewind(self, consumer: Consumer) -> None:
+        self.settle(consumer, block=True)  # offsets read before the truncation first
         truncated, self.truncated = self.truncated, set()
         for topic, partition in sorted(truncated):
             if (topic, partition) not in self.assigned:
@@ -214,9 +220,15 @@ class IntakeLoop(Loop):
     # -- one batch ----------------------------------------------------------------------------
 
     def process_batch(self, consumer: Consumer | None, records: Sequence[Message]) -> bool:
-        """Make one consumed batch durable, then store its offsets. False if interrupted."""
+        """Make one consumed batch durable, wait for its publishes, then store its offsets (and
+        those of every batch before it). False if interrupted."""
+        return self.submit(consumer, records) and self.settle(consumer, block=True)
+
+    def submit(self, consumer: Consumer | None, records: Sequence[Message]) -> bool:
+        """Make one consumed batch durable and produce its direct publishes and dead letters;
+        its offsets are stored by ``settle`` once they are confirmed. False if interrupted."""
         folded: Folded[tuple[Message, Headers | None]] = Folded()
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         offsets: dict[tuple[str, int], int] = {}
         now = self.database_now()
         consumed = duplicates = 0
@@ -287,7 +299,7 @@ class IntakeLoop(Loop):
                 elif outcome is Outcome.FIRE_NOW:
                     record = source[0]
                     pending.append(
-                        _Pending(
+                        Pending(
                             message.target_topic or self.settings.output_topic,
                             message.key,
                             message.value,
@@ -304,11 +316,45 @@ class IntakeLoop(Loop):
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
 
-        if pending and not self._publish_all(pending):
-            return False
-        if consumer is not None and offsets:
-            self._store_offsets(consumer, offsets)
+        if not pending and not self.unsettled:
+            if consumer is not None and offsets:
+                self._store_offsets(consumer, offsets)
+            return True
+        self._produce_all(pending)
+        produced = time.monotonic()
+        give_up_at = produced + self.settings.dead_letter_timeout_ms / 1000
+        self.unsettled.append(Unsettled(pending, offsets, produced, give_up_at))
+        self.unsettled_records += len(pending)
         return True
+
+    def settle(self, consumer: Consumer | None, *, block: bool) -> bool:
+        """Serve delivery reports; store the offsets of the oldest batches whose publishes are
+        all confirmed (retrying failures as ``_confirm`` does). Without ``block``, stop at the
+        first batch still waiting for a report; with it, wait for them all. False if stopped
+        while retrying (that batch and the ones after it are replayed)."""
+        if self.unsettled:
+            self.publisher.poll(0)
+        while self.unsettled:
+            head = self.unsettled[0]
+            if (
+                not block
+                and any(not item.done for item in head.pending)
+                and time.monotonic() < head.produced_at + self._report_wait()
+            ):
+                return True
+            if not self._confirm(head.pending, head.produced_at, head.give_up_at):
+                self.unsettled.clear()
+                self.unsettled_records = 0
+                return False
+            self.unsettled.popleft()
+            self.unsettled_records -= len(head.pending)
+            if consumer is not None and head.offsets:
+                self._store_offsets(consumer, head.offsets)
+        return True
+
+    def _report_wait(self) -> float:
+        """Seconds a produced record's report may take before it counts as failed."""
+        return self.settings.delivery_timeout_ms / 1000 + 5
 
     def _enqueue(self, messages: list[ScheduledMessage]) -> list[Outcome | str] | None:
         """Enqueue, retrying outages with backoff. If the database refuses the data itself, split
@@ -343,7 +389,7 @@ class IntakeLoop(Loop):
 
     def _dead_letter(
         self, record: Message, headers: Headers | None, rejection: Rejection, source: str
-    ) -> _Pending | None:
+    ) -> Pending | None:
         log.error(
             "malformed record at %s: %s",
             source,
@@ -353,7 +399,7 @@ class IntakeLoop(Loop):
         if not self.settings.dead_letter_topic:
             metrics.DROPPED.labels(rejection.code).inc()
             return None
-        return _Pending(
+        return Pending(
             self.settings.dead_letter_topic,
             record.key(),
             record.value(),
@@ -362,18 +408,19 @@ class IntakeLoop(Loop):
             source=source,
         )
 
-    def _publish_all(self, pending: list[_Pending]) -> bool:
-        """Publish every pending record and wait for all reports; retry failures with backoff."""
+    def _produce_all(self, items: list[Pending]) -> None:
+        for item in items:
+            item.done, item.error = False, None
+            self.publisher.produce(item.topic, item.key, item.value, item.headers, reporter(item))
+
+    def _confirm(self, pending: list[Pending], produced_at: float, give_up_at: float) -> bool:
+        """Wait for the reports of these produced records; retry failures with backoff until
+        each is delivered, dead-lettered or (a refused dead letter past ``give_up_at``) parked.
+        False if the loop was stopped meanwhile."""
         backoff = Backoff()
-        give_up_at = time.monotonic() + self.settings.dead_letter_timeout_ms / 1000
         todo = pending
         while todo:
-            for item in todo:
-                item.done, item.error = False, None
-                self.publisher.produce(
-                    item.topic, item.key, item.value, item.headers, _reporter(item)
-                )
-            deadline = time.monotonic() + self.settings.delivery_timeout_ms / 1000 + 5
+            deadline = produced_at + self._report_wait()
             while any(not item.done for item in todo) and time.monotonic() < deadline:
                 self.publisher.poll(0.05)
             failed = [item for item in todo if not item.done or item.error is not None]
@@ -401,9 +448,11 @@ class IntakeLoop(Loop):
             if self.wait(delay):
                 return False  # offsets not stored: the batch is replayed after restart
             todo = failed
+            self._produce_all(todo)
+            produced_at = time.monotonic()
         return True
 
-    def _on_refusal(self, item: _Pending) -> _Pending | None:
+    def _on_refusal(self, item: Pending) -> Pending | None:
         """What to retry after a failed publish. Outages: the same record. A record the broker
         refuses for good (e.g. too large), max_publish_attempts times:
 
@@ -429,7 +478,7 @@ class IntakeLoop(Loop):
                 item.error,
                 extra={"event": "dead_lettered", "reason": "publish_failed"},
             )
-            return _Pending(
+            return Pending(
                 dead_letter,
                 item.key,
                 item.value,
@@ -443,7 +492,7 @@ class IntakeLoop(Loop):
                 item.error,
                 extra={"event": "dead_lettered", "reason": "reduced"},
             )
-            return _reduced(item, dead_letter)
+            return reduced(item, dead_letter)
         metrics.DROPPED.labels("publish_refused").inc()
         log.error(
             "the broker refuses record for %s for good (%s); giving up on it (input record %s)",
@@ -454,7 +503,7 @@ class IntakeLoop(Loop):
         )
         return None
 
-    def _park(self, item: _Pending) -> bool:
+    def _park(self, item: Pending) -> bool:
         """A dead letter the broker has refused for longer than ``dead_letter_timeout_ms`` (e.g.
         no write access to the topic, or the topic was deleted): give up on it so that the
         partition moves on, loudly — the input record stays in the input topic at the logged
@@ -483,43 +532,3 @@ class IntakeLoop(Loop):
         except KafkaException as exc:
             # The partition was revoked meanwhile: its new owner replays from the last commit.
             log.info("could not store offsets (rebalance?): %s", exc)
-
-
-REDUCED_HEADER_LIMIT = 1024  # bytes of one header value kept in a reduced dead letter
-REDUCED_HEADERS_TOTAL = 16 * 1024
-
-
-def _reduced(item: _Pending, topic: str) -> _Pending:
-    """A dead letter that always fits: small headers kept (the reason and the source among
-    them), the value, a large key and large headers replaced by their sizes."""
-    kept: Headers = []
-    total = 0
-    dropped = 0
-    for name, value in item.headers:
-        size = len(name) + len(value or b"")
-        small = value is None or len(value) <= REDUCED_HEADER_LIMIT
-        if name.startswith("chronosDeadLetter") or (
-            small and total + size <= REDUCED_HEADERS_TOTAL
-        ):
-            kept.append((name, value))
-            total += size
-        else:
-            dropped += 1
-    key = item.key if item.key is None or len(item.key) <= REDUCED_HEADER_LIMIT else None
-    sizes = (
-        f"value {len(item.value) if item.value is not None else 'null'} bytes, "
-        f"key {len(item.key) if item.key is not None else 'null'} bytes, "
-        f"{dropped} headers left out"
-    )
-    kept.append(("chronosDeadLetterReduced", sizes.encode()))
-    return _Pending(
-        topic, key, None, kept, "dead_letter_reduced:publish_refused", source=item.source
-    )
-
-
-def _reporter(item: _Pending) -> Callable[[KafkaError | None], None]:
-    def report(err: KafkaError | None) -> None:
-        item.error = err
-        item.done = True
-
-    return report

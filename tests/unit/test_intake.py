@@ -313,3 +313,54 @@ def test_the_assigned_partitions_are_exposed_one_series_each() -> None:
     assert (INPUT, "0") not in held() and (INPUT, "3") in held()
     t.loop._on_revoke(consumer, [TopicPartition(INPUT, 3)])
     assert (INPUT, "3") not in held()
+
+
+def _wait_for(predicate: Any, seconds: float = 5.0) -> bool:
+    limit = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < limit:
+        time.sleep(0.005)
+    return bool(predicate())
+
+
+def test_the_loop_consumes_on_while_a_direct_publish_is_unconfirmed() -> None:
+    """A late message's publish is confirmed while the next batches are consumed and enqueued:
+    waiting for the broker's report before consuming on slowed intake down exactly when its
+    input was late. The offsets still move only once the publish is confirmed, in order."""
+    t = Intake(auto=False, consume_batch_size=1)
+    t.consumer.feed([t.record("late", -5), t.record("after-1", 5000), t.record("after-2", 5000)])
+    thread = threading.Thread(target=t.loop.run)
+    thread.start()
+    try:
+        assert _wait_for(lambda: "after-2" in t.store), "intake waited for the publish"
+        assert len(t.publisher.pending()) == 1
+        time.sleep(0.05)
+        assert t.consumer.stored == {}  # the later batches' offsets wait for the first one's
+        t.publisher.deliver()
+        assert _wait_for(lambda: t.consumer.stored == {(INPUT, 0): 4})
+    finally:
+        t.loop.stop()
+        thread.join(5)
+    assert t.consumer.committed == {(INPUT, 0): 4}
+
+
+def test_stopping_with_an_unconfirmed_publish_leaves_its_batch_to_be_replayed() -> None:
+    t = Intake(auto=False, consume_batch_size=1)
+    t.consumer.feed([t.record("late", -5), t.record("after", 5000)])
+    thread = threading.Thread(target=t.loop.run)
+    thread.start()
+    assert _wait_for(lambda: "after" in t.store)
+    t.loop.stop()
+    t.publisher.fail()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert t.consumer.stored == {}
+    assert t.consumer.committed == {}
+
+
+def test_a_rebalance_stores_the_confirmed_offsets_before_the_partitions_go() -> None:
+    t = Intake(auto=False, consume_batch_size=1)
+    assert t.loop.submit(cast(Consumer, t.consumer), [t.record("late", -5)])
+    assert t.consumer.stored == {}
+    t.publisher.deliver()
+    t.loop._on_revoke(cast(Consumer, t.consumer), [])
+    assert t.consumer.stored == {(INPUT, 0): 2}
