@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Chronos's timing advance, recorded for the analysis (default 50)",
     )
     run.add_argument(
+        "--linger-ms",
+        type=_non_negative_int,
+        default=5,
+        help="the input producer's linger.ms (default 5): how long it gathers records into one "
+        "batch per partition",
+    )
+    run.add_argument(
         "--behind-threshold-ms",
         type=_positive_float,
         default=10.0,
@@ -308,6 +315,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         produce_only=args.produce_only,
         kafka_properties=dict(args.kafka_property),
         tenants=tenants,
+        linger_ms=args.linger_ms,
     )
     result = run_load(cfg)
     print_outcome(result)

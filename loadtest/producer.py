@@ -52,6 +52,7 @@ class ProducerSettings:
     behind_threshold_ms: float = 10.0
     kafka_properties: dict[str, str] = field(default_factory=dict)
     tenants: TenantLoad | None = None  # a multi-tenant load: its plan replaces rate and delay
+    linger_ms: int = PRODUCER_DEFAULTS["linger.ms"]
 
 
 @dataclass(slots=True)
@@ -123,6 +124,7 @@ class LoadProducer:
         self._tenant_names = [] if settings.tenants is None else settings.tenants.tenant_names
         self._chunk_start = 0
         config: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **PRODUCER_DEFAULTS}
+        config["linger.ms"] = settings.linger_ms
         config.update(settings.kafka_properties)
         config["on_delivery"] = self._on_delivery
         self._producer = Producer(config)

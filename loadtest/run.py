@@ -49,6 +49,7 @@ class RunConfig:
     produce_only: bool = False  # send and flush, record nothing (a background load)
     kafka_properties: dict[str, str] = field(default_factory=dict)
     tenants: TenantLoad | None = None  # a multi-tenant load (its plan gives count and deadlines)
+    linger_ms: int = 5  # the input producer's linger.ms
 
 
 @dataclass(slots=True)
@@ -115,6 +116,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             behind_threshold_ms=cfg.behind_threshold_ms,
             kafka_properties=cfg.kafka_properties,
             tenants=cfg.tenants,
+            linger_ms=cfg.linger_ms,
         ),
         run_id,
         cfg.out_dir,
@@ -224,6 +226,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             "seed": cfg.seed,
             "kafka_properties": _masked(cfg.kafka_properties),
             "produce_only": cfg.produce_only,
+            "linger_ms": cfg.linger_ms,
         },
         "topics": partitions,
         "producer": ps.as_dict(),

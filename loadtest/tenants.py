@@ -49,6 +49,7 @@ class TenantLoad:
     duration_s: float  # how long the small tenants send
     small_from_ms: int = 0  # the small tenants start sending this long after the start
     header: bool = True  # send chronosTenant (off: the control run without tenants)
+    linger_ms: int = 5  # the load generator's linger.ms (see loadtest.scenarios)
 
     def __post_init__(self) -> None:
         if self.flood_count < 0 or self.small_tenants < 0:
@@ -110,6 +111,8 @@ class TenantLoad:
             f"{self.small_from_ms}ms",
             "--duration",
             f"{_num(self.duration_s)}s",
+            "--linger-ms",
+            str(self.linger_ms),
         ]
         return args if self.header else [*args, "--no-tenant-header"]
 
