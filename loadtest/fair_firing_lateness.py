@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,10 +29,8 @@ from psycopg import sql
 
 from chronos import migrate
 from chronos.embedded import EmbeddedPostgres
-from chronos.firing import FiringLoop
-from chronos.settings import Secret, load
-from chronos.store import PostgresStore
-from chronos.testing import FakePublisher, unfenced
+from chronos.testing import FakePublisher
+from loadtest.firing_harness import firing_loop
 
 FILL = """
 INSERT INTO chronos_messages (id, deadline, message_key, message_value, tenant)
@@ -97,19 +94,8 @@ def run(server_url: str, name: str, args: argparse.Namespace, tenants: bool) -> 
         conn.execute("ANALYZE chronos_messages")
     if datetime.now(UTC) > at - timedelta(seconds=1):
         raise SystemExit("filling took longer than --lead: raise it")
-    settings = load(
-        environ={},
-        database_url=Secret(url),
-        input_topic="in",
-        output_topic="out",
-        dead_letter_topic="dlq",
-        http_port=0,
-        claim_batch_size=args.batch,
-    ).validate()
-    store = PostgresStore(url)
     publisher = FakePublisher()
-    loop = FiringLoop(settings, store, publisher, unfenced(settings.node_id))
-    thread = threading.Thread(target=loop.run, daemon=True)
+    loop, store, thread = firing_loop(url, args.batch, publisher)
     thread.start()
     total = args.flood + args.small_tenants * args.per_small
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,12 +28,9 @@ from psycopg import sql
 
 from chronos import migrate
 from chronos.embedded import EmbeddedPostgres
-from chronos.firing import FiringLoop
 from chronos.kafka import DeliveryCallback
 from chronos.protocol import Headers
-from chronos.settings import Secret, load
-from chronos.store import PostgresStore
-from chronos.testing import unfenced
+from loadtest.firing_harness import firing_loop
 
 FILL = """
 INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers, tenant)
@@ -128,19 +124,8 @@ def run(server_url: str, args: argparse.Namespace) -> Run:
     url = server_url.rsplit("/", 1)[0] + "/" + name
     migrate.upgrade(url)
     fill(url, args)
-    settings = load(
-        environ={},
-        database_url=Secret(url),
-        input_topic="in",
-        output_topic="out",
-        dead_letter_topic="dlq",
-        http_port=0,
-        claim_batch_size=args.batch,
-    ).validate()
-    store = PostgresStore(url)
     publisher = AckingPublisher()
-    loop = FiringLoop(settings, store, publisher, unfenced(settings.node_id))
-    thread = threading.Thread(target=loop.run, daemon=True)
+    loop, store, thread = firing_loop(url, args.batch, publisher)
     cpu0, wall0 = time.process_time(), time.monotonic()
     thread.start()
     try:
