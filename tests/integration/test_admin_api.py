@@ -22,7 +22,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from prometheus_client import REGISTRY
 from psycopg import ClientCursor
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 import chronos
 from chronos import http as chronos_http
@@ -910,6 +910,11 @@ def test_the_api_conforms_to_its_spec(case: Any, fuzzed_api: Api) -> None:
         # A cursor is opaque: the spec cannot say which strings are valid ones, and any other
         # string is rightly refused with 400.
         excluded.append(positive_data_acceptance)
+    if any(value is None for value in (case.query or {}).values()):
+        # The HTTP client leaves a query parameter whose value is None out of the request, so
+        # the request sent is not the schema-violating one generated (an unknown parameter
+        # with no value is sent as nothing): it cannot be expected to be refused.
+        excluded.append(negative_data_rejection)
     case.call_and_validate(
         base_url=fuzzed_api.url,
         headers={"Authorization": f"Bearer {TOKEN}"},
