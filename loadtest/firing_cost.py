@@ -15,6 +15,7 @@ and in the database driver per fired message; the database server is another pro
 from __future__ import annotations
 
 import argparse
+import bisect
 import tempfile
 import time
 import uuid
@@ -26,7 +27,7 @@ import psycopg
 from confluent_kafka import KafkaError
 from psycopg import sql
 
-from chronos import migrate
+from chronos import metrics, migrate
 from chronos.embedded import EmbeddedPostgres
 from chronos.kafka import DeliveryCallback
 from chronos.protocol import Headers
@@ -46,15 +47,17 @@ COUNT = "SELECT count(*) FROM chronos_messages"
 
 class AckingPublisher:
     """A ``Publisher`` that keeps no records: every produced record is acknowledged (success)
-    at the next ``poll``, through its delivery callback. Counts records and their bytes.
+    at the first ``poll`` at least ``ack_delay`` seconds after it was produced (a broker's
+    round trip), through its delivery callback. Counts records and their bytes.
 
     No lock: the dispatcher thread produces and polls (the loop thread polls only once the
     dispatcher has stopped), and a poll takes the pending list in one swap."""
 
-    def __init__(self) -> None:
+    def __init__(self, ack_delay: float = 0.0) -> None:
         self.produced = 0
         self.produced_bytes = 0
-        self._pending: list[DeliveryCallback] = []
+        self.ack_delay = ack_delay
+        self._pending: list[tuple[float, DeliveryCallback]] = []
 
     def produce(
         self,
@@ -66,12 +69,17 @@ class AckingPublisher:
     ) -> None:
         self.produced += 1
         self.produced_bytes += len(key or b"") + len(value or b"")
-        self._pending.append(on_delivery)
+        self._pending.append((time.monotonic(), on_delivery))
 
     def poll(self, timeout: float) -> int:
-        ready, self._pending = self._pending, []
+        if self.ack_delay:
+            cut = time.monotonic() - self.ack_delay
+            n = bisect.bisect_right(self._pending, cut, key=lambda p: p[0])
+            ready, self._pending = self._pending[:n], self._pending[n:]
+        else:
+            ready, self._pending = self._pending, []
         error: KafkaError | None = None
-        for callback in ready:
+        for _, callback in ready:
             callback(error)
         if not ready and timeout > 0:
             time.sleep(min(timeout, 0.001))
@@ -92,12 +100,34 @@ class Run:
     rows: int
     wall_s: float
     cpu_s: float
+    statements: dict[str, tuple[int, float]]  # claim/delete: (count, seconds)
 
     def line(self) -> str:
+        spent = "; ".join(
+            f"{n} {name}s {s:5.2f} s" for name, (n, s) in sorted(self.statements.items())
+        )
         return (
             f"{self.rows} rows drained in {self.wall_s:6.2f} s ({self.rows / self.wall_s:7.0f} "
-            f"rows/s); CPU {self.cpu_s:6.2f} s = {self.cpu_s / self.rows * 1e6:5.1f} us/row"
+            f"rows/s); CPU {self.cpu_s:6.2f} s = {self.cpu_s / self.rows * 1e6:5.1f} us/row; "
+            f"{spent}"
         )
+
+
+def statement_totals() -> dict[str, tuple[int, float]]:
+    """The node's statement-duration histogram so far: count and seconds per statement."""
+    totals: dict[str, tuple[int, float]] = {}
+    for family in metrics.STATEMENT_DURATION.collect():
+        for sample in family.samples:
+            name = sample.labels.get("statement", "")
+            if name not in ("claim", "delete"):
+                continue
+            count, seconds = totals.get(name, (0, 0.0))
+            if sample.name.endswith("_count"):
+                count = int(sample.value)
+            elif sample.name.endswith("_sum"):
+                seconds = sample.value
+            totals[name] = (count, seconds)
+    return totals
 
 
 def fill(url: str, args: argparse.Namespace) -> None:
@@ -124,8 +154,9 @@ def run(server_url: str, args: argparse.Namespace) -> Run:
     url = server_url.rsplit("/", 1)[0] + "/" + name
     migrate.upgrade(url)
     fill(url, args)
-    publisher = AckingPublisher()
+    publisher = AckingPublisher(args.ack_delay_ms / 1000)
     loop, store, thread = firing_loop(url, args.batch, publisher)
+    before = statement_totals()
     cpu0, wall0 = time.process_time(), time.monotonic()
     thread.start()
     try:
@@ -140,7 +171,12 @@ def run(server_url: str, args: argparse.Namespace) -> Run:
     left = remaining(url)
     if publisher.produced != args.rows or left:
         raise SystemExit(f"{publisher.produced} of {args.rows} rows published, {left} left")
-    return Run(args.rows, wall, cpu)
+    after = statement_totals()
+    spent = {
+        name: (n - before.get(name, (0, 0.0))[0], s - before.get(name, (0, 0.0))[1])
+        for name, (n, s) in after.items()
+    }
+    return Run(args.rows, wall, cpu, spent)
 
 
 def main() -> None:
@@ -149,6 +185,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--tenants", type=int, default=0, help="0: the default tenant only")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--ack-delay-ms",
+        type=float,
+        default=0.0,
+        help="each record is acknowledged this long after it is produced (a broker round trip)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chronos-firing-cost-") as tmp:
         postgres = EmbeddedPostgres(Path(tmp) / "postgres", 0, workspace=Path(tmp))
