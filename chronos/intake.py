@@ -5,6 +5,8 @@ One iteration handles one consumed batch:
 2. one statement inserts the batch (ids already waiting/ready are ignored) and tells which
    messages had already lapsed (deadline within the timing advance) and were unknown: those are
    published directly, bypassing the table, as the design says;
+   The statement runs on a thread of its own while the next batch is consumed and parsed (one
+   statement at a time, in consumed order: a batch's actions see every batch before it stored);
 3. produce the direct publishes and dead letters, and go on consuming: their delivery reports
    are collected while the next batches are parsed and enqueued (a batch of late messages costs
    the loop no round trip to the broker, so intake does not slow down exactly when its input is
@@ -23,6 +25,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -40,7 +43,7 @@ from chronos.actions import ACTION_OUTCOMES, Folded, report
 from chronos.consumer_lag import record_consumer_stats
 from chronos.errors import StoreError
 from chronos.faults import fault_point
-from chronos.intake_records import Pending, Unsettled, reduced, reporter
+from chronos.intake_records import Pending, Prepared, Unsettled, reduced, reporter
 from chronos.kafka import Publisher, is_permanent
 from chronos.loop import Backoff, Loop
 from chronos.policy import dead_letter_after
@@ -94,6 +97,9 @@ class IntakeLoop(Loop):
         self.clock_synced_at: float | None = None
         self.probe = HeaderProbe()
         self.topic_allowed = topic_policy(settings.output_topic, settings.allowed_topics)
+        # The enqueue statement's thread (and so its own database connection): one at a time.
+        self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
+        self.in_flight: Prepared | None = None  # the batch whose statement is under way
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -106,12 +112,16 @@ class IntakeLoop(Loop):
         try:
             while not self.stopping.is_set():
                 self.alive_at = time.monotonic()
+                # While a statement is under way, take only what the consumer already holds (the
+                # next batch is prepared meanwhile); never wait for more: the statement's batch
+                # is completed (its direct publishes sent) as soon as it ends.
+                wait = 0.0 if self.in_flight else min(0.5, self.settings.poll_interval_ms / 1000)
                 records = consumer.consume(
-                    num_messages=self.settings.consume_batch_size,
-                    timeout=min(0.5, self.settings.poll_interval_ms / 1000),
+                    num_messages=self.settings.consume_batch_size, timeout=wait
                 )
-                if records:
-                    self.submit(consumer, records)
+                prepared = self.prepare(records) if records else None
+                if self.finish_in_flight(consumer) and prepared is not None:
+                    self.start(consumer, prepared)
                 full = (
                     self.unsettled_records >= UNSETTLED_RECORDS_MAX
                     or len(self.unsettled) >= UNSETTLED_BATCHES_MAX
@@ -123,6 +133,8 @@ class IntakeLoop(Loop):
             self._close(consumer)
 
     def _close(self, consumer: Consumer) -> None:
+        self.finish_in_flight(consumer)
+        self.enqueuer.shutdown(wait=True)
         self.settle(consumer, block=True)  # stopping: a batch still unconfirmed is replayed
         try:
             consumer.commit(asynchronous=False)
@@ -145,8 +157,10 @@ class IntakeLoop(Loop):
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Confirm what was published first, so the offsets of the partitions leaving are stored
-        # while they are still ours (their new owner resumes after them, not before).
+        # Finish the statement under way and confirm what was published first, so the offsets
+        # of the partitions leaving are stored while they are still ours (their new owner
+        # resumes after them, not before).
+        self.finish_in_flight(consumer)
         self.settle(consumer, block=True)
         self.assigned -= {(p.topic, p.partition) for p in partitions}
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
@@ -196,6 +210,7 @@ class IntakeLoop(Loop):
             log.debug("unreadable consumer statistics: %s", exc)
 
     def _rewind(self, consumer: Consumer) -> None:
+        self.finish_in_flight(consumer)
         self.settle(consumer, block=True)  # offsets read before the truncation first
         truncated, self.truncated = self.truncated, set()
         for topic, partition in sorted(truncated):
@@ -227,6 +242,15 @@ class IntakeLoop(Loop):
     def submit(self, consumer: Consumer | None, records: Sequence[Message]) -> bool:
         """Make one consumed batch durable and produce its direct publishes and dead letters;
         its offsets are stored by ``settle`` once they are confirmed. False if interrupted."""
+        prepared = self.prepare(records)
+        if not self.finish_in_flight(consumer):
+            return False
+        self.start(consumer, prepared)
+        return self.finish_in_flight(consumer)
+
+    def prepare(self, records: Sequence[Message]) -> Prepared:
+        """Probe and parse one consumed batch: the messages to store, the dead letters of the
+        malformed records, the offsets (no database round trip)."""
         folded: Folded[tuple[Message, Headers | None]] = Folded()
         pending: list[Pending] = []
         offsets: dict[tuple[str, int], int] = {}
@@ -271,16 +295,47 @@ class IntakeLoop(Loop):
                     pending.append(dl)
                 continue
             folded.add(parsed, (record, headers))
-        valid, sources = folded.messages, folded.sources
-        duplicates += folded.duplicates
+        return Prepared(folded, pending, offsets, consumed, duplicates + folded.duplicates)
 
-        if valid:
-            started = time.perf_counter()
-            outcomes = self._enqueue(valid)
-            if outcomes is None:
-                return False  # stopping before the batch was durable: it will be replayed
-            fault_point("after_enqueue")
+    def start(self, consumer: Consumer | None, prepared: Prepared) -> None:
+        """Start the batch's enqueue statement on the enqueue thread (nothing may be under way);
+        a batch with nothing to store is completed at once."""
+        assert self.in_flight is None, "one enqueue statement at a time"
+        if not prepared.folded.messages:
+            self._complete(consumer, prepared, [])
+            return
+        prepared.statement = self.enqueuer.submit(self._timed_enqueue, prepared.folded.messages)
+        self.in_flight = prepared
+
+    def finish_in_flight(self, consumer: Consumer | None) -> bool:
+        """Wait for the statement under way (if any) and complete its batch. False if it was
+        interrupted by a stop (the batch was not stored: it is replayed)."""
+        prepared, self.in_flight = self.in_flight, None
+        if prepared is None or prepared.statement is None:
+            return True
+        outcomes = prepared.statement.result()  # a statement's exception is raised here
+        if outcomes is None:
+            return False  # stopping before the batch was durable: it will be replayed
+        fault_point("after_enqueue")
+        self._complete(consumer, prepared, outcomes)
+        return True
+
+    def _timed_enqueue(self, messages: list[ScheduledMessage]) -> list[Outcome | str] | None:
+        started = time.perf_counter()
+        outcomes = self._enqueue(messages)
+        if outcomes is not None:
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
+        return outcomes
+
+    def _complete(
+        self, consumer: Consumer | None, prepared: Prepared, outcomes: list[Outcome | str]
+    ) -> None:
+        """A batch is durable: publish what it must publish, count it, and queue its offsets
+        behind its publishes (``settle`` stores them)."""
+        valid, sources = prepared.folded.messages, prepared.folded.sources
+        pending, offsets = prepared.pending, prepared.offsets
+        consumed, duplicates = prepared.consumed, prepared.duplicates
+        if valid:
             metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
             enqueued = 0
             for message, source, outcome in zip(valid, sources, outcomes, strict=True):
@@ -319,13 +374,12 @@ class IntakeLoop(Loop):
         if not pending and not self.unsettled:
             if consumer is not None and offsets:
                 self._store_offsets(consumer, offsets)
-            return True
+            return
         self._produce_all(pending)
         produced = time.monotonic()
         give_up_at = produced + self.settings.dead_letter_timeout_ms / 1000
         self.unsettled.append(Unsettled(pending, offsets, produced, give_up_at))
         self.unsettled_records += len(pending)
-        return True
 
     def settle(self, consumer: Consumer | None, *, block: bool) -> bool:
         """Serve delivery reports; store the offsets of the oldest batches whose publishes are

@@ -4,7 +4,9 @@ for those publishes to be confirmed (chronos.intake)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError
 
@@ -34,6 +36,21 @@ class Unsettled:
     offsets: dict[tuple[str, int], int]
     produced_at: float  # monotonic
     give_up_at: float  # monotonic: dead letters refused past this are parked
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A consumed batch parsed and checked, before its enqueue statement: the messages to
+    store (folded: one per id, with their sources), what it already has to publish (dead
+    letters of malformed records), its offsets and counts; ``statement``: the enqueue
+    statement under way for it, if any (its outcomes, one per message, or None if stopped)."""
+
+    folded: Any  # Folded[tuple[Message, Headers | None]]
+    pending: list[Pending]
+    offsets: dict[tuple[str, int], int]
+    consumed: int
+    duplicates: int
+    statement: Future[Any] | None = field(default=None)
 
 
 REDUCED_HEADER_LIMIT = 1024  # bytes of one header value kept in a reduced dead letter
