@@ -15,7 +15,7 @@ from chronos.protocol import ScheduledMessage
 from chronos.store import Outcome
 from chronos.testing import InMemoryStore
 from tests.unit.helpers import INPUT
-from tests.unit.test_intake import Intake
+from tests.unit.test_intake import Intake, _wait_for
 
 
 class GatedStore(InMemoryStore):
@@ -48,13 +48,6 @@ def gated_intake(**overrides: Any) -> tuple[Intake, GatedStore]:
     t.store = store
     t.loop.store = store
     return t, store
-
-
-def _wait_for(predicate: Any, seconds: float = 5.0) -> bool:
-    limit = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < limit:
-        time.sleep(0.005)
-    return bool(predicate())
 
 
 def test_the_next_batch_is_consumed_while_a_statement_is_under_way() -> None:
