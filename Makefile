@@ -58,8 +58,10 @@ unit: $(DEV_STAMP)
 
 check: lint format-check typecheck
 
+# ruff, then the package's import layers (pyproject.toml [tool.importlinter]).
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check chronos tests loadtest
+	$(BIN)/lint-imports
 
 format-check: $(DEV_STAMP)
 	$(BIN)/ruff format --check chronos tests loadtest

@@ -6,7 +6,7 @@ chronos dev        the whole system on one machine: embedded Postgres, embedded 
                    broker, migrations, topics and N nodes (each its own process)
 chronos schedule   publish a message to the input topic, due N seconds from now
 chronos tail       print what arrives on the output (or dead-letter) topic
-chronos admin      the admin API from the command line (chronos.admin_cli)
+chronos admin      the admin API from the command line (chronos.admin.cli)
 chronos import     schedule every row of a JSON Lines or Parquet file
 """
 
@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from chronos import __version__, logs, settings
+from chronos import __version__
+from chronos.config import settings
 from chronos.errors import ChronosError, ConfigError
+from chronos.observability import logs
 
 log = logging.getLogger("chronos")
 
@@ -44,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     settings.add_arguments(migrate)
 
     dev = sub.add_parser("dev", help="run the whole system on embedded defaults")
-    from chronos import dev as dev_module
+    from chronos.embedded import dev as dev_module
 
     dev_module.add_dev_arguments(dev)
     settings.add_arguments(dev)
@@ -85,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--max", type=int, default=0, help="stop after this many records")
     settings.add_arguments(tail)
 
-    from chronos import admin_cli
+    from chronos.admin import cli as admin_cli
 
     admin_cli.add_parser(sub)
     return parser
@@ -94,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "admin":
-        from chronos import admin_cli
+        from chronos.admin import cli as admin_cli
 
         return admin_cli.run(args)
     try:
@@ -103,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         node = config.node_id if args.command == "run" else None
         logs.configure(config.log_level, config.log_format, node=node)
         if args.command == "run":
-            from chronos.node import run_node
+            from chronos.node.supervisor import run_node
 
             return run_node(config.validate())
         if args.command == "migrate":
@@ -112,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config.validate(require_database=not config.migration_database_url), args
             )
         if args.command == "dev":
-            from chronos import dev as dev_module
+            from chronos.embedded import dev as dev_module
 
             return dev_module.run_dev(args)
         if args.command == "schedule":
@@ -141,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _migrate(config: settings.Settings, args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from chronos import migrate
+    from chronos.store import migrate
 
     url = config.effective_migration_database_url.reveal()
     try:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chronos import client
+from chronos.config.settings import Settings, reveal_properties
 from chronos.errors import ChronosError, ConfigError
 from chronos.protocol import parse_deadline
-from chronos.settings import Settings, reveal_properties
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ with ``claim`` (the ``claim_due`` statement) and deletes them with ``delete_fire
 store's public methods are called, so the ceiling runs exactly the node's named SQL, with its
 parameter encoding, its session settings (``SESSION_SETTINGS``, statement timeout, synchronous
 commit) and the node's defaults for the batch size, horizon and park threshold (from
-``chronos.settings``, so ``CHRONOS_*`` variables apply to it as to a node). The steady rate of
+``chronos.config.settings``, so ``CHRONOS_*`` variables apply to it as to a node). The steady rate
+of
 deleted rows is the throughput limit of a Chronos node on that server; the benchmark states the
 node's drain rate as a ratio of it (saturation).
 
@@ -108,8 +109,8 @@ def run_ceiling(
 ) -> CeilingResult:
     """Enqueue, claim and delete through the node's store for ``seconds`` (after ``warmup``);
     ``batch`` defaults to the node's claim batch size, ``environ`` holds CHRONOS_* settings."""
-    from chronos import settings as chronos_settings
-    from chronos.policy import park_after
+    from chronos.config import settings as chronos_settings
+    from chronos.config.policy import park_after
     from chronos.protocol import ScheduledMessage
     from chronos.store import PostgresStore
 

@@ -8,7 +8,7 @@ builds one batch of realistic records (36-character ids, 3-4 headers, values of 
 keys of 10-40 bytes) and measures, through ``PostgresStore``:
 
 - encode: the Python CPU (``time.process_time``) of turning the batch into the enqueue
-  statement's parameters (``chronos.batch.encode_batch``);
+  statement's parameters (``chronos.store.batch.encode_batch``);
 - enqueue: wall time and Python CPU of the whole ``store.enqueue`` call (encoding, the driver's
   adaptation of the parameters, the statement, reading the outcomes);
 - claim: wall time and Python CPU of ``store.claim`` of the batch (the statement and decoding
@@ -33,11 +33,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chronos import migrate
-from chronos.batch import encode_batch
 from chronos.embedded import EmbeddedPostgres
 from chronos.protocol import Headers, ScheduledMessage
-from chronos.store import PostgresStore
+from chronos.store import PostgresStore, migrate
+from chronos.store.batch import encode_batch
 
 _T = TypeVar("_T")
 NODE_ID = "6f1c1e0e-0000-4000-8000-000000000001"

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import psycopg
 
-from chronos import migrate
 from chronos.embedded import EmbeddedPostgres
-from chronos.store import PostgresStore
+from chronos.store import PostgresStore, migrate
 
 FILL = """
 INSERT INTO chronos_messages (id, deadline, message_value, tenant)

@@ -27,8 +27,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from chronos import migrate
 from chronos.embedded import EmbeddedPostgres
+from chronos.store import migrate
 from chronos.testing import FakePublisher
 from loadtest.firing_harness import firing_loop
 

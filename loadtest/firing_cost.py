@@ -27,10 +27,11 @@ import psycopg
 from confluent_kafka import KafkaError
 from psycopg import sql
 
-from chronos import metrics, migrate
 from chronos.embedded import EmbeddedPostgres
 from chronos.kafka import DeliveryCallback
+from chronos.observability import metrics
 from chronos.protocol import Headers
+from chronos.store import migrate
 from loadtest.firing_harness import firing_loop
 
 FILL = """

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from chronos.firing import FiringLoop
+from chronos.config.settings import Secret, load
+from chronos.firing.loop import FiringLoop
 from chronos.kafka import Publisher
-from chronos.settings import Secret, load
 from chronos.store import PostgresStore
 from chronos.testing import unfenced
 

@@ -1,4 +1,4 @@
-"""What the header probe (chronos.quarantine) costs intake per consumed batch.
+"""What the header probe (chronos.intake.quarantine) costs intake per consumed batch.
 
     python -m loadtest.probe_cost [--batch 2000] [--rounds 50] [--heap-mb 100]
 
@@ -21,8 +21,8 @@ from typing import cast
 from confluent_kafka import Consumer, Message, Producer
 
 from chronos.embedded import EmbeddedBroker, create_topics
+from chronos.intake.quarantine import HeaderProbe
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, Headers, parse_record
-from chronos.quarantine import HeaderProbe
 
 
 def _batch(bootstrap: str, size: int) -> list[Message]:

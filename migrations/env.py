@@ -1,12 +1,12 @@
-"""Alembic environment: target metadata from chronos.schema; the URL from Chronos settings."""
+"""Alembic environment: target metadata from chronos.store.schema; the URL from Chronos settings."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from chronos.migrate import sqlalchemy_url
-from chronos.schema import metadata
+from chronos.store.migrate import sqlalchemy_url
+from chronos.store.schema import metadata
 
 config = context.config
 target_metadata = metadata
@@ -15,7 +15,7 @@ target_metadata = metadata
 def _url() -> str:
     url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
     if not url:
-        from chronos import settings
+        from chronos.config import settings
 
         url = settings.load(environ=None).validate().database_url.reveal()
     return sqlalchemy_url(url)

@@ -21,7 +21,8 @@ from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topi
 
 @pytest.fixture(autouse=True)
 def _restore_root_logging() -> Iterator[None]:
-    """``chronos.logs.configure`` (the CLI calls it) points the root logger at the sys.stderr of
+    """``chronos.observability.logs.configure`` (the CLI calls it) points the root logger at the
+    sys.stderr of
     the moment, which pytest closes after the test; records emitted later (a node thread, a
     library's background thread) would land as "--- Logging error ---" in another test's
     output. Every test leaves the root logger as it found it."""

@@ -62,7 +62,7 @@ class NodeProcess:
     """One ``python -m chronos run`` process (or the echo relay, which has no HTTP server)."""
 
     index: int
-    settings: Any  # chronos.settings.Settings
+    settings: Any  # chronos.config.settings.Settings
     launched: launcher.Launched
 
     @property
@@ -157,8 +157,8 @@ class Stack:
         self.nodes: list[NodeProcess] = []
 
     def start(self) -> None:
-        from chronos import migrate
         from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+        from chronos.store import migrate
 
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", 0, durable=True)
         self.url = self.postgres.start()
@@ -224,7 +224,7 @@ class Stack:
         )
 
     def node_settings(self, topics: Topics) -> Any:
-        from chronos import settings as chronos_settings
+        from chronos.config import settings as chronos_settings
 
         return chronos_settings.load(
             None,
@@ -238,9 +238,9 @@ class Stack:
         )
 
     def start_nodes(self, count: int, topics: Topics, log_dir: Path) -> list[NodeProcess]:
-        from chronos import settings as chronos_settings
-        from chronos.dev import DEV_SESSION_TIMEOUT_MS, node_settings
+        from chronos.config import settings as chronos_settings
         from chronos.embedded import free_port
+        from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS, node_settings
 
         assert DEV_SESSION_TIMEOUT_MS == SESSION_TIMEOUT_MS
         base = self.node_settings(topics)

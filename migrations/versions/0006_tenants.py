@@ -53,7 +53,7 @@ def upgrade() -> None:
             "chronos_messages",
             ["tenant", "deadline"],
             # the ready index's predicate, written as the fair claim's probes write it (so
-            # neither index is ever walked in place of the other: chronos/schema.py)
+            # neither index is ever walked in place of the other: chronos/store/schema.py)
             postgresql_where=sa.text("coalesce(readied_at, parked_at) IS NULL"),
             postgresql_concurrently=True,
             if_not_exists=True,

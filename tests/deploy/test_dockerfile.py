@@ -23,7 +23,7 @@ import pytest
 import yaml
 from dockerfile import Command
 
-from chronos import settings
+from chronos.config import settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"

@@ -29,7 +29,7 @@ from helm_support import (
     validate,
 )
 
-from chronos import settings
+from chronos.config import settings
 
 DB_PASSWORD = "s3cr3t-db-pass"
 DB_URL = f"postgresql://chronos:{DB_PASSWORD}@postgres.db:5432/chronos?sslmode=require"
@@ -421,7 +421,7 @@ def test_settings_and_passthrough_properties_arrive_typed() -> None:
 
 
 def test_chart_accepts_every_non_secret_chronos_setting() -> None:
-    """The chart's list of settings (it refuses unknown ones) matches chronos/settings.py."""
+    """The chart's list of settings (it refuses unknown ones) matches chronos/config/settings.py."""
     for option in settings.OPTIONS:
         if option.secret:
             continue
@@ -767,10 +767,11 @@ def test_hpa_and_keda_are_exclusive() -> None:
 
 
 def test_metrics_named_by_the_chart_exist() -> None:
-    """Queries in values.yaml and NOTES.txt name metrics that chronos/metrics.py defines."""
-    import chronos.metrics
+    """Queries in values.yaml and NOTES.txt name metrics that chronos/observability/metrics.py
+    defines."""
+    import chronos.observability.metrics
 
-    source = Path(chronos.metrics.__file__).read_text()
+    source = Path(chronos.observability.metrics.__file__).read_text()
     chart_text = (CHART_DIR / "values.yaml").read_text() + (
         CHART_DIR / "templates" / "NOTES.txt"
     ).read_text()

@@ -18,7 +18,7 @@ from helm_support import CHART_DIR, KUBE_VERSIONS, lint, render, validate
 from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
 
-import chronos.metrics  # noqa: F401 - registers every Chronos metric in REGISTRY
+import chronos.observability.metrics  # noqa: F401 - registers every Chronos metric in REGISTRY
 from tests.support.services import unavailable
 
 DASHBOARD = CHART_DIR / "dashboards" / "chronos.json"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from chronos.config.settings import Secret
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
-from chronos.settings import Secret
 from tests.support import Topics
 from tests.support.cluster import REPO, Cluster, eventually
 from tests.support.services import unavailable

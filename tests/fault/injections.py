@@ -30,7 +30,7 @@ def refuse_large_output() -> None:
     prints ``REFUSAL_MARK`` on stderr."""
     from confluent_kafka import KafkaError
 
-    from chronos import kafka
+    from chronos.kafka import clients as kafka
 
     limit = int(os.environ[OUTPUT_MAX_BYTES_ENV])
     output = os.environ["CHRONOS_OUTPUT_TOPIC"]

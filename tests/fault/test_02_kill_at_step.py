@@ -1,6 +1,7 @@
 """Scenario 2 — ``kill -9`` of a node at each step boundary, while a peer keeps running.
 
-The victim runs with ``CHRONOS_FAULT_KILL_AT=<point>:1`` (chronos/faults.py): it SIGKILLs itself
+The victim runs with ``CHRONOS_FAULT_KILL_AT=<point>:1`` (chronos/runtime/faults.py): it SIGKILLs
+itself
 the first time it passes the point. Right after its death the test snapshots the rows it still
 holds claimed ("stranded": exactly its in-flight batch).
 

@@ -31,8 +31,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from chronos.sql import query
 from chronos.store import statement_params
+from chronos.store.sql import query
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,

@@ -23,7 +23,7 @@ import pytest
 
 import chronos
 from chronos.protocol import decode_headers
-from chronos.sql import queries
+from chronos.store.sql import queries
 from tests.support import Topics
 from tests.support.checker import (
     Outgoing,

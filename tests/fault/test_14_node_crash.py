@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from chronos.settings import OPTIONS_BY_NAME
+from chronos.config.settings import OPTIONS_BY_NAME
 from tests.support import Topics
 from tests.support.checker import Load, ScenarioResult, check, expectations, record_result
 from tests.support.cluster import FAST_TIMINGS, Cluster, NodeProcess, eventually

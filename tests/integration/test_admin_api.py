@@ -24,15 +24,14 @@ from prometheus_client import REGISTRY
 from psycopg import ClientCursor
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-import chronos
-from chronos import http as chronos_http
-from chronos import migrate
-from chronos.http import ChronosHTTPServer, start_http_server
-from chronos.monitor import Monitor
+import chronos.admin
+from chronos.cluster.monitor import Monitor
+from chronos.config.settings import Secret, Settings, load
+from chronos.node import http as chronos_http
+from chronos.node.http import ChronosHTTPServer, start_http_server
 from chronos.protocol import ScheduledMessage
-from chronos.settings import Secret, Settings, load
-from chronos.sql import query
-from chronos.store import PostgresStore
+from chronos.store import PostgresStore, migrate
+from chronos.store.sql import query
 from tests.support import DatabaseFactory
 
 pytestmark = pytest.mark.integration
@@ -44,7 +43,7 @@ PARK = 2 * MAX_ATTEMPTS
 
 @dataclass
 class FakeState:
-    """What chronos.http reads of a node: its id, whether it stops, whether its loops run."""
+    """What chronos.node.http reads of a node: its id, whether it stops, whether its loops run."""
 
     node_id: str
     stopping: bool = False
@@ -888,7 +887,7 @@ def fuzzed_api(database_factory: DatabaseFactory) -> Iterator[Api]:
 
 # The spec as shipped (the served copy is the same bytes: see the test below). Loading it from
 # the file rather than the server lets the cases be generated before any fixture runs.
-SPEC_FILE = Path(chronos.__file__).parent / "openapi.json"
+SPEC_FILE = Path(chronos.admin.__file__).parent / "openapi.json"
 schema = schemathesis.openapi.from_path(SPEC_FILE)
 
 

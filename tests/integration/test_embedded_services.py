@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from chronos import migrate
 from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics
+from chronos.store import migrate
 from tests.support import DatabaseFactory, Topics, consume, consumer_config
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from unittest.mock import patch
 
 import pytest
 
-from chronos.firing import FiringLoop
+from chronos.firing.loop import FiringLoop
 from chronos.protocol import ScheduledMessage
 from chronos.store import ClaimedRow, PostgresStore
 from chronos.testing import FakePublisher, unfenced

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from chronos.http import ChronosHTTPServer, start_http_server
-from chronos.settings import Secret, load
+from chronos.config.settings import Secret, load
+from chronos.node.http import ChronosHTTPServer, start_http_server
 from chronos.store import PostgresStore
 
 pytestmark = pytest.mark.integration
@@ -113,7 +113,7 @@ def test_readiness_gives_a_category_and_never_the_database_details(
     serve: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     base = serve(State())
-    with caplog.at_level("WARNING", logger="chronos.http"):
+    with caplog.at_level("WARNING", logger="chronos.node.http"):
         status, body = _get(base + "/health/ready")
     assert status == 503
     assert body["postgres"] == "unavailable"

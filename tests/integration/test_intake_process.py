@@ -40,7 +40,7 @@ def intake_processes(node: NodeProcess) -> list[psutil.Process]:
     return [
         child
         for child in psutil.Process(node.pid).children()
-        if "chronos.intake_child" in child.cmdline()
+        if "chronos.intake.child" in child.cmdline()
     ]
 
 

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 from psycopg import sql
 
 from chronos import cli
-from chronos.node import Node
+from chronos.node.supervisor import Node
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from tests.support import Topics, consumer_config, make_settings
 from tests.support.databases import DatabaseFactory

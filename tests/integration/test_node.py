@@ -24,14 +24,14 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from kafka.partitioner.default import murmur2
 
-from chronos.node import Node
+from chronos.config.settings import Settings
+from chronos.node.supervisor import Node
 from chronos.protocol import (
     DEAD_LETTER_REASON_HEADER,
     DEADLINE_HEADER,
     MESSAGE_ID_HEADER,
     format_deadline,
 )
-from chronos.settings import Settings
 from chronos.store import DEFAULT_CANCEL_TTL_MS, ClaimedRow, Outcome, PostgresStore
 from tests.support import Topics, consumer_config, make_settings
 
@@ -532,7 +532,7 @@ def test_rows_claimed_by_a_dead_node_are_reset_after_the_hold_time_and_fire_once
     assert len(claimed) == len(sent)
     readied_ms = max(ms(r.readied_at) for r in claimed)
 
-    with caplog.at_level(logging.WARNING, logger="chronos.recovery"):
+    with caplog.at_level(logging.WARNING, logger="chronos.cluster.recovery"):
         nodes.start(
             ready=False,
             hold_time_ms=hold,

@@ -19,8 +19,8 @@ import pytest
 from psycopg import sql
 
 from chronos.protocol import ScheduledMessage
-from chronos.sql import query
 from chronos.store import PostgresStore, session_options
+from chronos.store.sql import query
 
 pytestmark = pytest.mark.integration
 

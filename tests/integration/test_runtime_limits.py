@@ -18,8 +18,8 @@ import pytest
 
 from chronos.embedded import free_port
 from chronos.errors import StoreError
-from chronos.firing import FiringLoop
-from chronos.node import Node
+from chronos.firing.loop import FiringLoop
+from chronos.node.supervisor import Node
 from chronos.protocol import ScheduledMessage
 from chronos.store import Outcome, PostgresStore
 from chronos.testing import FakePublisher, unfenced

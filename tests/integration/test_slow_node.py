@@ -15,8 +15,8 @@ from datetime import timedelta
 
 import pytest
 
-from chronos.firing import FiringLoop
-from chronos.recovery import RecoveryLoop
+from chronos.cluster.recovery import RecoveryLoop
+from chronos.firing.loop import FiringLoop
 from chronos.store import PostgresStore
 from chronos.testing import FakePublisher, unfenced
 from tests.support import Topics, make_settings

@@ -15,10 +15,10 @@ from confluent_kafka import Consumer
 from psycopg import sql
 
 from chronos.errors import StoreError
-from chronos.intake import IntakeLoop
+from chronos.intake.loop import IntakeLoop
 from chronos.protocol import Headers, ScheduledMessage, encode_headers
-from chronos.sql import queries
 from chronos.store import Outcome, PostgresStore
+from chronos.store.sql import queries
 from chronos.testing import FakeConsumer, FakePublisher, make_record
 from tests.support import Topics, make_settings
 from tests.unit.helpers import chronos_headers

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from chronos.recovery import RecoveryLoop
+from chronos.cluster.recovery import RecoveryLoop
 from chronos.store import PostgresStore
 from chronos.testing import unfenced
 from tests.support import Topics, make_settings
@@ -86,7 +86,7 @@ def test_two_leaders_sweeping_at_once_reset_each_row_exactly_once(
         counts[index] = loops[index].run_once()
 
     try:
-        with caplog.at_level(logging.WARNING, logger="chronos.recovery"):
+        with caplog.at_level(logging.WARNING, logger="chronos.cluster.recovery"):
             threads = [threading.Thread(target=sweep, args=(i,)) for i in range(2)]
             for t in threads:
                 t.start()

@@ -1,4 +1,4 @@
-"""Migrations: an empty database upgraded to head matches ``chronos.schema``; downgrades work.
+"""Migrations: an empty database upgraded to head matches ``chronos.store.schema``; downgrades work.
 
 The comparison is made twice: alembic's autogenerate diff against the metadata, and the
 Postgres catalog of the migrated database against a database built by ``metadata.create_all``
@@ -17,8 +17,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
-from chronos import migrate
-from chronos.schema import metadata
+from chronos.store import migrate
+from chronos.store.schema import metadata
 from tests.support import DatabaseFactory
 
 pytestmark = pytest.mark.integration
@@ -116,7 +116,7 @@ def test_upgrade_of_an_empty_database_matches_the_schema(database_url: str) -> N
             diff = compare_metadata(context, metadata)
     finally:
         engine.dispose()
-    assert diff == [], f"migrations and chronos.schema differ: {diff}"
+    assert diff == [], f"migrations and chronos.store.schema differ: {diff}"
 
 
 def test_migrated_catalog_equals_the_catalog_built_from_the_metadata(

@@ -9,9 +9,8 @@ from datetime import timedelta
 
 import psycopg
 
-from chronos import migrate
 from chronos.protocol import ScheduledMessage
-from chronos.store import PostgresStore
+from chronos.store import PostgresStore, migrate
 
 # The previous release's insert names no tenant (its enqueue statement, reduced to the columns).
 OLD_INSERT = (

@@ -1,7 +1,8 @@
 """Real Chronos nodes as separate OS processes, and the table they share, for the fault suite.
 
 ``Cluster`` starts ``python -m chronos run`` processes configured through their ``CHRONOS_*``
-environment (``chronos.settings.as_environment``), each logging JSON lines to its own file, and
+environment (``chronos.config.settings.as_environment``), each logging JSON lines to its own file,
+and
 lets a test signal them (SIGKILL, SIGSTOP/SIGCONT, SIGTERM), restart them, read their events
 and metrics, and watch their CPU time and memory. A node is a process tree (``chronos run`` and
 its intake process): a pause stops all of it, CPU time and memory are summed over all of it.
@@ -29,11 +30,11 @@ from typing import Any, cast
 import psutil
 import psycopg
 
+from chronos.config.settings import Settings, as_environment
 from chronos.embedded import free_port
 from chronos.embedded.launcher import NODE_COMMAND, Launched, child_environment, launch, stop_all
 from chronos.embedded.launcher import wait_assigned as launcher_wait_assigned
 from chronos.embedded.launcher import wait_ready as launcher_wait_ready
-from chronos.settings import Settings, as_environment
 from tests.support.kafka import Topics
 from tests.support.settings import make_settings
 

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import psycopg
 
-from chronos import migrate
 from chronos.embedded import EmbeddedPostgres
 from chronos.protocol import ScheduledMessage
-from chronos.store import PostgresStore
+from chronos.store import PostgresStore, migrate
 
 SETTINGS = ("", "off", "on", "remote_apply")
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from chronos import migrate
+from chronos.store import migrate
 
 
 def with_database(url: str, name: str) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 from confluent_kafka import Consumer, Message
 from confluent_kafka.admin import AdminClient
 
-from chronos.dev import DEV_SESSION_TIMEOUT_MS
 from chronos.embedded import create_topics
+from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS
 
 TEST_PARTITIONS = 3
 

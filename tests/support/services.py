@@ -2,7 +2,7 @@
 
 1. an external service named by ``CHRONOS_TEST_DATABASE_URL`` / ``CHRONOS_TEST_KAFKA_BOOTSTRAP``;
 2. a container, when ``CHRONOS_TEST_DOCKER=1`` (needs a Docker engine);
-3. the embedded servers of ``chronos.dev`` (no Docker needed): the default.
+3. the embedded servers of ``chronos.embedded.dev`` (no Docker needed): the default.
 
 When none can start, tests that need the service skip locally and fail in CI (``CI=true``).
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronos.dev import DEV_SESSION_TIMEOUT_MS
-from chronos.settings import Secret, Settings, load
+from chronos.config.settings import Secret, Settings, load
+from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS
 from tests.support.kafka import Topics
 
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chronos.firing import FiringLoop
-from chronos.leadership import Leadership
+from chronos.cluster.leadership import Leadership
+from chronos.config.settings import Secret, Settings, load
+from chronos.firing.loop import FiringLoop
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
-from chronos.settings import Secret, Settings, load
 from chronos.store import ClaimedRow
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from chronos.settings import OPTIONS, Option
+from chronos.config.settings import OPTIONS, Option
 
 DB = "postgresql://chronos:s3cret@db.example:5432/chronos"
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from chronos.config.settings import load
 from chronos.protocol import (
     ACTION_HEADER,
     DEAD_LETTER_REASON_HEADER,
@@ -18,7 +19,6 @@ from chronos.protocol import (
     parse_record,
     topic_policy,
 )
-from chronos.settings import load
 from tests.unit.helpers import DEAD_LETTER, OUTPUT, chronos_headers
 from tests.unit.test_intake import Intake
 

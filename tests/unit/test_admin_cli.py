@@ -1,4 +1,4 @@
-"""``chronos admin`` against the node's real HTTP server (chronos.http) on the in-memory store:
+"""``chronos admin`` against the node's real HTTP server (chronos.node.http) on the in-memory store:
 every action, tables and --json, pagination, settings from flags and the environment, errors."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from chronos import admin_cli, cli
-from chronos.http import ChronosHTTPServer, start_http_server
+from chronos import cli
+from chronos.admin import cli as admin_cli
+from chronos.config.settings import Secret, load
+from chronos.node.http import ChronosHTTPServer, start_http_server
 from chronos.protocol import ScheduledMessage
-from chronos.settings import Secret, load
 from chronos.testing import InMemoryStore
 
 TOKEN = "cli-token"

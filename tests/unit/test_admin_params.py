@@ -1,5 +1,5 @@
 """The admin API's request side: cursors, authentication, timestamps and query parameters
-(chronos.admin_params)."""
+(chronos.admin.params)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-import chronos
-from chronos import admin, admin_params
-from chronos.admin_params import ApiError
-from chronos.settings import Secret, Settings, load
+import chronos.admin
+from chronos.admin import api as admin
+from chronos.admin import params as admin_params
+from chronos.admin.params import ApiError
+from chronos.config.settings import Secret, Settings, load
 
 TOKEN = "unit-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SPEC = json.loads((Path(chronos.__file__).parent / "openapi.json").read_text())
+SPEC = json.loads((Path(chronos.admin.__file__).parent / "openapi.json").read_text())
 
 
 def make_settings(token: str = TOKEN, **overrides: Any) -> Settings:
@@ -125,7 +126,7 @@ def test_auth_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None
         calls.append((a, b))
         return a == b
 
-    monkeypatch.setattr("chronos.admin.hmac.compare_digest", compare)
+    monkeypatch.setattr("chronos.admin.api.hmac.compare_digest", compare)
     admin.check_auth(f"Bearer {TOKEN}", TOKEN)
     assert calls == [(TOKEN.encode(), TOKEN.encode())]
 

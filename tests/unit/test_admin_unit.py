@@ -14,19 +14,22 @@ import jsonschema
 import pytest
 from prometheus_client import REGISTRY
 
-import chronos
-from chronos import admin, admin_params, consumer_lag, kafka
-from chronos.admin import AdminAPI
-from chronos.admin_params import ApiError
-from chronos.consumer_lag import partition_lags, record_consumer_stats
-from chronos.monitor import Monitor
+import chronos.admin
+from chronos.admin import api as admin
+from chronos.admin import params as admin_params
+from chronos.admin.api import AdminAPI
+from chronos.admin.params import ApiError
+from chronos.cluster.monitor import Monitor
+from chronos.config.settings import Secret, Settings, load
+from chronos.kafka import clients as kafka
+from chronos.kafka import consumer_lag
+from chronos.kafka.consumer_lag import partition_lags, record_consumer_stats
 from chronos.protocol import ScheduledMessage
-from chronos.settings import Secret, Settings, load
 from chronos.testing import InMemoryStore, ManualClock
 
 TOKEN = "unit-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SPEC = json.loads((Path(chronos.__file__).parent / "openapi.json").read_text())
+SPEC = json.loads((Path(chronos.admin.__file__).parent / "openapi.json").read_text())
 
 
 def make_settings(token: str = TOKEN, **overrides: Any) -> Settings:

@@ -13,9 +13,9 @@ from prometheus_client.metrics import disable_created_metrics, enable_created_me
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from chronos.histogram import BatchHistogram
-from chronos.metrics import LATENESS_BUCKETS
-from chronos.metrics_relay import families, merge, snapshot
+from chronos.observability.histogram import BatchHistogram
+from chronos.observability.metrics import LATENESS_BUCKETS
+from chronos.observability.relay import families, merge, snapshot
 
 # prometheus_client's switch for the _created samples (typed here: the library's is not).
 disable_created: Callable[[], None] = disable_created_metrics
@@ -95,7 +95,7 @@ def test_created_samples_follow_the_clients_switch() -> None:
 
 
 def test_the_relay_adds_the_intake_processes_samples() -> None:
-    # The node's and the intake process's families merged (chronos.metrics_relay) are what one
+    # The node's and the intake process's families merged (chronos.observability.relay) are what one
     # histogram fed both sides' values would show.
     node, intake = CollectorRegistry(), CollectorRegistry()
     ours = BatchHistogram("chronos_h_seconds", "doc", buckets=POSITIVE, registry=node)

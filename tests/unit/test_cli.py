@@ -11,7 +11,7 @@ import os
 import pytest
 
 from chronos import cli
-from chronos.settings import OPTIONS, Option
+from chronos.config.settings import OPTIONS, Option
 from tests.unit.option_values import VALIDATED, bad_value
 
 DB = "postgresql://chronos@127.0.0.1:1/none"  # never reached: start-up stops first

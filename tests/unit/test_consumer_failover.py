@@ -3,8 +3,8 @@ minute at librdkafka's 45 s session timeout)."""
 
 from __future__ import annotations
 
+from chronos.config.settings import load
 from chronos.kafka import consumer_config
-from chronos.settings import load
 from tests.unit.helpers import settings
 
 

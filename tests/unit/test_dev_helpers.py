@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chronos import dev, embedded, settings
-from chronos.embedded import process
+from chronos import embedded
+from chronos.config import settings
+from chronos.embedded import dev, process
 from tests.support.databases import with_database
 
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import KafkaError
 
-from chronos.firing import FiringLoop
+from chronos.firing.loop import FiringLoop
 from chronos.kafka import is_permanent
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.store import Outcome

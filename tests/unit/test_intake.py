@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError
 
-from chronos.intake import IntakeLoop
+from chronos.intake.loop import IntakeLoop
 from chronos.protocol import (
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_SOURCE_HEADER,

@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from chronos.config.settings import load
 from chronos.errors import ChronosError
-from chronos.intake_child import Link
-from chronos.intake_process import IntakeProcess, child_environment
-from chronos.metrics_relay import MergedRegistry, expose_process, snapshot
-from chronos.settings import load
+from chronos.intake.child import Link
+from chronos.intake.process import IntakeProcess, child_environment
+from chronos.observability.relay import MergedRegistry, expose_process, snapshot
 from tests.unit.helpers import settings
 
 
@@ -96,7 +96,7 @@ def test_the_child_gets_the_nodes_resolved_settings_and_no_stray_chronos_variabl
     assert rebuilt == config
 
 
-# A stand-in for chronos.intake_child: reports a status line, then obeys the node's "stop" (or
+# A stand-in for chronos.intake.child: reports a status line, then obeys the node's "stop" (or
 # exits unasked with the given status).
 _CHILD = """
 import json, os, socket, sys

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from chronos import kafka
-from chronos.dispatcher import Dispatcher
+from chronos.firing.dispatcher import Dispatcher
 from chronos.kafka import KafkaPublisher
+from chronos.kafka import clients as kafka
 from chronos.testing import unfenced
 from tests.unit.helpers import claimed_rows, settings
 

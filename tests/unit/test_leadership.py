@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import REGISTRY
 
+from chronos.cluster.leadership import FENCE_MARGIN_S, Leadership
+from chronos.cluster.monitor import Monitor
+from chronos.cluster.recovery import RecoveryLoop
 from chronos.errors import ConfigError
-from chronos.leadership import FENCE_MARGIN_S, Leadership
-from chronos.monitor import Monitor
-from chronos.recovery import RecoveryLoop
 from chronos.testing import InMemoryStore, ManualClock
 from tests.unit.helpers import Firing, settings
 from tests.unit.store_contract import msg
@@ -233,7 +233,7 @@ def test_past_its_lease_the_firing_loop_fires_nothing_and_gives_back_what_it_hol
     f.run_for(lease_ms - 1)
     assert [r.value for r in f.publisher.delivered()] == [b"early"]
     assert [r.id for r in f.store.claimed()] == ["late"]  # claimed, its timer waits
-    with caplog.at_level(logging.WARNING, logger="chronos.firing"):
+    with caplog.at_level(logging.WARNING, logger="chronos.firing.loop"):
         f.tick(1)  # the lease ends
     assert f.store.claimed() == []  # given back
     events = {getattr(r, "event", None): r for r in caplog.records}

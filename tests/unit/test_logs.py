@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chronos import logs
+from chronos.observability import logs
 
 HOSTILE = "id-1\n2026-01-01 00:00:00,000 ERROR   chronos [x] forged\r\x1b[31mred\u2028"
 
@@ -22,7 +22,7 @@ def _emit(fmt: str, monkeypatch: pytest.MonkeyPatch, node: str | None = None) ->
     saved = root.handlers[:], root.level
     try:
         logs.configure("INFO", fmt, node=node)
-        logging.getLogger("chronos.firing").warning(
+        logging.getLogger("chronos.firing.loop").warning(
             "fired message %s was no longer claimed", HOSTILE, extra={"event": "fenced_delete"}
         )
     finally:
@@ -71,7 +71,8 @@ def test_the_intake_process_logs_carry_the_node_id(monkeypatch: pytest.MonkeyPat
 
 def test_the_node_process_logs_carry_the_node_id(monkeypatch: pytest.MonkeyPatch) -> None:
     """``chronos run`` logs like its intake process: every record names the node."""
-    from chronos import cli, node
+    from chronos import cli
+    from chronos.node import supervisor as node
 
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)
@@ -79,7 +80,9 @@ def test_the_node_process_logs_carry_the_node_id(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv(key)
 
     def run_node(config: Any) -> int:
-        logging.getLogger("chronos.node").info("started", extra={"event": "node_started"})
+        logging.getLogger("chronos.node.supervisor").info(
+            "started", extra={"event": "node_started"}
+        )
         return 0
 
     monkeypatch.setattr(node, "run_node", run_node)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from chronos.cluster.recovery import RecoveryLoop
 from chronos.errors import StoreError
-from chronos.recovery import RecoveryLoop
 from chronos.testing import InMemoryStore, unfenced
 from tests.unit.helpers import Firing, settings
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chronos.node import Node
+from chronos.node.supervisor import Node
 from chronos.testing import FakeConsumer, FakePublisher, InMemoryStore, make_record
 from tests.unit.helpers import DEAD_LETTER, INPUT, OUTPUT, chronos_headers, settings
 

@@ -1,5 +1,6 @@
 """The header probe reads each record's headers in a sacrificial child process and names the
-records whose reading fails, crashes or hangs; the parent never reads those (chronos.quarantine).
+records whose reading fails, crashes or hangs; the parent never reads those
+(chronos.intake.quarantine).
 
 Fake records stand in for ``confluent_kafka.Message``: their ``headers()`` misbehaves in the ways
 the real client can (an exception, a crash by signal, a hang, a malformed result). The real
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from chronos.quarantine import HeaderProbe
+from chronos.intake.quarantine import HeaderProbe
 
 
 class Record:

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from chronos.recovery import RecoveryLoop
+from chronos.cluster.recovery import RecoveryLoop
 from chronos.testing import InMemoryStore, ManualClock, unfenced
 from tests.unit.helpers import settings
 from tests.unit.store_contract import msg
@@ -48,7 +48,7 @@ def test_reset_is_logged_as_a_suspected_failure(caplog: pytest.LogCaptureFixture
     dead = str(uuid.uuid4())
     store.claim(dead, 1000, 10, 10)
     clock.advance(HOLD + 1)
-    with caplog.at_level(logging.WARNING, logger="chronos.recovery"):
+    with caplog.at_level(logging.WARNING, logger="chronos.cluster.recovery"):
         loop.sweep()
     (record,) = [r for r in caplog.records if getattr(r, "event", None) == "suspected_failure"]
     assert record.getMessage() == f"suspected failure of {dead} for message m0"

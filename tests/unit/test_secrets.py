@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from chronos.settings import OPTIONS, Secret, Settings, load, reveal_properties
+from chronos.config.settings import OPTIONS, Secret, Settings, load, reveal_properties
 
 PASSWORD = "hunter2-sasl"
 URL = "postgresql://chronos:s3cret-db@db.example:5432/chronos"

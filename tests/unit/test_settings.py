@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 from chronos import cli
-from chronos.errors import ConfigError
-from chronos.kafka import consumer_config, producer_config
-from chronos.settings import (
+from chronos.config.settings import (
     KAFKA_PASSTHROUGH_PREFIXES,
     OPTIONS,
     Option,
@@ -22,6 +20,8 @@ from chronos.settings import (
     as_environment,
     load,
 )
+from chronos.errors import ConfigError
+from chronos.kafka import consumer_config, producer_config
 from tests.unit.option_values import DB, VALIDATED, alternative, bad_value
 
 

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from chronos.admin import AdminAPI
-from chronos.monitor import Monitor
+from chronos.admin.api import AdminAPI
+from chronos.cluster.monitor import Monitor
+from chronos.observability.tenants import OTHER, TenantLabels, TenantMetrics
 from chronos.store import ClaimedRow, Outcome
-from chronos.tenant_metrics import OTHER, TenantLabels, TenantMetrics
 from tests.unit.helpers import Firing
 from tests.unit.store_contract import msg
 from tests.unit.test_admin_cli import Node, as_json, node, run  # noqa: F401 (the node fixture)

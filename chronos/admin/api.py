@@ -1,0 +1,469 @@
+"""The admin HTTP API (``/admin/v1``): inspect, count, cancel and requeue messages; list nodes.
+
+Mounted by ``chronos.node.http``; described by ``chronos/admin/openapi.json``, served at
+``GET /admin/v1/openapi.json`` without authentication (it holds no data). Every other endpoint
+requires ``Authorization: Bearer <CHRONOS_ADMIN_TOKEN>``; without a configured token the whole
+``/admin/`` tree answers 404 with a message saying how to enable it: the API is never open by
+default. Errors are JSON ``{"error": "..."}``.
+
+GET    /admin/v1/messages/{id}   one message (``?include_value=true`` adds its value)
+DELETE /admin/v1/messages/{id}   cancel a waiting (or parked) message; 409 while claimed
+POST   /admin/v1/messages/{id}/requeue   requeue a parked message; 409 unless parked
+POST   /admin/v1/messages/{id}/reschedule   move a waiting message to a new deadline:
+       {"deadline": RFC 3339} or {"delay_ms": int} (from now, on the database clock);
+       answers the message as GET does; 409 while claimed or parked
+GET    /admin/v1/messages        list, filtered by state and deadline, keyset-paginated
+GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
+GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
+GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
+
+Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
+``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
+again until requeued or cancelled). Keys, values and header values are bytes, shown in base64.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from chronos.admin.params import (
+    ApiError,
+    encode_cursor,
+    format_timestamp,
+    parse_bool,
+    parse_limit,
+    parse_list_params,
+    parse_message_id,
+    parse_query,
+    parse_reschedule_body,
+    read_body,
+)
+from chronos.cluster.leadership import lowest_id
+from chronos.cluster.monitor import COUNT_LIMIT, EXACT_COUNT_BELOW
+from chronos.config.policy import park_after
+from chronos.config.settings import Settings
+from chronos.errors import StoreError
+from chronos.protocol import MAX_ID_LENGTH, b64
+from chronos.store import (
+    Backlog,
+    CancelOutcome,
+    MessageRecord,
+    NodeRecord,
+    RequeueOutcome,
+    RescheduleOutcome,
+    Store,
+    TenantBacklog,
+    TenantBacklogs,
+)
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/admin/v1"
+TENANT_WALK_LIMIT = 1_000  # tenants with waiting rows GET /admin/v1/tenants looks at, by name
+SPEC_PATH = PREFIX + "/openapi.json"
+MESSAGES_PATH = PREFIX + "/messages"
+REQUEUE = "requeue"  # POST MESSAGES_PATH/{id}/requeue
+RESCHEDULE = "reschedule"  # POST MESSAGES_PATH/{id}/reschedule
+
+Response = tuple[int, str, bytes, dict[str, str]]
+
+DISABLED_MESSAGE = (
+    "the admin API is disabled on this node: set CHRONOS_ADMIN_TOKEN (--admin-token) to enable it"
+)
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def check_auth(authorization: str | None, expected: str) -> None:
+    """Raise 401 unless the header carries ``expected`` (compared in constant time)."""
+    token = bearer_token(authorization)
+    if token is None:
+        raise ApiError(
+            401,
+            "missing bearer token: send Authorization: Bearer <CHRONOS_ADMIN_TOKEN>",
+            {"WWW-Authenticate": 'Bearer realm="chronos-admin"'},
+        )
+    if not hmac.compare_digest(
+        token.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    ):
+        raise ApiError(
+            401,
+            "invalid bearer token",
+            {"WWW-Authenticate": 'Bearer realm="chronos-admin", error="invalid_token"'},
+        )
+
+
+# -- representations -------------------------------------------------------------------------
+
+
+def message_json(record: MessageRecord, parked_at: int, *, include_value: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": record.id,
+        "state": record.state(parked_at),
+        "deadline": format_timestamp(record.deadline),
+        "readied_at": format_timestamp(record.readied_at),
+        "claimed_by": record.readied_by,
+        "attempts": record.attempts,
+        "last_error": record.last_error,
+        "target_topic": record.target_topic,
+        "enqueued_at": format_timestamp(record.enqueued_at),
+        "key": b64(record.key),
+        "headers": [{"name": name, "value": b64(value)} for name, value in record.headers],
+        "value_size": record.value_size,
+    }
+    if include_value:
+        body["value"] = b64(record.value)
+    return body
+
+
+def stats_json(backlog: Backlog, parked_at: int) -> dict[str, Any]:
+    return {
+        "waiting": backlog.waiting,
+        "waiting_exact": backlog.unclaimed_exact and not backlog.parked_capped,
+        "claimed": backlog.claimed,
+        "parked": backlog.parked,
+        "parked_exact": not backlog.parked_capped,
+        "overdue": backlog.overdue,
+        "overdue_exact": not backlog.overdue_capped,
+        "oldest_overdue_age_seconds": backlog.oldest_overdue_seconds,
+        "oldest_deadline": format_timestamp(backlog.oldest_deadline),
+        "newest_deadline": format_timestamp(backlog.newest_deadline),
+        "estimated_rows": backlog.estimated_rows,
+        "exact_count_below": EXACT_COUNT_BELOW,
+        "count_limit": COUNT_LIMIT,
+        "park_attempts": parked_at,
+        "database_time": format_timestamp(backlog.now),
+    }
+
+
+def tenant_json(t: TenantBacklog) -> dict[str, Any]:
+    return {
+        "tenant": t.tenant,
+        "waiting": t.waiting,
+        "waiting_exact": not t.waiting_capped,
+        "overdue": t.overdue,
+        "overdue_exact": not t.overdue_capped,
+        "oldest_overdue_age_seconds": t.oldest_overdue_seconds,
+        "claimed": t.claimed,
+        "parked": t.parked,
+    }
+
+
+def tenants_json(backlogs: TenantBacklogs, limit: int) -> dict[str, Any]:
+    return {
+        "tenants": [tenant_json(t) for t in backlogs.tenants],
+        "limit": limit,
+        "tenants_complete": not backlogs.tenants_capped,
+        "max_tenants": TENANT_WALK_LIMIT,
+        "count_limit": COUNT_LIMIT,
+        "database_time": format_timestamp(backlogs.now),
+    }
+
+
+def leader_of(nodes: list[NodeRecord]) -> str | None:
+    """The lowest node id among live nodes (uuid order), or None when no node is live: the node
+    the election (``chronos.cluster.leadership``) makes the leader."""
+    return lowest_id([n.node_id for n in nodes if n.live])
+
+
+def node_json(node: NodeRecord, leader: str | None, this_node: str) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "live": node.live,
+        "leader": node.node_id == leader,
+        "this_node": node.node_id == this_node,
+        "hostname": node.hostname,
+        "version": node.version,
+        "started_at": format_timestamp(node.started_at),
+        "heartbeat_at": format_timestamp(node.heartbeat_at),
+        "heartbeat_age_seconds": node.heartbeat_age_seconds,
+        "claimed": node.claimed,
+        "oldest_claim_at": format_timestamp(node.oldest_claim_at),
+    }
+
+
+@cache
+def openapi_document() -> bytes:
+    return resources.files("chronos.admin").joinpath("openapi.json").read_bytes()
+
+
+def _json(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
+    return status, "application/json", json.dumps(payload).encode("utf-8"), dict(headers or {})
+
+
+# -- the API ---------------------------------------------------------------------------------
+
+
+class AdminAPI:
+    """Routes ``/admin/...`` requests; everything else is left to the other routes (None)."""
+
+    def __init__(self, settings: Settings, store: Store):
+        self.settings = settings
+        self.store = store
+        self.token = settings.admin_token.reveal() if settings.admin_token else ""
+        self.parked_at = park_after(settings)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token)
+
+    def handle(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        client: str = "-",
+        body: Callable[[], bytes] | bytes = b"",
+    ) -> Response | None:
+        """Answer one request; ``body`` is the request body or a function reading it (called
+        only by the endpoints that take one, after authentication)."""
+        if path != "/admin" and not path.startswith("/admin/"):
+            return None
+        try:
+            return self._handle(method, path, query, headers, client, body)
+        except ApiError as exc:
+            return _json(exc.status, {"error": exc.message}, exc.headers)
+        except StoreError as exc:
+            log.warning("admin API: database error: %s", exc, extra={"event": "database_error"})
+            return _json(503, {"error": "the database is unavailable; try again"})
+
+    def _handle(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        client: str,
+        body: Callable[[], bytes] | bytes,
+    ) -> Response:
+        if not self.enabled:
+            raise ApiError(404, DISABLED_MESSAGE)
+        if path == SPEC_PATH:
+            self._allow(method, ("GET",))
+            parse_query(query, frozenset())
+            return 200, "application/json", openapi_document(), {}
+        try:
+            check_auth(headers.get("Authorization"), self.token)
+        except ApiError:
+            log.info(
+                "admin API: %s %s refused (bad or missing token) from %s",
+                method,
+                path,
+                client,
+                extra={"event": "admin_auth_failed"},
+            )
+            raise
+        route, arg = self._route(path)
+        if route == "message":
+            self._allow(method, ("GET", "DELETE"))
+            if method == "GET":
+                return self.get_message(arg, query)
+            return self.cancel_message(arg, query, client)
+        if route == "requeue":
+            self._allow(method, ("POST",))
+            return self.requeue_message(arg, query, client)
+        if route == "reschedule":
+            self._allow(method, ("POST",))
+            raw = body() if callable(body) else body
+            return self.reschedule_message(arg, query, raw, client)
+        self._allow(method, ("GET",))
+        if route == "messages":
+            return self.list_messages(query)
+        if route == "stats":
+            return self.stats(query)
+        if route == "tenants":
+            return self.tenants(query)
+        return self.nodes(query)
+
+    @staticmethod
+    def _route(path: str) -> tuple[str, str]:
+        if path == MESSAGES_PATH:
+            return "messages", ""
+        if path.startswith(MESSAGES_PATH + "/") and len(path) > len(MESSAGES_PATH) + 1:
+            rest = path[len(MESSAGES_PATH) + 1 :]
+            segment, slash, action = rest.partition("/")
+            if slash and action == REQUEUE and segment:
+                return "requeue", parse_message_id(segment)
+            if slash and action == RESCHEDULE and segment:
+                return "reschedule", parse_message_id(segment)
+            return "message", parse_message_id(rest)
+        if path == PREFIX + "/stats":
+            return "stats", ""
+        if path == PREFIX + "/nodes":
+            return "nodes", ""
+        if path == PREFIX + "/tenants":
+            return "tenants", ""
+        raise ApiError(404, "not found: see GET /admin/v1/openapi.json for the endpoints")
+
+    @staticmethod
+    def _allow(method: str, allowed: tuple[str, ...]) -> None:
+        if method not in allowed:
+            raise ApiError(
+                405,
+                f"method {method} not allowed here (allowed: {', '.join(allowed)})",
+                {"Allow": ", ".join(allowed)},
+            )
+
+    # -- endpoints
+
+    def get_message(self, message_id: str, query: str) -> Response:
+        params = parse_query(query, frozenset({"include_value"}))
+        include_value = parse_bool("include_value", params.get("include_value"))
+        record = self.store.get_message(message_id, include_value=include_value)
+        if record is None:
+            raise ApiError(404, f"message {message_id[:MAX_ID_LENGTH]!r} is not scheduled")
+        return _json(200, message_json(record, self.parked_at, include_value=include_value))
+
+    def cancel_message(self, message_id: str, query: str, client: str) -> Response:
+        parse_query(query, frozenset())
+        outcome = self.store.cancel_message(message_id)
+        if outcome is CancelOutcome.NOT_FOUND:
+            raise ApiError(404, f"message {message_id!r} is not scheduled")
+        if outcome is CancelOutcome.CLAIMED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is claimed by a node and may be firing right now; "
+                "it cannot be cancelled",
+            )
+        log.info(
+            "message %s cancelled through the admin API by %s",
+            message_id,
+            client,
+            extra={"event": "message_cancelled", "message_id": message_id},
+        )
+        return 204, "application/json", b"", {}
+
+    def requeue_message(self, message_id: str, query: str, client: str) -> Response:
+        parse_query(query, frozenset())
+        outcome = self.store.requeue_message(message_id, self.parked_at)
+        if outcome is RequeueOutcome.NOT_FOUND:
+            raise ApiError(404, f"message {message_id!r} is not scheduled")
+        if outcome is RequeueOutcome.NOT_PARKED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is not parked (waiting or claimed): nothing to requeue",
+            )
+        log.info(
+            "message %s requeued through the admin API by %s",
+            message_id,
+            client,
+            extra={"event": "message_requeued", "message_id": message_id},
+        )
+        return 204, "application/json", b"", {}
+
+    def reschedule_message(self, message_id: str, query: str, raw: bytes, client: str) -> Response:
+        parse_query(query, frozenset())
+        when = parse_reschedule_body(raw)
+        outcome, record = self.store.reschedule_message(
+            message_id, self.parked_at, deadline=when.deadline, delay_ms=when.delay_ms
+        )
+        if outcome is RescheduleOutcome.NOT_FOUND:
+            raise ApiError(404, f"message {message_id!r} is not scheduled")
+        if outcome is RescheduleOutcome.CLAIMED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is claimed by a node and may be firing right now; "
+                "it cannot be rescheduled",
+            )
+        if outcome is RescheduleOutcome.PARKED:
+            raise ApiError(
+                409,
+                f"message {message_id!r} is parked: requeue it first "
+                f"(POST {MESSAGES_PATH}/{{id}}/requeue), then reschedule it",
+            )
+        assert record is not None
+        log.info(
+            "message %s rescheduled to %s through the admin API by %s",
+            message_id,
+            format_timestamp(record.deadline),
+            client,
+            extra={"event": "message_rescheduled", "message_id": message_id},
+        )
+        return _json(200, message_json(record, self.parked_at, include_value=False))
+
+    def list_messages(self, query: str) -> Response:
+        p = parse_list_params(query)
+        records = self.store.list_messages(
+            state=p.state,
+            park_attempts=self.parked_at,
+            limit=p.limit + 1,
+            deadline_from=p.deadline_from,
+            deadline_to=p.deadline_to,
+            after=p.after,
+        )
+        page = records[: p.limit]
+        next_cursor = (
+            encode_cursor(page[-1].deadline, page[-1].id) if len(records) > p.limit else None
+        )
+        return _json(
+            200,
+            {
+                "messages": [message_json(r, self.parked_at, include_value=False) for r in page],
+                "next_cursor": next_cursor,
+            },
+        )
+
+    def stats(self, query: str) -> Response:
+        parse_query(query, frozenset())
+        backlog = self.store.backlog(
+            self.parked_at, exact_below=EXACT_COUNT_BELOW, count_limit=COUNT_LIMIT
+        )
+        return _json(200, stats_json(backlog, self.parked_at))
+
+    def tenants(self, query: str) -> Response:
+        params = parse_query(query, frozenset({"limit"}))
+        limit = parse_limit(params.get("limit", str(self.settings.tenant_metrics_top)))
+        backlogs = self.store.tenant_backlog(
+            self.parked_at, limit=limit, count_limit=COUNT_LIMIT, max_tenants=TENANT_WALK_LIMIT
+        )
+        return _json(200, tenants_json(backlogs, limit))
+
+    def nodes(self, query: str) -> Response:
+        params = parse_query(query, frozenset({"include_dead"}))
+        include_dead = parse_bool("include_dead", params.get("include_dead"))
+        window_s = self.settings.liveness_window_ms / 1000
+        nodes = self.store.list_nodes(window_s, include_dead=include_dead)
+        leader = leader_of(nodes)
+        return _json(
+            200,
+            {
+                "nodes": [node_json(n, leader, self.settings.node_id) for n in nodes],
+                "leader": leader,
+                "liveness_window_seconds": window_s,
+            },
+        )
+
+
+def admin_routes(settings: Settings, store: Store) -> Callable[..., Response | None]:
+    """The route function ``chronos.node.http`` mounts: (handler, method, path, query) ->
+    response."""
+    api = AdminAPI(settings, store)
+
+    def route(handler: Any, method: str, path: str, query: str) -> Response | None:
+        client = handler.client_address[0] if handler.client_address else "-"
+
+        def body() -> bytes:
+            return read_body(handler.headers, handler.rfile)
+
+        return api.handle(method, path, query, handler.headers, client, body)
+
+    return route

@@ -1,0 +1,361 @@
+"""``chronos admin``: the admin API (``/admin/v1``, see chronos.admin.api) from the command line.
+
+chronos admin get ID            one message
+chronos admin list              messages by (deadline, id): --state, --from, --to, --limit,
+                                --cursor, --all (follow next_cursor to the end)
+chronos admin stats             counts by state, overdue, oldest and newest deadline
+chronos admin nodes             live nodes (and, with --include-dead, nodes holding claims)
+chronos admin tenants           the busiest tenants: waiting, overdue, claimed, parked (--limit)
+chronos admin cancel ID         cancel a waiting or parked message
+chronos admin requeue ID        requeue a parked message
+chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
+
+The node's URL and the bearer token come from ``--url``/``--token`` or ``CHRONOS_ADMIN_URL``/
+``CHRONOS_ADMIN_TOKEN``. Output is a table for people, or the API's JSON with ``--json``.
+Exit status: 0 done, 1 the API refused or could not be reached (its error is printed),
+2 a bad flag or setting (named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+from urllib.parse import quote, urlencode, urlsplit
+
+from chronos.errors import ChronosError, ConfigError
+
+URL_ENV = "CHRONOS_ADMIN_URL"
+TOKEN_ENV = "CHRONOS_ADMIN_TOKEN"
+DEFAULT_URL = "http://127.0.0.1:8080"
+PREFIX = "/admin/v1"
+STATES = ("waiting", "claimed", "parked")
+TENANT_COLUMNS = ("tenant", "overdue", "oldest_overdue_age_seconds", "waiting", "claimed", "parked")
+
+
+class ApiFailure(ChronosError):
+    """The API answered with an error status (or could not be reached)."""
+
+
+@dataclass(frozen=True)
+class AdminClient:
+    """A minimal client of the admin API (standard library only)."""
+
+    url: str
+    token: str
+    timeout: float = 10.0
+
+    def request(
+        self, method: str, path: str, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> Any:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        target = self.url.rstrip("/") + PREFIX + path + ("?" + urlencode(query) if query else "")
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(target, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise ApiFailure(f"{method} {path}: {exc.code} {_error_text(exc.read())}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiFailure(f"cannot reach the admin API at {self.url}: {reason}") from None
+        return json.loads(raw) if raw else None
+
+    @staticmethod
+    def message_path(message_id: str) -> str:
+        return "/messages/" + quote(message_id, safe="")
+
+    def get(self, message_id: str, include_value: bool = False) -> Any:
+        params = {"include_value": "true"} if include_value else None
+        return self.request("GET", self.message_path(message_id), params)
+
+    def list(self, **params: Any) -> Any:
+        return self.request("GET", "/messages", params)
+
+    def stats(self) -> Any:
+        return self.request("GET", "/stats")
+
+    def tenants(self, limit: int | None = None) -> Any:
+        return self.request("GET", "/tenants", {"limit": limit} if limit else None)
+
+    def nodes(self, include_dead: bool = False) -> Any:
+        return self.request("GET", "/nodes", {"include_dead": "true"} if include_dead else None)
+
+    def cancel(self, message_id: str) -> None:
+        self.request("DELETE", self.message_path(message_id))
+
+    def requeue(self, message_id: str) -> None:
+        self.request("POST", self.message_path(message_id) + "/requeue")
+
+    def reschedule(
+        self, message_id: str, *, deadline: datetime | None = None, delay_ms: int | None = None
+    ) -> Any:
+        """POST /messages/{id}/reschedule with {"deadline": ISO} or {"delay_ms": int}."""
+        if (deadline is None) == (delay_ms is None):
+            raise ValueError("give exactly one of deadline and delay_ms")
+        body: dict[str, Any] = (
+            {"deadline": deadline.isoformat(timespec="milliseconds")}
+            if deadline is not None
+            else {"delay_ms": delay_ms}
+        )
+        return self.request("POST", self.message_path(message_id) + "/reschedule", body=body)
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw)["error"])
+    except (ValueError, KeyError, TypeError):
+        return raw.decode(errors="replace")[:200] or "(no detail)"
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+
+def _timestamp(raw: str) -> datetime:
+    """ISO-8601; without an offset it is UTC (as the message protocol's deadlines)."""
+    try:
+        value = datetime.fromisoformat(raw.strip().replace("z", "Z"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is not an ISO-8601 timestamp (e.g. 2030-01-02T03:04:05Z)"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{raw!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def _limit(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be a whole number from 1 to 1000")
+    return int(raw)
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``admin`` and its subcommands to the ``chronos`` subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url",
+        default=None,
+        help=f"the node's HTTP address (env {URL_ENV}; default {DEFAULT_URL})",
+    )
+    common.add_argument(
+        "--token", default=None, help=f"the admin API bearer token (env {TOKEN_ENV}; required)"
+    )
+    common.add_argument("--json", action="store_true", help="print the API's JSON (for scripts)")
+    common.add_argument(
+        "--timeout", type=_seconds, default=10.0, help="seconds to wait for an answer (default 10)"
+    )
+
+    admin = sub.add_parser("admin", help="inspect and act on scheduled messages (admin API)")
+    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
+
+    get = commands.add_parser("get", parents=[common], help="show one message")
+    get.add_argument("id", help="chronosMessageId")
+    get.add_argument("--include-value", action="store_true", help="include the value (base64)")
+
+    listing = commands.add_parser("list", parents=[common], help="list messages")
+    listing.add_argument("--state", choices=STATES, default=None, help="only this state")
+    listing.add_argument(
+        "--from", dest="deadline_from", type=_timestamp, default=None, help="deadline >= this"
+    )
+    listing.add_argument(
+        "--to", dest="deadline_to", type=_timestamp, default=None, help="deadline < this"
+    )
+    listing.add_argument("--limit", type=_limit, default=100, help="page size, 1-1000 (100)")
+    listing.add_argument("--cursor", default=None, help="next_cursor of the previous page")
+    listing.add_argument("--all", action="store_true", help="follow the cursor to the last page")
+
+    commands.add_parser("stats", parents=[common], help="counts by state, overdue, deadlines")
+
+    tenants = commands.add_parser(
+        "tenants", parents=[common], help="the busiest tenants: overdue, waiting, claimed, parked"
+    )
+    tenants.add_argument(
+        "--limit", type=_limit, default=None, help="how many, 1-1000 (the node's tenant top N)"
+    )
+
+    nodes = commands.add_parser("nodes", parents=[common], help="live nodes and the leader")
+    nodes.add_argument("--include-dead", action="store_true", help="also nodes holding claims")
+
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel a message")
+    cancel.add_argument("id")
+    requeue = commands.add_parser("requeue", parents=[common], help="requeue a parked message")
+    requeue.add_argument("id")
+
+    reschedule = commands.add_parser(
+        "reschedule", parents=[common], help="move a waiting message to a new deadline"
+    )
+    reschedule.add_argument("id")
+    when = reschedule.add_mutually_exclusive_group(required=True)
+    when.add_argument(
+        "--at", type=_timestamp, default=None, help="new deadline, ISO-8601 (no offset: UTC)"
+    )
+    when.add_argument(
+        "--in", dest="delay", type=_seconds, default=None, help="new deadline, seconds from now"
+    )
+
+
+def client_from(args: argparse.Namespace, environ: Mapping[str, str]) -> AdminClient:
+    url = args.url or environ.get(URL_ENV) or DEFAULT_URL
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"{URL_ENV} (--url) {url!r} is invalid: expected http(s)://HOST:PORT of a node"
+        )
+    token = args.token or environ.get(TOKEN_ENV, "")
+    if not token:
+        raise ConfigError(f"{TOKEN_ENV} (--token) is not set: the admin API needs its token")
+    return AdminClient(url, token, args.timeout)
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """A plain text table: one header line, one line per row, columns padded."""
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _pairs(mapping: Mapping[str, Any]) -> str:
+    width = max((len(k) for k in mapping), default=0)
+    return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in mapping.items())
+
+
+MESSAGE_COLUMNS = ("id", "state", "deadline", "attempts", "claimed_by", "value_size", "last_error")
+NODE_COLUMNS = ("node_id", "live", "leader", "hostname", "version", "heartbeat_age_seconds")
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
+    """Run one ``chronos admin`` action; returns the exit status."""
+    out, err = sys.stdout, sys.stderr
+    try:
+        client = client_from(args, os.environ if environ is None else environ)
+        action: Callable[[AdminClient, argparse.Namespace, TextIO], None] = ACTIONS[
+            args.admin_command
+        ]
+        action(client, args, out)
+    except ConfigError as exc:
+        print(f"chronos admin: configuration error: {exc}", file=err)
+        return 2
+    except ChronosError as exc:
+        print(f"chronos admin: {exc}", file=err)
+        return 1
+    return 0
+
+
+def _emit(args: argparse.Namespace, out: TextIO, payload: Any, text: str) -> None:
+    print(json.dumps(payload, indent=2) if args.json else text, file=out)
+
+
+def _get(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    message = client.get(args.id, include_value=args.include_value)
+    shown = {k: v for k, v in message.items() if k != "headers"}
+    shown["headers"] = ", ".join(h["name"] for h in message.get("headers", [])) or None
+    _emit(args, out, message, _pairs(shown))
+
+
+def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    params: dict[str, Any] = {
+        "state": args.state,
+        "deadline_from": args.deadline_from.isoformat() if args.deadline_from else None,
+        "deadline_to": args.deadline_to.isoformat() if args.deadline_to else None,
+        "limit": args.limit,
+        "cursor": args.cursor,
+    }
+    messages: list[dict[str, Any]] = []
+    while True:
+        page = client.list(**params)
+        messages += page["messages"]
+        params["cursor"] = page.get("next_cursor")
+        if not args.all or not params["cursor"]:
+            break
+    payload = {"messages": messages, "next_cursor": params["cursor"]}
+    text = table(messages, MESSAGE_COLUMNS)
+    if params["cursor"]:
+        text += f"\nmore: --cursor {params['cursor']}"
+    _emit(args, out, payload, text)
+
+
+def _stats(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    stats = client.stats()
+    _emit(args, out, stats, _pairs(stats))
+
+
+def _tenants(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    payload = client.tenants(limit=args.limit)
+    rows = [{**t, "tenant": repr(t["tenant"])} for t in payload["tenants"]]
+    text = table(rows, TENANT_COLUMNS)
+    if not payload["tenants_complete"]:
+        text += f"\n(only the first {payload['max_tenants']} tenants by name were looked at)"
+    _emit(args, out, payload, text)
+
+
+def _nodes(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    payload = client.nodes(include_dead=args.include_dead)
+    text = table(payload["nodes"], (*NODE_COLUMNS, "claimed"))
+    _emit(args, out, payload, f"{text}\nleader: {payload.get('leader') or '-'}")
+
+
+def _cancel(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    client.cancel(args.id)
+    _emit(args, out, {"id": args.id, "cancelled": True}, f"cancelled {args.id}")
+
+
+def _requeue(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    client.requeue(args.id)
+    _emit(args, out, {"id": args.id, "requeued": True}, f"requeued {args.id}")
+
+
+def _reschedule(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    if args.at is not None:
+        answer = client.reschedule(args.id, deadline=args.at)
+    else:
+        answer = client.reschedule(args.id, delay_ms=round(args.delay * 1000))
+    deadline = (answer or {}).get("deadline") if isinstance(answer, dict) else None
+    payload = answer if answer is not None else {"id": args.id, "rescheduled": True}
+    _emit(args, out, payload, f"rescheduled {args.id}" + (f" to {deadline}" if deadline else ""))
+
+
+ACTIONS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], None]] = {
+    "get": _get,
+    "list": _list,
+    "stats": _stats,
+    "tenants": _tenants,
+    "nodes": _nodes,
+    "cancel": _cancel,
+    "requeue": _requeue,
+    "reschedule": _reschedule,
+}

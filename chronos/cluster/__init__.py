@@ -1,0 +1,1 @@
+"""The nodes together: leader election, the leader's monitor and failure recovery."""

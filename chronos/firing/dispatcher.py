@@ -1,0 +1,207 @@
+"""The dispatcher: the thread that fires claimed rows from in-memory timers on time (earliest
+deadline first) and collects their delivery outcomes for the firing loop (chronos.firing.loop)."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from confluent_kafka import KafkaError
+
+from chronos.cluster.leadership import Leadership
+from chronos.config.policy import should_dead_letter
+from chronos.config.settings import Settings
+from chronos.kafka import Publisher
+from chronos.observability import metrics
+from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
+from chronos.runtime.faults import fault_point
+from chronos.store import ClaimedRow, row_bytes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Timer:
+    """A claimed row in this node's hands (never compared: the heap orders ``Entry`` tuples)."""
+
+    row: ClaimedRow
+    size: int  # the row's bytes as the byte budget counts them (row_bytes), taken at claim
+    dead_letter: bool = False  # sent to the dead-letter topic
+    lateness: float = 0.0  # seconds, taken when produced
+
+
+Entry = tuple[float, int, Timer]
+"""A heap entry: (fire_at on the monotonic clock, sequence number, timer); the sequence number
+is unique, so tuples compare on floats and ints only."""
+
+
+class Dispatcher:
+    """Fires timers on time and collects delivery outcomes. Runs on its own thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: Publisher,
+        leadership: Leadership,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self.publisher = publisher
+        self.leadership = leadership
+        self.monotonic = monotonic
+        self.hold = settings.hold_time_ms / 1000
+        self.output_topic = settings.output_topic
+        self.cond = threading.Condition()
+        self.timers: list[Entry] = []  # a heap, guarded by cond
+        self.in_flight = 0  # produced, report pending (dispatcher thread only)
+        self.delivered: list[Timer] = []  # guarded by cond
+        self.failed: list[tuple[Timer, KafkaError | None]] = []  # guarded by cond
+        self.expired: list[Timer] = []  # guarded by cond
+        self.outcome_ready = threading.Event()
+        self.stopping = threading.Event()
+        self.alive_at = time.monotonic()  # start of the latest dispatcher iteration (liveness)
+        self._seq = 0
+
+    # -- called from the loop thread ------------------------------------------------------
+
+    def add(self, rows: list[ClaimedRow]) -> int:
+        """Set a timer for each row; returns the rows' bytes (``row_bytes``, summed)."""
+        advance = self.settings.timing_advance_ms / 1000
+        seq = self._seq
+        entries: list[Entry] = []
+        total = 0
+        for row in rows:
+            size = row_bytes(row.key, row.value, row.headers)
+            total += size
+            seq += 1
+            fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
+            entries.append((fire_at, seq, Timer(row, size)))
+        self._seq = seq
+        push = heapq.heappush
+        with self.cond:
+            timers = self.timers  # read under the lock: take_unfired swaps the list
+            for entry in entries:
+                push(timers, entry)
+            self.cond.notify()
+        return total
+
+    def held(self) -> int:
+        with self.cond:
+            return len(self.timers) + self.in_flight + len(self.delivered) + len(self.failed)
+
+    def take_outcomes(
+        self,
+    ) -> tuple[list[Timer], list[tuple[Timer, KafkaError | None]], list[Timer]]:
+        with self.cond:
+            delivered, self.delivered = self.delivered, []
+            failed, self.failed = self.failed, []
+            expired, self.expired = self.expired, []
+            self.outcome_ready.clear()
+        return delivered, failed, expired
+
+    def take_unfired(self) -> list[Timer]:
+        with self.cond:
+            unfired, self.timers = self.timers, []
+        return [timer for _, _, timer in unfired]
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.cond:
+            self.cond.notify()
+
+    # -- the dispatcher thread ------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.alive_at = time.monotonic()
+            self.fire_due()
+            self.publisher.poll(0)
+            with self.cond:
+                if self.stopping.is_set():
+                    break
+                wait = 0.05
+                if self.timers:
+                    wait = min(wait, self.timers[0][0] - self.monotonic())
+                if self.in_flight:
+                    wait = min(wait, 0.005)  # serve delivery reports promptly
+                if wait > 0:
+                    self.cond.wait(wait)
+
+    def fire_due(self) -> None:
+        now = self.monotonic()
+        if not self.leadership.may_fire(now):
+            return  # past this node's lease: fire nothing (the loop gives the timers back)
+        due: list[Timer] = []
+        pop = heapq.heappop
+        with self.cond:
+            timers = self.timers  # read under the lock: take_unfired swaps the list
+            while timers and timers[0][0] <= now:
+                due.append(pop(timers)[2])
+        if not due:
+            return
+        hold, produce = self.hold, self._produce
+        for timer in due:
+            if now - timer.row.claimed_monotonic >= hold:
+                # Held past the hold time (e.g. this process was paused): a peer may already
+                # have taken it over, so give it back (fenced) rather than fire it twice.
+                with self.cond:
+                    self.expired.append(timer)
+                continue
+            produce(timer)
+        fault_point("after_produce")
+
+    def drain(self, timeout: float) -> None:
+        """Wait (on the caller's thread) for outstanding delivery reports."""
+        deadline = self.monotonic() + timeout
+        while self.in_flight and self.monotonic() < deadline:
+            self.publisher.poll(0.05)
+
+    def _produce(self, timer: Timer) -> None:
+        row = timer.row
+        topic = row.target_topic or self.output_topic
+        headers = row.headers
+        # A row never refused (nearly every row) is never dead-lettered: max_publish_attempts
+        # is at least 1, so the policy is asked only about rows refused before.
+        if row.attempts and should_dead_letter(row.attempts, self.settings):
+            # The broker refused it max_publish_attempts times: dead-letter it with the reason.
+            reason = (
+                f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
+            )
+            headers = list(row.headers) + [
+                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
+                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
+            ]
+            topic = self.settings.dead_letter_topic
+            timer.dead_letter = True
+        # Lateness on the database clock, as the timers are: the time since the claim result
+        # arrived minus the time that was left until the deadline then (never this node's wall
+        # clock, which may be off), taken when the record is handed to the producer (the
+        # record's timestamp), counted by the firing loop once its delivery is confirmed.
+        timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
+        self.in_flight += 1
+        self.publisher.produce(topic, row.key, row.value, headers, partial(self._report, timer))
+
+    def _report(self, timer: Timer, err: KafkaError | None) -> None:
+        """A delivery report (served by the publisher's poll, on the thread that polls)."""
+        self.in_flight -= 1
+        with self.cond:
+            if err is None:
+                self.delivered.append(timer)
+            else:
+                self.failed.append((timer, err))
+        if not self.outcome_ready.is_set():  # set() takes a lock: once per batch of reports
+            self.outcome_ready.set()
+        if err is None and timer.dead_letter:
+            row = timer.row
+            metrics.DEAD_LETTERED.labels("publish_failed").inc()
+            log.error(
+                "message %s dead-lettered after %d failed publishes",
+                row.id,
+                row.attempts,
+                extra={"event": "dead_lettered", "reason": "publish_failed"},
+            )

@@ -1,0 +1,1 @@
+"""Consume-and-enqueue: the intake loop, its process and child, the header quarantine, actions."""

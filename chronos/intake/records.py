@@ -1,0 +1,93 @@
+"""What intake publishes itself (lapsed messages, dead letters) and the consumed batches waiting
+for those publishes to be confirmed (chronos.intake.loop)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from chronos.protocol import Headers
+
+
+@dataclass(slots=True)
+class Pending:
+    """A record to publish (directly, or to the dead-letter topic) and its delivery state."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    kind: str  # "direct" | "dead_letter:<reason>"
+    error: KafkaError | None = None
+    done: bool = False
+    refusals: int = 0  # permanent refusals so far
+    source: str = ""  # topic/partition/offset of the input record
+
+
+@dataclass(slots=True)
+class Unsettled:
+    """A consumed batch whose publishes are not all confirmed: its offsets wait."""
+
+    pending: list[Pending]
+    offsets: dict[tuple[str, int], int]
+    produced_at: float  # monotonic
+    give_up_at: float  # monotonic: dead letters refused past this are parked
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A consumed batch parsed and checked, before its enqueue statement: the messages to
+    store (folded: one per id, with their sources), what it already has to publish (dead
+    letters of malformed records), its offsets and counts; ``statement``: the enqueue
+    statement under way for it, if any (its outcomes, one per message, or None if stopped)."""
+
+    folded: Any  # Folded[tuple[Message, Headers | None]]
+    pending: list[Pending]
+    offsets: dict[tuple[str, int], int]
+    consumed: int
+    duplicates: int
+    statement: Future[Any] | None = field(default=None)
+
+
+REDUCED_HEADER_LIMIT = 1024  # bytes of one header value kept in a reduced dead letter
+REDUCED_HEADERS_TOTAL = 16 * 1024
+
+
+def reduced(item: Pending, topic: str) -> Pending:
+    """A dead letter that always fits: small headers kept (the reason and the source among
+    them), the value, a large key and large headers replaced by their sizes."""
+    kept: Headers = []
+    total = 0
+    dropped = 0
+    for name, value in item.headers:
+        size = len(name) + len(value or b"")
+        small = value is None or len(value) <= REDUCED_HEADER_LIMIT
+        if name.startswith("chronosDeadLetter") or (
+            small and total + size <= REDUCED_HEADERS_TOTAL
+        ):
+            kept.append((name, value))
+            total += size
+        else:
+            dropped += 1
+    key = item.key if item.key is None or len(item.key) <= REDUCED_HEADER_LIMIT else None
+    sizes = (
+        f"value {len(item.value) if item.value is not None else 'null'} bytes, "
+        f"key {len(item.key) if item.key is not None else 'null'} bytes, "
+        f"{dropped} headers left out"
+    )
+    kept.append(("chronosDeadLetterReduced", sizes.encode()))
+    return Pending(
+        topic, key, None, kept, "dead_letter_reduced:publish_refused", source=item.source
+    )
+
+
+def reporter(item: Pending) -> Callable[[KafkaError | None], None]:
+    def report(err: KafkaError | None) -> None:
+        item.error = err
+        item.done = True
+
+    return report

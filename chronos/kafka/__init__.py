@@ -1,0 +1,33 @@
+"""Kafka: client configuration and construction, the publisher, consumer lag."""
+
+from __future__ import annotations
+
+from chronos.kafka.clients import (
+    DeliveryCallback,
+    KafkaPublisher,
+    Publisher,
+    check_access,
+    check_topics,
+    consumer_config,
+    failover_config,
+    is_permanent,
+    make_consumer,
+    make_publisher,
+    missing_operation,
+    producer_config,
+)
+
+__all__ = [
+    "DeliveryCallback",
+    "KafkaPublisher",
+    "Publisher",
+    "check_access",
+    "check_topics",
+    "consumer_config",
+    "failover_config",
+    "is_permanent",
+    "make_consumer",
+    "make_publisher",
+    "missing_operation",
+    "producer_config",
+]

@@ -1,0 +1,1 @@
+"""A node: the supervisor of its loops, its HTTP server and the operator's console."""

@@ -1,0 +1,328 @@
+"""The node's HTTP server: liveness, readiness and Prometheus metrics (admin API:
+chronos.admin.api).
+
+GET /health/live   200 while every loop thread runs and each made progress within the
+                   liveness timeout (a loop stuck in a statement fails it)
+GET /health/ready  200 while the loops run, Postgres answers and the broker answers (failures
+                   show a short category; the detail goes to the log, never to the client)
+
+The server is bounded: a fixed pool of worker threads serves the connections, a few more wait
+in a short queue and any beyond it are closed at once; each connection gets a socket timeout
+and a total deadline, so idle or trickling clients cannot exhaust the node.
+GET /metrics       Prometheus text format
+GET /console       the operator's console (chronos/node/console/index.html: static HTML and JS that
+                   call the admin API with a token entered in the page)
+/admin/v1/...      the admin API (off unless CHRONOS_ADMIN_TOKEN is set), see chronos.admin.api
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+from functools import cache
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from importlib import resources
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.registry import Collector
+
+from chronos.admin.api import admin_routes
+from chronos.config.settings import Settings
+from chronos.store import Store
+
+log = logging.getLogger(__name__)
+
+READY_CACHE_SECONDS = 1.0
+HTTP_WORKERS = 8  # connections served at once
+HTTP_BACKLOG = 32  # accepted connections waiting for a worker; more are closed at once
+HTTP_IDLE_TIMEOUT = 5.0  # seconds a connection may send nothing
+HTTP_REQUEST_DEADLINE = 15.0  # seconds a connection may take in all
+
+
+class Health:
+    """Readiness checks, cached briefly so probes never hammer Postgres or the broker."""
+
+    def __init__(self, settings: Settings, state: Any, store: Store):
+        self.settings = settings
+        self.state = state
+        self.store = store
+        self._lock = threading.Lock()
+        self._checked_at = 0.0
+        self._result: tuple[bool, dict[str, str]] = (False, {})
+
+    def live(self) -> tuple[bool, dict[str, str]]:
+        if not self.state.loops_alive():
+            return False, {"loops": "stopped", "node": self.state.node_id}
+        stalled = self.state.stalled_loops()
+        if stalled:
+            return False, {"loops": "stalled: " + ", ".join(stalled), "node": self.state.node_id}
+        return True, {"loops": "running", "node": self.state.node_id}
+
+    def ready(self) -> tuple[bool, dict[str, str]]:
+        with self._lock:
+            if time.monotonic() - self._checked_at < READY_CACHE_SECONDS:
+                return self._result
+            checks: dict[str, str] = {"node": self.state.node_id}
+            ok = True
+            if self.state.stopping:
+                ok, checks["node_state"] = False, "stopping"
+            if not self.state.loops_alive():
+                ok, checks["loops"] = False, "stopped"
+            try:
+                self.store.ping()
+                checks["postgres"] = "ok"
+            except Exception as exc:
+                # The driver's text names the host, the user, sometimes part of a password:
+                # the log gets it, the unauthenticated probe gets a category.
+                log.warning(
+                    "readiness: Postgres check failed: %s", exc, extra={"event": "not_ready"}
+                )
+                ok, checks["postgres"] = False, "unavailable"
+            broker_ok, detail = broker_reachable(self.settings)
+            checks["kafka"] = detail
+            ok = ok and broker_ok
+            self._result = (ok, checks)
+            self._checked_at = time.monotonic()
+            return self._result
+
+
+def broker_reachable(settings: Settings) -> tuple[bool, str]:
+    from confluent_kafka.admin import AdminClient
+
+    from chronos.kafka import producer_config
+
+    try:
+        conf = {
+            k: v
+            for k, v in producer_config(settings, "health").items()
+            if not k.startswith(
+                (
+                    "enable.idempotence",
+                    "acks",
+                    "delivery",
+                    "partitioner",
+                    "linger",
+                    "batch",
+                    "queue",
+                    "request",
+                )
+            )
+        }
+        metadata = AdminClient(conf).list_topics(topic=settings.output_topic, timeout=2)
+        topic = metadata.topics.get(settings.output_topic)
+        if topic is None or topic.error is not None:
+            return False, "output topic missing"
+        return True, "ok"
+    except Exception as exc:
+        log.warning("readiness: Kafka check failed: %s", exc, extra={"event": "not_ready"})
+        return False, "unavailable"
+
+
+Route = Any  # (handler, method, path, query) -> (status, content_type, body[, headers]) | None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ChronosHTTPServer
+    timeout = HTTP_IDLE_TIMEOUT  # socket timeout of each connection (StreamRequestHandler)
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http: " + format, *args)
+
+    def _send(
+        self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if status != 204:
+            self.wfile.write(body)
+
+    def _dispatch(self, method: str) -> None:
+        path, _, query = self.path.partition("?")
+        try:
+            for handler in self.server.routes:
+                result = handler(self, method, path, query)
+                if result is not None:
+                    self._send(*result)
+                    return
+            self._send(404, "application/json", b'{"error": "not found"}')
+        except Exception:
+            log.exception("http handler failed for %s %s", method, path)
+            self._send(500, "application/json", b'{"error": "internal error"}')
+        finally:
+            # Close the worker's database connection (if it opened one): the admin API is
+            # rarely used, and an idle connection per worker would count against Postgres.
+            release = getattr(self.server.store, "release_thread_connection", None)
+            if release is not None:
+                release()
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _other(self) -> None:
+        self._dispatch(self.command)  # routes answer 405 (or 404) for methods they do not serve
+
+    do_PUT = do_PATCH = do_OPTIONS = do_TRACE = do_QUERY = _other
+
+
+class ChronosHTTPServer(HTTPServer):
+    """An HTTP server with a bounded pool of workers (see the module docstring)."""
+
+    routes: list[Route]
+    store: Store | None = None
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        workers: int = HTTP_WORKERS,
+        backlog: int = HTTP_BACKLOG,
+        idle_timeout: float = HTTP_IDLE_TIMEOUT,
+        deadline: float = HTTP_REQUEST_DEADLINE,
+    ):
+        # Set before binding: a bind that fails closes the server (server_close) at once.
+        self.idle_timeout = idle_timeout
+        self.deadline = deadline
+        self._waiting: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue(backlog)
+        self._serving: dict[socket.socket, float] = {}  # connection -> deadline (monotonic)
+        self._serving_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._workers: list[threading.Thread] = []
+        super().__init__(address, handler)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"chronos-http-{n}", daemon=True)
+            for n in range(workers)
+        ]
+        for worker in self._workers:
+            worker.start()
+        self._reaper = threading.Thread(target=self._reap, name="chronos-http-reaper", daemon=True)
+        self._reaper.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            self._waiting.put_nowait((request, client_address))
+        except queue.Full:
+            log.debug("http: every worker busy; closing a connection from %s", client_address)
+            self.shutdown_request(request)
+
+    def _work(self) -> None:
+        while True:
+            item = self._waiting.get()
+            if item is None:
+                return
+            request, client_address = item
+            with self._serving_lock:
+                self._serving[request] = time.monotonic() + self.deadline
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                with self._serving_lock:
+                    self._serving.pop(request, None)
+                self.shutdown_request(request)
+
+    def _reap(self) -> None:
+        """Cut connections past their deadline (a client trickling bytes to hold a worker)."""
+        while not self._closed.wait(0.5):
+            now = time.monotonic()
+            with self._serving_lock:
+                late = [conn for conn, deadline in self._serving.items() if deadline < now]
+            for conn in late:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)  # the worker's blocked read returns
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._closed.set()
+        for _ in self._workers:
+            try:
+                self._waiting.put_nowait(None)
+            except queue.Full:
+                break
+
+
+def json_response(status: int, payload: Any) -> tuple[int, str, bytes]:
+    return status, "application/json", json.dumps(payload, default=str).encode()
+
+
+# The console is self-contained: no script, style or image from anywhere but the page itself,
+# and it talks only to this node (the admin API and /metrics).
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@cache
+def console_page() -> bytes:
+    return resources.files("chronos.node").joinpath("console/index.html").read_bytes()
+
+
+def core_routes(health: Health, registry: Collector = REGISTRY) -> Route:
+    def route(
+        _h: _Handler, method: str, path: str, _q: str
+    ) -> tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]] | None:
+        if method != "GET":
+            return None
+        if path == "/health/live":
+            ok, detail = health.live()
+            return json_response(200 if ok else 503, detail)
+        if path == "/health/ready":
+            ok, detail = health.ready()
+            return json_response(200 if ok else 503, detail)
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+        if path in ("/console", "/console/"):
+            return 200, "text/html; charset=utf-8", console_page(), CONSOLE_HEADERS
+        return None
+
+    return route
+
+
+def start_http_server(
+    settings: Settings, state: Any, store: Store, *, registry: Collector = REGISTRY, **limits: Any
+) -> ChronosHTTPServer:
+    """Serve on a thread; ``registry`` is what /metrics serves; ``limits`` override the pool's
+    (workers, backlog, idle_timeout, deadline)."""
+    server = ChronosHTTPServer((settings.http_host, settings.http_port), _Handler, **limits)
+    server.store = store
+    server.routes = [
+        core_routes(Health(settings, state, store), registry),
+        admin_routes(settings, store),
+    ]
+    thread = threading.Thread(target=server.serve_forever, name="chronos-http", daemon=True)
+    thread.start()
+    log.info(
+        "http server on %s:%d",
+        settings.http_host,
+        server.server_address[1],
+        extra={"event": "http_started"},
+    )
+    return server

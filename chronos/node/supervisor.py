@@ -1,0 +1,269 @@
+"""A Chronos node: starts, supervises and stops the three loops; signals; graceful drain.
+
+The loops share only the Store, their publishers and the settings. Firing and recovery are
+threads of this process; intake runs in a child process of its own (``chronos.intake.process``:
+consuming never holds the interpreter lock the firing timers wait for), or as a thread when
+``CHRONOS_INTAKE_PROCESS=thread`` or when a test injects a store, publishers or a consumer.
+
+If one loop dies unexpectedly (the intake process included) the node stops the others and exits
+non-zero (the orchestrator restarts it); on SIGTERM/SIGINT it stops consuming (intake commits its
+offsets) and claiming, gives back the rows it has not fired, waits for delivery reports, deletes
+what was delivered, and exits 0 within the shutdown timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import FrameType
+from typing import Any
+
+from chronos import __version__, kafka
+from chronos.cluster.leadership import Leadership
+from chronos.cluster.monitor import Monitor
+from chronos.cluster.recovery import RecoveryLoop
+from chronos.config.settings import Settings
+from chronos.errors import ConfigError
+from chronos.firing.loop import FiringLoop
+from chronos.intake.loop import IntakeLoop
+from chronos.intake.process import IntakeProcess
+from chronos.observability import metrics
+from chronos.observability.relay import MergedRegistry, expose_process
+from chronos.runtime.loop import Loop
+from chronos.store import PostgresStore, Store
+
+log = logging.getLogger(__name__)
+
+SWITCH_INTERVAL = 0.001
+
+
+@dataclass
+class NodeState:
+    """What the HTTP endpoints may read about the node."""
+
+    node_id: str
+    started_at: float = field(default_factory=time.time)
+    stopping: bool = False
+    loops: dict[str, tuple[Loop, threading.Thread]] = field(default_factory=dict)
+    liveness_timeout_s: float = 30.0
+    # What /metrics serves: this process's metrics and the intake process's.
+    registry: MergedRegistry = field(default_factory=MergedRegistry)
+
+    def loops_alive(self) -> bool:
+        return bool(self.loops) and all(t.is_alive() for _, t in self.loops.values())
+
+    def stalled_loops(self) -> list[str]:
+        """Loops that made no progress within the liveness timeout (stuck in one call)."""
+        now = time.monotonic()
+        return [
+            name
+            for name, (loop, _) in self.loops.items()
+            if now - loop.progress_at() > self.liveness_timeout_s
+        ]
+
+
+class Node:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None = None,
+        publisher_factory: Callable[[str], kafka.Publisher] | None = None,
+        consumer_factory: Callable[..., Any] | None = None,
+    ):
+        self.settings = settings
+        self.separate_intake = settings.intake_process == "separate" and (
+            store is None and publisher_factory is None and consumer_factory is None
+        )
+        self.store = (
+            store
+            if store is not None
+            else PostgresStore(
+                settings.database_url.reveal(),
+                application_name=f"chronos-{settings.node_id[:8]}",
+                statement_timeout_ms=settings.effective_statement_timeout_ms,
+                tcp_timeout_ms=settings.database_tcp_timeout_ms,
+                synchronous_commit=settings.database_synchronous_commit,
+            )
+        )
+        if isinstance(self.store, PostgresStore):
+            metrics.RUNNING_STATEMENT_AGE.set_function(self.store.longest_running_s)
+        self._publisher_factory = publisher_factory or (
+            lambda purpose: kafka.make_publisher(settings, purpose)
+        )
+        self._consumer_factory = consumer_factory or (
+            lambda **cb: kafka.make_consumer(settings, **cb)
+        )
+        self.state = NodeState(
+            settings.node_id, liveness_timeout_s=settings.liveness_timeout_ms / 1000
+        )
+        self._stop = threading.Event()
+        self._failed: list[str] = []
+        self.http: Any = None
+        # The lease and the election: renewed by the monitor, read by firing and recovery.
+        self.leadership = Leadership(settings.node_id, settings.liveness_window_ms)
+        self.monitor = Monitor(settings, self.store, self.leadership)  # heartbeat, election
+        self.claims_since: datetime | None = None  # set by start(): this process's claim fence
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def build_loops(self) -> list[Loop]:
+        intake: Loop = (
+            IntakeProcess(self.settings, self.state.registry)
+            if self.separate_intake
+            else IntakeLoop(
+                self.settings,
+                self.store,
+                self._publisher_factory("intake"),
+                self._consumer_factory,
+            )
+        )
+        return [
+            intake,
+            FiringLoop(
+                self.settings,
+                self.store,
+                self._publisher_factory("firing"),
+                self.leadership,
+                claims_since=self.claims_since,
+            ),
+            RecoveryLoop(
+                self.settings, self.store, self.leadership, claims_since=self.claims_since
+            ),
+        ]
+
+    def start(self) -> None:
+        # Hand the GIL over sooner (default 5 ms): the dispatcher's timers wait for it, behind
+        # the claim loop's decoding (and intake's batches when intake is a thread).
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        log.info(
+            "chronos node %s starting (input %s -> output %s, advance %d ms, hold %d ms)",
+            self.settings.node_id,
+            self.settings.input_topic,
+            self.settings.output_topic,
+            self.settings.timing_advance_ms,
+            self.settings.hold_time_ms,
+            extra={"event": "node_starting", "node": self.settings.node_id},
+        )
+        if self.settings.http_port:
+            self.http = self._listen()  # first: a port in use must stop start-up, not a node
+        self.register()
+        for loop in self.build_loops():
+            thread = threading.Thread(
+                target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
+            )
+            self.state.loops[loop.name] = (loop, thread)
+        for _, thread in self.state.loops.values():
+            thread.start()
+        self.monitor.start()
+        log.info(
+            "chronos node %s started",
+            self.settings.node_id,
+            extra={"event": "node_started", "node": self.settings.node_id},
+        )
+
+    def _listen(self) -> Any:
+        from chronos.node.http import start_http_server
+
+        try:
+            return start_http_server(
+                self.settings, self.state, self.store, registry=self.state.registry
+            )
+        except OSError as exc:
+            where = f"{self.settings.http_host}:{self.settings.http_port}"
+            raise ConfigError(
+                f"CHRONOS_HTTP_PORT / --http-port: cannot listen on {where} ({exc.strerror or exc})"
+                "; another process (a second node on this host?) may be using the port: choose "
+                "another one with CHRONOS_HTTP_PORT, or 0 to run without the HTTP server "
+                "(CHRONOS_HTTP_HOST chooses the address)"
+            ) from None
+
+    def register(self) -> None:
+        """Take the node id in chronos_nodes, refusing it while a live node holds it (two
+        processes sharing an id would release and fence each other's claims)."""
+        sent_at = self.leadership.monotonic()
+        self.claims_since = self.store.register_node(
+            self.settings.node_id,
+            self.settings.liveness_window_ms / 1000,
+            hostname=self.monitor.hostname,
+            version=__version__,
+        )
+        if self.claims_since is None:
+            raise ConfigError(
+                f"node id {self.settings.node_id} is held by a live node (heartbeat within "
+                f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
+                "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
+            )
+        self.leadership.renew(sent_at)  # registering is this node's first heartbeat
+
+    def _run_loop(self, loop: Loop) -> None:
+        try:
+            loop.run()
+        except BaseException:
+            log.exception("loop %s died", loop.name, extra={"event": "loop_died"})
+            self._failed.append(loop.name)
+        finally:
+            if not loop.stopping.is_set():  # it ended without being asked to
+                if loop.name not in self._failed:
+                    self._failed.append(loop.name)
+                self._stop.set()
+
+    def request_stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def wait(self) -> int:
+        """Block until a stop is requested or a loop dies; then shut down. Returns exit code."""
+        while not self._stop.wait(0.5):
+            pass
+        return self.shutdown()
+
+    def shutdown(self) -> int:
+        self.state.stopping = True
+        log.info(
+            "chronos node %s stopping", self.settings.node_id, extra={"event": "node_stopping"}
+        )
+        deadline = time.monotonic() + self.settings.shutdown_timeout_ms / 1000
+        self.monitor.stop()  # leave the live nodes first (deletes this node's heartbeat row)
+        # Intake first (no new direct publishes), then firing (drains), then recovery.
+        for name in ("intake", "firing", "recovery"):
+            if name not in self.state.loops:
+                continue
+            loop, thread = self.state.loops[name]
+            loop.stop()
+            thread.join(max(0.1, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.error("loop %s did not stop within the shutdown timeout", name)
+                self._failed.append(name)
+        if self.http is not None:
+            self.http.shutdown()
+        self.store.close()
+        if self._failed:
+            log.error(
+                "chronos node %s stopped after failure of %s",
+                self.settings.node_id,
+                ", ".join(sorted(set(self._failed))),
+            )
+            return 1
+        log.info("chronos node %s stopped", self.settings.node_id, extra={"event": "node_stopped"})
+        return 0
+
+
+def run_node(settings: Settings) -> int:
+    """``chronos run``: check topics, start the node, handle signals, drain, exit."""
+    kafka.check_topics(settings)
+    node = Node(settings)
+    expose_process("node")
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        node.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    node.start()
+    return node.wait()

@@ -1,0 +1,1 @@
+"""Metrics, batch histograms, the intake process's metrics relay, tenant labels, logging."""

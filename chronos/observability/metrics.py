@@ -1,0 +1,206 @@
+"""Prometheus metrics (``chronos_`` prefix, Prometheus naming conventions)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from chronos.observability.histogram import BatchHistogram
+
+CONSUMED = Counter("chronos_consumed_messages_total", "Records consumed from the input topic")
+ENQUEUED = Counter("chronos_enqueued_messages_total", "Messages inserted into the table")
+PUBLISHED_DIRECTLY = Counter(
+    "chronos_published_directly_messages_total",
+    "Messages whose deadline had lapsed on arrival, published without enqueueing",
+)
+FIRED = Counter(
+    "chronos_fired_messages_total", "Messages fired (delivery confirmed) from the table"
+)
+DEAD_LETTERED = Counter(
+    "chronos_dead_lettered_messages_total", "Records sent to the dead-letter topic", ["reason"]
+)
+DROPPED = Counter(
+    "chronos_dropped_messages_total",
+    "Malformed records dropped because the dead-letter topic is disabled",
+    ["reason"],
+)
+DUPLICATES = Counter(
+    "chronos_duplicate_messages_total", "Records ignored because their id was already scheduled"
+)
+ACTIONS = Counter(
+    "chronos_actions_total",
+    "Reschedules and cancels (chronosAction), and schedules dropped by a cancel, by outcome",
+    ["action", "outcome"],
+)
+SUSPECTED_FAILURES = Counter(
+    "chronos_suspected_failures_total",
+    "Claimed messages reset because their node's heartbeat lapsed or their claim outlived the "
+    "hold time",
+)
+PUBLISH_ERRORS = Counter("chronos_publish_errors_total", "Failed delivery reports", ["topic_kind"])
+DATABASE_ERRORS = Counter(
+    "chronos_database_errors_total", "Failed database statements", ["operation"]
+)
+QUARANTINED = Counter(
+    "chronos_quarantined_records_total",
+    "Input records whose headers the Kafka client cannot read (found by the header probe)",
+)
+HEADER_PROBE_DURATION = Histogram(
+    "chronos_header_probe_seconds",
+    "Time to read a consumed batch's headers in a sacrificial child process",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10),
+)
+PARKED_INPUT = Counter(
+    "chronos_parked_input_records_total",
+    "Input records skipped because the dead-letter topic refused them for longer than "
+    "dead_letter_timeout_ms (each is logged with its topic/partition/offset)",
+)
+FENCED_DELETES = Counter(
+    "chronos_fenced_deletes_total",
+    "Fired messages whose row was no longer claimed by this node at delete time",
+)
+LATENESS_BUCKETS = (
+    -0.1,
+    -0.05,
+    -0.025,
+    -0.01,
+    -0.005,
+    0,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+# Observed once per batch of delivered messages (chronos.observability.histogram): the same family
+# as a prometheus_client Histogram, at a fraction of the cost per message.
+LATENESS = BatchHistogram(
+    "chronos_fire_lateness_seconds",
+    "Fire time minus deadline (negative: fired within the timing advance)",
+    buckets=LATENESS_BUCKETS,
+)
+BATCH_SIZE = Histogram(
+    "chronos_batch_size_messages",
+    "Messages per batch",
+    ["operation"],
+    buckets=(1, 5, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000),
+)
+STATEMENT_DURATION = Histogram(
+    "chronos_statement_duration_seconds",
+    "Latency of database statements",
+    ["statement"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+IN_FLIGHT = Gauge(
+    "chronos_in_flight_messages", "Messages this node holds claimed, waiting to fire or confirm"
+)
+
+
+# -- backlog and lag gauges (chronos.cluster.monitor, chronos.kafka.consumer_lag) -------------
+# Cluster-wide values measured from the shared table: every node reports the same numbers, so
+# aggregate them with max(), not sum(). Refreshed every few seconds from indexes and the
+# planner's estimate, never by a table scan (see the ``backlog`` query).
+WAITING = Gauge(
+    "chronos_waiting_messages",
+    "Rows waiting to be claimed (exact below 100k rows, above that the planner's estimate)",
+)
+CLAIMED = Gauge("chronos_claimed_messages", "Rows claimed by some node, waiting to fire or confirm")
+PARKED = Gauge(
+    "chronos_parked_messages",
+    "Rows whose publish failed so often that they are never claimed again (capped at 10000)",
+)
+OVERDUE = Gauge(
+    "chronos_overdue_messages",
+    "Waiting rows past their deadline and not yet claimed (capped at 10000)",
+)
+OLDEST_OVERDUE = Gauge(
+    "chronos_oldest_overdue_message_age_seconds",
+    "Now minus the deadline of the oldest overdue unclaimed row (0 when none is overdue)",
+)
+BACKLOG_EXACT = Gauge(
+    "chronos_backlog_exact",
+    "1 when chronos_waiting_messages is an exact count, 0 when it is an estimate",
+)
+BACKLOG_UPDATED = Gauge(
+    "chronos_backlog_last_success_timestamp_seconds",
+    "When the backlog gauges were last refreshed successfully (Unix time)",
+)
+LEADER = Gauge(
+    "chronos_leader",
+    "1 on the leader (lowest live node id: it runs the failure detection and the backlog "
+    "statistics), 0 elsewhere",
+)
+HEARTBEAT_UPDATED = Gauge(
+    "chronos_heartbeat_last_success_timestamp_seconds",
+    "When this node last wrote its heartbeat row successfully (Unix time)",
+)
+# Per node: the lag of the input-topic partitions assigned to this node (librdkafka statistics);
+# sum() over nodes is the consumer group's lag.
+CONSUMER_LAG = Gauge(
+    "chronos_consumer_lag_messages",
+    "Records of the input topic not yet consumed by this node, summed over its partitions",
+)
+CONSUMER_PARTITION_LAG = Gauge(
+    "chronos_consumer_partition_lag_messages",
+    "Records of one input-topic partition not yet consumed by this node",
+    ["topic", "partition"],
+)
+
+ASSIGNED_PARTITIONS = Gauge(
+    "chronos_assigned_partitions",
+    "Input-topic partitions assigned to this node's consumer (0 until the group join completes)",
+)
+ASSIGNED_PARTITION = Gauge(
+    "chronos_assigned_partition",
+    "1 for each input-topic partition assigned to this node's consumer (the series goes away "
+    "when the partition is revoked)",
+    ["topic", "partition"],
+)
+SLOW_STATEMENTS = Counter(
+    "chronos_slow_statements_total",
+    "Database statements that ran longer than the slow-statement threshold (1 s)",
+    ["statement"],
+)
+DEADLOCK_RETRIES = Counter(
+    "chronos_deadlock_retries_total",
+    "Statements Postgres aborted to break a deadlock, run again",
+    ["statement"],
+)
+RUNNING_STATEMENT_AGE = Gauge(
+    "chronos_running_statement_age_seconds",
+    "Age of the oldest database statement this node is running now (0: none)",
+)
+
+# -- per tenant (chronos.observability.tenants bounds the labels: the busiest, then _other) ---
+TENANT_FIRED = Counter(
+    "chronos_tenant_fired_messages_total",
+    "Messages fired (delivered and deleted) by tenant: the busiest tenants by name, the others "
+    "under _other",
+    ["tenant"],
+)
+TENANT_LATENESS = BatchHistogram(
+    "chronos_tenant_fire_lateness_seconds",
+    "Fire time minus deadline by tenant (the busiest tenants by name, the others under _other)",
+    ["tenant"],
+    buckets=LATENESS_BUCKETS,
+)
+TENANT_OVERDUE = Gauge(
+    "chronos_tenant_overdue_messages",
+    "Waiting rows past their deadline, for the tenants with the most (leader only; capped at "
+    "10000 per tenant)",
+    ["tenant"],
+)
+TENANT_OLDEST_OVERDUE = Gauge(
+    "chronos_tenant_oldest_overdue_message_age_seconds",
+    "Now minus the deadline of the tenant's oldest overdue unclaimed row, for the tenants with "
+    "the most overdue rows (leader only)",
+    ["tenant"],
+)

@@ -1,0 +1,1 @@
+"""Loop plumbing shared by the loops: stoppable loops and fault points."""

@@ -1,0 +1,173 @@
+"""The single source of the schema: SQLAlchemy Core metadata (alembic's target metadata).
+
+Keys, values and header values are arbitrary bytes and round-trip byte-exact: key and value are
+``bytea`` (NULL stays NULL: a tombstone stays a tombstone); headers are a JSON array of
+single-entry objects ``[{"name": "<base64 value>" | null}, ...]`` preserving order and repeats.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Index,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+messages = Table(
+    "chronos_messages",
+    metadata,
+    Column(
+        "id", String(128), primary_key=True, comment="chronosMessageId: unique among waiting/ready"
+    ),
+    Column("deadline", DateTime(timezone=True), nullable=False, comment="when the message is due"),
+    Column("readied_at", DateTime(timezone=True), nullable=True, comment="claim time (DB clock)"),
+    Column("readied_by", UUID(as_uuid=False), nullable=True, comment="node that claimed it"),
+    Column(
+        "message_key", LargeBinary, nullable=True, comment="original key, byte-exact; NULL kept"
+    ),
+    Column("message_value", LargeBinary, nullable=True, comment="original value; NULL = tombstone"),
+    Column("message_headers", JSONB, nullable=True, comment='[{"name": base64|null}, ...]'),
+    Column(
+        "attempts",
+        SmallInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="failed publish attempts so far",
+    ),
+    Column(
+        "last_error",
+        String(500),
+        nullable=True,
+        comment="the last publish error (shown in the dead-letter reason)",
+    ),
+    Column(
+        "target_topic",
+        String(249),
+        nullable=True,
+        comment="reserved: per-message output topic (NULL = the configured output topic)",
+    ),
+    Column(
+        "tenant",
+        String(128),
+        nullable=True,
+        server_default=text("''"),
+        comment="tenant for fair claiming under overload (empty: the default tenant; NULL: "
+        "written before tenants, claimed oldest first only)",
+    ),
+    Column(
+        "parked_at",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="when the row was parked (never claimed until requeued); NULL: not parked",
+    ),
+    Column(
+        "enqueued_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when the row was inserted (DB clock)",
+    ),
+)
+
+# "due and not readied": the claim query is an index range scan on deadline.
+Index(
+    "chronos_messages_due_idx",
+    messages.c.deadline,
+    postgresql_where=messages.c.readied_at.is_(None),
+)
+# "due, not readied and not parked": the index the claim walks, so parked rows (which stay in the
+# due index above, kept for the previous release's claim during a rolling upgrade) cost it nothing.
+Index(
+    "chronos_messages_ready_idx",
+    messages.c.deadline,
+    postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
+)
+# "due, not readied and not parked, by tenant": the fair claim's probes of one tenant's oldest
+# ready rows (chronos/store/sql/queries.sql, claim_due_fair). Its predicate is the ready index's,
+# written `coalesce(readied_at, parked_at) IS NULL` as the probes write it: the planner can prove
+# it from the probes only, so the probes never walk the deadline ready index (filtering on the
+# tenant) and the plain claim never walks this one, whatever the statistics.
+Index(
+    "chronos_messages_tenant_ready_idx",
+    messages.c.tenant,
+    messages.c.deadline,
+    postgresql_where=text("coalesce(readied_at, parked_at) IS NULL"),
+)
+# "readied longer than the hold time": the failure detector is an index range scan on readied_at.
+Index(
+    "chronos_messages_claimed_idx",
+    messages.c.readied_at,
+    postgresql_where=messages.c.readied_at.isnot(None),
+)
+# "claimed by this node process": release_node at shutdown (fenced by the process's start).
+Index(
+    "chronos_messages_claimed_by_idx",
+    messages.c.readied_by,
+    messages.c.readied_at,
+    postgresql_where=messages.c.readied_at.isnot(None),
+)
+# "failed at least once": rows a publish attempt failed for are rare, so the parked rows (attempts
+# at the park threshold, never claimed again) are counted and listed through this small index.
+Index(
+    "chronos_messages_failed_idx",
+    messages.c.deadline,
+    messages.c.id,
+    postgresql_where=messages.c.attempts > 0,
+)
+
+# One row per cancelled id, for CHRONOS_CANCEL_TTL_MS: a schedule of that id arriving later (another
+# partition, a producer retry, a replay) is dropped. Purged in batches by the enqueue statement.
+cancels = Table(
+    "chronos_cancels",
+    metadata,
+    Column("id", String(128), primary_key=True, comment="chronosMessageId of a cancel"),
+    Column(
+        "expires_at",
+        DateTime(timezone=True),
+        nullable=False,
+        comment="until when a schedule of this id is dropped (DB clock)",
+    ),
+)
+Index("chronos_cancels_expires_idx", cancels.c.expires_at)
+
+# One row per tenant ever named by a message (the default tenant '' from the start): the tenants
+# the fair claim visits in turn. Written by the enqueue statement for the tenants a node has not
+# written yet (ON CONFLICT DO NOTHING), so it stays as small as the number of tenants.
+tenants = Table(
+    "chronos_tenants",
+    metadata,
+    Column("tenant", String(128), primary_key=True, comment="a tenant ('': the default tenant)"),
+)
+
+# One row per running node, written by its heartbeat every second and deleted at graceful
+# shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).
+nodes = Table(
+    "chronos_nodes",
+    metadata,
+    Column("node_id", UUID(as_uuid=False), primary_key=True, comment="the node's UUID"),
+    Column(
+        "started_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when the node started",
+    ),
+    Column(
+        "heartbeat_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="the node's last heartbeat (DB clock)",
+    ),
+    Column("hostname", String(255), nullable=True, comment="host the node runs on"),
+    Column("version", String(64), nullable=True, comment="Chronos version of the node"),
+)

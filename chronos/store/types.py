@@ -1,0 +1,200 @@
+"""The Store interface (what the loops and the admin API may ask of a store) and the values it
+takes and returns. Implemented by ``chronos.store.PostgresStore`` and, for tests, by
+``chronos.testing.MemoryStore``; re-exported from ``chronos.store``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import NamedTuple, Protocol
+
+from chronos.protocol import Headers, ScheduledMessage
+from chronos.store.postgres_admin import (
+    Backlog,
+    CancelOutcome,
+    MessageRecord,
+    NodeRecord,
+    RequeueOutcome,
+    RescheduleOutcome,
+    TenantBacklogs,
+)
+
+
+class Outcome(Enum):
+    """What enqueueing did with one consumed message."""
+
+    INSERTED = "inserted"  # waiting in the table
+    DUPLICATE = "duplicate"  # its id is already waiting or ready: ignored
+    FIRE_NOW = "fire_now"  # deadline lapsed and id unknown: publish directly
+    DUE_DUPLICATE = "due_duplicate"  # deadline lapsed but id already waiting/ready: ignored
+    BLOCKED = "blocked"  # a schedule or reschedule of an id cancelled within the cancel TTL
+    RESCHEDULED = "rescheduled"  # reschedule: inserted, or the waiting row replaced
+    RESCHEDULE_CLAIMED = "reschedule_claimed"  # reschedule of a claimed (firing) row: unchanged
+    CANCELLED = "cancelled"  # cancel: the waiting row was deleted
+    CANCEL_CLAIMED = "cancel_claimed"  # cancel of a claimed (firing) row: not deleted
+    CANCEL_UNKNOWN = "cancel_unknown"  # cancel of an id not scheduled (the marker is kept)
+
+
+class ClaimedRow(NamedTuple):
+    """A claimed row as the firing loop needs it (a tuple: one cheap object per row)."""
+
+    id: str
+    deadline: float  # seconds since the epoch
+    readied_at: datetime
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    attempts: int
+    last_error: str | None
+    target_topic: str | None
+    remaining_ms: float  # deadline minus the database clock, as the claim statement finished
+    claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
+    tenant: str = ""  # the message's tenant ('' : the default tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class StuckRow:
+    id: str
+    readied_by: str
+    readied_at: datetime
+
+
+Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
+
+UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
+FAIR_TENANTS_PER_CLAIM = 500
+"""A fair claim visits at most this many known tenants (two index probes each), the next ones
+in name order after the previous fair claim's (a rotating window): with more tenants, each is
+visited every ``tenants / FAIR_TENANTS_PER_CLAIM`` claims (rounded up)."""
+KNOWN_TENANTS_MEMORY = 100_000  # tenants a store remembers having written (then it forgets all)
+
+
+def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """What a claimed row weighs in memory, as the firing loop's byte budget counts it."""
+    size = len(key or b"") + len(value or b"")
+    for name, v in headers:  # a loop, not sum() over a generator: half the cost per row
+        size += len(name) + len(v or b"")
+    return size
+
+
+DEFAULT_CANCEL_TTL_MS = 3_600_000
+
+
+class Store(Protocol):
+    def enqueue(
+        self,
+        messages: Sequence[ScheduledMessage],
+        advance_ms: int,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+    ) -> list[Outcome]: ...
+
+    def claim(
+        self,
+        node_id: str,
+        horizon_ms: int,
+        limit: int,
+        park_attempts: int,
+        *,
+        max_bytes: int = UNBOUNDED_BYTES,
+        first_always: bool = True,
+        fair: bool = False,
+        exclude_tenants: Sequence[str] = (),
+    ) -> list[ClaimedRow]: ...
+
+    def several_tenants(self) -> bool:
+        """More than one tenant is known (chronos_tenants): the claim-ahead budget is shared."""
+        ...
+
+    def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
+
+    def release(
+        self,
+        node_id: str,
+        claims: Sequence[Claim],
+        *,
+        failed: bool,
+        errors: Sequence[str] | None = None,
+        park_attempts: int | None = None,
+    ) -> dict[str, int]: ...
+
+    def release_node(self, node_id: str, since: datetime | None = None) -> int: ...
+
+    def park_exhausted(self, park_attempts: int) -> int: ...
+
+    def find_stuck(
+        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
+    ) -> list[StuckRow]: ...
+
+    def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]: ...
+
+    def ping(self) -> datetime: ...
+
+    def close(self) -> None: ...
+
+    # -- admin and monitoring (admin API, backlog gauges, heartbeats) ---------------------------
+
+    def backlog(
+        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
+    ) -> Backlog: ...
+
+    def tenant_backlog(
+        self, park_attempts: int, *, limit: int, count_limit: int = ..., max_tenants: int = ...
+    ) -> TenantBacklogs: ...
+
+    def get_message(
+        self, message_id: str, *, include_value: bool = False
+    ) -> MessageRecord | None: ...
+
+    def list_messages(
+        self,
+        *,
+        state: str | None,
+        park_attempts: int,
+        limit: int,
+        deadline_from: datetime | None = None,
+        deadline_to: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[MessageRecord]: ...
+
+    def cancel_message(self, message_id: str) -> CancelOutcome: ...
+
+    def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome: ...
+
+    def reschedule_message(
+        self,
+        message_id: str,
+        park_attempts: int,
+        *,
+        deadline: datetime | None = None,
+        delay_ms: int | None = None,
+    ) -> tuple[RescheduleOutcome, MessageRecord | None]: ...
+
+    def heartbeat(
+        self,
+        node_id: str,
+        *,
+        started_at: datetime | None = None,
+        hostname: str | None = None,
+        version: str | None = None,
+    ) -> None: ...
+
+    def register_node(
+        self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
+    ) -> datetime | None: ...
+
+    def remove_node(self, node_id: str) -> bool: ...
+
+    def expire_nodes(self, retain_s: float) -> int: ...
+
+    def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]: ...
+
+    # -- leadership (chronos.cluster.leadership; Postgres side in
+    # chronos.store.postgres_leadership) -------------
+
+    def elect_leader(self, window_ms: int) -> str | None: ...
+
+    def reset_lapsed_claims(
+        self, window_ms: int, node_id: str, limit: int
+    ) -> list[tuple[str, str]]: ...
