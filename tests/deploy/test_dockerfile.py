@@ -178,7 +178,7 @@ def health_server() -> Iterator[tuple[int, dict[str, int]]]:
     state = {"status": 200}
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             code = state["status"] if self.path == "/health/live" else 404
             self.send_response(code)
             self.end_headers()

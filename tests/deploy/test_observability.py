@@ -14,11 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from helm_support import CHART_DIR, KUBE_VERSIONS, lint, render, validate
 from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
 
 import chronos.observability.metrics  # noqa: F401 - registers every Chronos metric in REGISTRY
+from tests.deploy.helm_support import CHART_DIR, KUBE_VERSIONS, lint, render, validate
 from tests.support.services import unavailable
 
 DASHBOARD = CHART_DIR / "dashboards" / "chronos.json"

@@ -7,6 +7,7 @@ dead-letter topics; SIGTERM stops the node gracefully; bad settings stop start-u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ from chronos.protocol import (
 )
 from chronos.store import PostgresStore
 from tests.support import Topics
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -92,10 +94,8 @@ class NodeProcess:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
-            try:
+            with contextlib.suppress(ValueError):
                 self.events.append(json.loads(line))
-            except ValueError:
-                pass
 
     def wait_for_event(self, name: str, timeout: float) -> bool:
         limit = time.monotonic() + timeout
@@ -211,15 +211,6 @@ def all_rows(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM chronos_messages").fetchone()
     return int(row[0]) if row else 0
-
-
-def eventually(condition: Any, timeout: float = 15.0) -> bool:
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return bool(condition())
 
 
 # ------------------------------------------------------------------------------------ tests

@@ -18,7 +18,8 @@ from confluent_kafka import Producer
 from chronos.config.settings import Secret
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from tests.support import Topics
-from tests.support.cluster import REPO, Cluster, eventually
+from tests.support.cluster import REPO, Cluster
+from tests.support.polling import eventually
 from tests.support.services import unavailable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]

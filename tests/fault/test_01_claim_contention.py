@@ -16,7 +16,6 @@ import pytest
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
-    check,
     expectations,
     record_result,
     scheduled,
@@ -46,15 +45,7 @@ def test_ten_thousand_rows_due_at_once_on_three_nodes(
     )
     assert datetime.now(UTC) < due - timedelta(milliseconds=600), "enqueueing took too long"
 
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=90,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=90, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=10), (
         f"{cluster.table.count()} rows left ({cluster.table.claimed()} claimed)"
     )

@@ -34,7 +34,6 @@ import pytest
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
-    check,
     due_in,
     expectations,
     record_result,
@@ -80,15 +79,7 @@ def test_kill_at_step_boundary(
     )
     window = cluster.overrides["liveness_window_ms"]
 
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=60,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=60, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=15), (
         f"{cluster.table.count()} rows left, {cluster.table.claimed()} claimed"
     )

@@ -36,14 +36,14 @@ from chronos.store.sql import query
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
-    check,
     due_in,
     expectations,
     record_result,
     scheduled,
     send,
 )
-from tests.support.cluster import Cluster, NodeProcess, eventually
+from tests.support.cluster import Cluster, NodeProcess
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -93,15 +93,7 @@ def test_paused_node_with_a_real_peer(
     second = [due_in(1 + i / 100) for i in range(300)]
     send(kafka_bootstrap, topics.input, second)
     messages = first + second
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=60,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=60, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=15), cluster.table.count()
     fired_after = paused.metric("chronos_fired_messages_total") - fired_before
     takeover = [report.fired_at[t] / 1000 - paused_at for t in held if t in report.fired_at]
@@ -206,15 +198,7 @@ def test_late_delete_never_removes_a_row_a_peer_reclaimed(
         "WHERE readied_by = %s::uuid RETURNING id",
         (peer_id,),
     )
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=30,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=30, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=15), cluster.table.count()
     record_result(
         ScenarioResult.of(

@@ -10,7 +10,7 @@ database clock, every 50 ms.
 * **more than one batch**: 12,000 stuck rows (the sweep reads 5,000 at a time). Pass: all reset
   within one detection interval (+ ``SLACK_MS``) by one node.
 * **concurrent sweepers**: three nodes run, the leader among them sweeps the 12,000 stuck rows
-  (two leaders at once: ``tests/integration/test_leadership.py``). Pass: every row is
+  (two leaders at once: ``tests/integration/test_two_leaders.py``). Pass: every row is
   reset exactly once — one ``suspected failure`` log line per row across all nodes, and the
   nodes' ``chronos_suspected_failures_total`` add up to 12,000.
 * **interleaved compare-and-set** (deterministic, the node's own statements): two sweepers read
@@ -31,7 +31,8 @@ import pytest
 
 from chronos.store import PostgresStore
 from tests.support.checker import ScenarioResult, analyse, record_result
-from tests.support.cluster import Cluster, Table, eventually
+from tests.support.cluster import Cluster, Table
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,6 @@ from tests.support.checker import (
     Load,
     Report,
     ScenarioResult,
-    check,
     expectations,
     record_result,
 )
@@ -99,15 +98,7 @@ def run_under_load(
     info = fault()
     time.sleep(4)
     messages = load.stop()
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=60,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=60, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=20), cluster.table.count()
     crashed = [n.name for n in nodes if not n.alive()]
     assert not crashed, f"nodes exited: {crashed}\n{cluster.logs()}"

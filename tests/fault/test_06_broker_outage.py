@@ -33,7 +33,6 @@ from chronos.embedded import EmbeddedBroker, create_topics
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
-    check,
     due_in,
     expectations,
     record_result,
@@ -110,15 +109,7 @@ def test_broker_stopped_longer_than_hold_time(
     wave_b = [due_in(2 + i / 100) for i in range(100)]
     send(kafka_bootstrap, topics.input, wave_b)
     recovery = drained_after(cluster, [m.track for m in wave_a], back_at)
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(wave_a + wave_b),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=RECOVERY_BOUND_S + 10,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(wave_a + wave_b), timeout=RECOVERY_BOUND_S + 10, quiet=2.0)
     emptied = cluster.table.wait(lambda t: t.count() == 0, 5 if report.lost else 20)
     table_left = cluster.table.count() if not emptied else 0
     record_result(
@@ -190,15 +181,7 @@ def test_broker_hung_longer_than_hold_time(
     after = [due_in(1 + i / 100) for i in range(100)]
     send(kafka_bootstrap, topics.input, after)
     recovery = drained_after(cluster, [m.track for m in burst], back_at)
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(burst + after),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=RECOVERY_BOUND_S + 10,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(burst + after), timeout=RECOVERY_BOUND_S + 10, quiet=2.0)
     left = cluster.table.count()
     record_result(
         ScenarioResult.of(

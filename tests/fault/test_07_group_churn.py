@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support import Topics
-from tests.support.checker import Load, ScenarioResult, check, expectations, record_result
+from tests.support.checker import Load, ScenarioResult, expectations, record_result
 from tests.support.cluster import Cluster, NodeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -53,15 +53,7 @@ def test_group_churn_one_three_one_with_rolling_restart(
         time.sleep(3)
     finally:
         messages = load.stop()
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=60,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=60, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=20), cluster.table.count()
     allowed = rebalances * BATCH
     record_result(

@@ -31,7 +31,6 @@ from tests.support import Topics
 from tests.support.checker import (
     Expectation,
     ScenarioResult,
-    check,
     due_in,
     expectations,
     header,
@@ -63,15 +62,7 @@ def test_oversized_record_is_dead_lettered_when_the_dead_letter_topic_takes_it(
     sent = expectations(others)
     sent[big.track] = Expectation(big.expectation.deadline_ms, dead_letter=True)
 
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        sent,
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=30,
-        quiet=2.0,
-    )
+    report = cluster.check(sent, timeout=30, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=10), cluster.table.count()
     time.sleep(1.0)
     refusals = sum(REFUSAL_MARK in line for line in node.lines())
@@ -111,15 +102,7 @@ def test_record_no_topic_accepts_is_parked_not_lost(
     others = [due_in(2 + i / 100) for i in range(100)]
     send(kafka_bootstrap, topics.input, [big, *others])
 
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(others),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=30,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(others), timeout=30, quiet=2.0)
     park = 2 * ATTEMPTS
     parked = "SELECT attempts, last_error, readied_at FROM chronos_messages WHERE id = %s"
     assert cluster.table.wait(

@@ -37,7 +37,6 @@ from tests.support import Topics
 from tests.support.checker import (
     Expectation,
     ScenarioResult,
-    check,
     due_in,
     expectations,
     record_result,
@@ -80,15 +79,7 @@ def test_node_clock_ten_minutes_off(
     )
     window = cluster.overrides["liveness_window_ms"]
 
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=60,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=60, quiet=2.0)
     assert cluster.table.wait(lambda t: t.count() == 0, timeout=15), cluster.table.count()
     reset = {e["message_id"] for e in survivor.events("suspected_failure")}
     takeover = {
@@ -143,15 +134,7 @@ def test_max_delay_is_judged_on_the_database_clock(
     send(kafka_bootstrap, topics.input, [*soon, far])
     sent = expectations(soon)
     sent[far.track] = Expectation(far.expectation.deadline_ms, dead_letter=True)
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        sent,
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=12,
-        quiet=1.0,
-    )
+    report = cluster.check(sent, timeout=12, quiet=1.0)
     wrongly_rejected = [t for t in report.dead_lettered if t != far.track]
     assert not wrongly_rejected, (
         f"{len(wrongly_rejected)} messages due in 2 s dead-lettered by a node whose clock is "

@@ -28,7 +28,6 @@ from tests.support import Topics
 from tests.support.checker import (
     Outgoing,
     ScenarioResult,
-    check,
     expectations,
     record_result,
     scheduled,
@@ -93,15 +92,7 @@ def test_injection_strings_are_stored_and_relayed_byte_exact(
     later = [hostile(50 + i, t, now + timedelta(minutes=10)) for i, t in enumerate(INJECTIONS)]
     send(kafka_bootstrap, topics.input, soon + later)
 
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(soon),
-        advance_ms=cluster.overrides["timing_advance_ms"],
-        timeout=30,
-        quiet=1.5,
-    )
+    report = cluster.check(expectations(soon), timeout=30, quiet=1.5)
     record_result(
         ScenarioResult.of(
             "12-hostile-content",

@@ -24,8 +24,9 @@ import pytest
 
 from chronos.config.settings import OPTIONS_BY_NAME
 from tests.support import Topics
-from tests.support.checker import Load, ScenarioResult, check, expectations, record_result
-from tests.support.cluster import FAST_TIMINGS, Cluster, NodeProcess, eventually
+from tests.support.checker import Load, ScenarioResult, expectations, record_result
+from tests.support.cluster import FAST_TIMINGS, Cluster, NodeProcess
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -81,15 +82,7 @@ def test_kill_one_of_two_nodes_under_load(
         time.sleep(max(0.0, 12 - (time.monotonic() - killed_at)))
     finally:
         messages = load.stop()
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=DEFAULTS["timing_advance_ms"],
-        timeout=90,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=90, quiet=2.0)
     record_result(
         ScenarioResult.of(
             "14-node-crash",
@@ -133,15 +126,7 @@ def test_kill_the_leader(
         time.sleep(3)
     finally:
         messages = load.stop()
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
-        expectations(messages),
-        advance_ms=DEFAULTS["timing_advance_ms"],
-        timeout=90,
-        quiet=2.0,
-    )
+    report = cluster.check(expectations(messages), timeout=90, quiet=2.0)
     taken = [
         e
         for e in other.events("suspected_failure")

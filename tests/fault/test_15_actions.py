@@ -37,7 +37,6 @@ from tests.support.checker import (
     TRACKING_HEADER,
     Expectation,
     ScenarioResult,
-    check,
     new_track,
     record_result,
 )
@@ -126,12 +125,8 @@ def test_kill_at_step_while_cancels_and_reschedules_flow(
     assert durable == cancelled, f"{len(cancelled - durable)} cancels not durable 4 s before"
 
     # Everything else fires; then the cancelled deadline passes (plus claim and fire time).
-    report = check(
-        kafka_bootstrap,
-        topics.output,
-        topics.dead_letter,
+    report = cluster.check(
         {**expected, **{t: Expectation(_ms(cancel_deadline)) for t in cancelled}},
-        advance_ms=cluster.overrides["timing_advance_ms"],
         timeout=max(30.0, cancel_deadline.timestamp() + 8 - time.time()),
         quiet=2.0,
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 
 import psycopg
@@ -14,10 +13,9 @@ from confluent_kafka import Producer
 from chronos import client
 from chronos.embedded import create_topics
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, MESSAGE_ID_HEADER
-from tests.integration.test_node import (
+from tests.integration.nodes import (
     TEST_ID,
     Nodes,
-    eventually,
     fire_ms,
     headers_of,
     ms,
@@ -27,17 +25,11 @@ from tests.integration.test_node import (
     tid_of,
 )
 from tests.support import Topics
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
 ADVANCE = 50
-
-
-@pytest.fixture
-def nodes(migrated_database_url: str, kafka_bootstrap: str, topics: Topics) -> Iterator[Nodes]:
-    started = Nodes(migrated_database_url, kafka_bootstrap, topics)
-    yield started
-    started.stop_all()
 
 
 def markers(url: str) -> set[str]:

@@ -1,4 +1,4 @@
-"""The fair claim is index-driven whatever the statistics (issue 13).
+"""The fair claim is index-driven whatever the statistics.
 
 A first fair claim found the tenants by a skip scan inside the claim: on a table never analyzed
 the planner walked the deadline index instead, and its cost grew with every tenant holding rows.

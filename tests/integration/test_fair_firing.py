@@ -1,4 +1,4 @@
-"""Fair firing on real Postgres (issue 13): a firing loop with the Postgres store drains one
+"""Fair firing on real Postgres: a firing loop with the Postgres store drains one
 tenant's flood; 20 small tenants' messages, due half a second after the flood's, are each in the
 first claim that may take them (their deadline within its horizon) while the flood still waits.
 Without the fair claim they would wait until every flood row due before them was claimed."""

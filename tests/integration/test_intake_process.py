@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import Topics, consume
 from tests.support.checker import due_in, send
-from tests.support.cluster import Cluster, NodeProcess, eventually
+from tests.support.cluster import Cluster, NodeProcess
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Parked rows stay out of the claim's way (issue 8, item 6).
+"""Parked rows stay out of the claim's way.
 
 A row parked after ``2 * max_publish_attempts`` failed publishes is never claimed again, but it
 kept its place at the head of the due index (deadline order), so every claim walked over every

@@ -8,7 +8,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,20 +23,12 @@ from chronos.protocol import ScheduledMessage
 from chronos.store import Outcome, PostgresStore
 from chronos.testing import FakePublisher, unfenced
 from tests.support import Topics, make_settings
+from tests.support.polling import eventually
 from tests.support.proxy import BlackHoleProxy
 
 pytestmark = pytest.mark.integration
 
 MB = 1024 * 1024
-
-
-def eventually(condition: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        if condition():
-            return True
-        time.sleep(every)
-    return condition()
 
 
 def claimed_bytes(url: str) -> int:

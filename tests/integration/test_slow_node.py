@@ -1,4 +1,4 @@
-"""A node must never suspect itself while merely slow (issue 8), on real Postgres.
+"""A node must never suspect itself while merely slow, on real Postgres.
 
 The node claims rows, produces some (in flight: no delivery report yet) and holds others in its
 timers; then one of its statements is slow, past the hold time. Its own failure detector must
@@ -20,7 +20,7 @@ from chronos.firing.loop import FiringLoop
 from chronos.store import PostgresStore
 from chronos.testing import FakePublisher, unfenced
 from tests.support import Topics, make_settings
-from tests.unit.store_contract import msg
+from tests.support.store_contract import msg
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Batch writes under concurrency, slow statements and the session time zone, on real Postgres
-(issue 8: deadlocks, a long statement made visible, a deadline in year 9999)."""
+(deadlocks, a long statement made visible, a deadline in year 9999)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from psycopg import sql
 
 from chronos.store import PostgresStore, StuckRow
-from tests.unit.store_contract import msg
+from tests.support.store_contract import msg
 
 pytestmark = pytest.mark.integration
 
@@ -65,14 +65,14 @@ def test_delete_and_reset_in_opposite_orders_never_deadlock(
                 barrier.wait()
                 try:
                     store.delete_fired(node_id, claims)
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - asserted on by the test
                     failures.append(exc)
 
             def reset(stuck: list[StuckRow] = stuck, barrier: threading.Barrier = barrier) -> None:
                 barrier.wait()
                 try:
                     other.reset_stuck(stuck)
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - asserted on by the test
                     failures.append(exc)
 
             threads = [threading.Thread(target=delete), threading.Thread(target=reset)]
@@ -112,7 +112,7 @@ def test_a_deadlock_victim_is_retried_not_dropped(
         def delete() -> None:
             try:
                 result.append(store.delete_fired(node_id, claims))
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - asserted on by the test
                 result.append(exc)
 
         thread = threading.Thread(target=delete)

@@ -1,5 +1,5 @@
 """Hot statements on a large table never analyzed: their plans must drive the indexes whatever
-plan Postgres picks (custom or generic), so a backlog never stalls firing (issue 8, item A).
+plan Postgres picks (custom or generic), so a backlog never stalls firing.
 
 The table is filled through the store and never analyzed (autovacuum is off for it), as a
 freshly filled table is until autovacuum gets to it.

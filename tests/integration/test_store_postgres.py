@@ -1,12 +1,11 @@
-"""The Store contract against PostgresStore on the real Postgres, and every named query PREPAREd."""
+"""The Store contract against PostgresStore on the real Postgres (``harness``: conftest.py), and
+every named query PREPAREd."""
 
 from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 from typing import cast
 
 import psycopg
@@ -21,30 +20,17 @@ from chronos.store import Outcome, PostgresStore
 from chronos.store.sql import queries
 from chronos.testing import FakeConsumer, FakePublisher, make_record
 from tests.support import Topics, make_settings
-from tests.unit.helpers import chronos_headers
-from tests.unit.store_contract import HORIZON, StoreContract, msg, node
-from tests.unit.store_contract_actions import ActionContract
-from tests.unit.store_contract_tenants import TenantContract
+from tests.support.kafka import chronos_headers
+from tests.support.store_contract import (
+    HORIZON,
+    ActionContract,
+    StoreContract,
+    TenantContract,
+    msg,
+    node,
+)
 
 pytestmark = pytest.mark.integration
-
-
-class PostgresHarness:
-    def __init__(self, url: str) -> None:
-        self.store = PostgresStore(url)
-
-    def now(self) -> datetime:
-        return self.store.ping()
-
-    def advance(self, ms: int) -> None:
-        time.sleep(ms / 1000)  # the database clock cannot be moved: let the time pass
-
-
-@pytest.fixture
-def harness(migrated_database_url: str) -> Iterator[PostgresHarness]:
-    harness = PostgresHarness(migrated_database_url)
-    yield harness
-    harness.store.close()
 
 
 class TestPostgresStore(StoreContract, ActionContract, TenantContract):

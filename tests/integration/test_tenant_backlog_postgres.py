@@ -1,16 +1,15 @@
-"""The per-tenant backlog contract against PostgresStore on the real Postgres, and the plan of
-the ``tenant_backlog`` query with the (tenant, deadline) ready index: no table scan."""
+"""The per-tenant backlog contract against PostgresStore on the real Postgres (``harness``:
+conftest.py), and the plan of the ``tenant_backlog`` query with the (tenant, deadline) ready
+index: no table scan."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from tests.integration.test_store_postgres import PostgresHarness
-from tests.unit.store_contract_tenant_backlog import TenantBacklogContract
+from tests.support.store_contract import TenantBacklogContract
 
 pytestmark = pytest.mark.integration
 
@@ -20,25 +19,6 @@ TENANT_READY_INDEX = (
     "CREATE INDEX IF NOT EXISTS chronos_messages_tenant_ready_idx "
     "ON chronos_messages (tenant, deadline) WHERE readied_at IS NULL AND parked_at IS NULL"
 )
-
-
-class TenantPostgresHarness(PostgresHarness):
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.url = url
-
-    def set_tenant(self, message_id: str, tenant: str | None) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE chronos_messages SET tenant = %s WHERE id = %s", (tenant, message_id)
-            )
-
-
-@pytest.fixture
-def harness(migrated_database_url: str) -> Iterator[TenantPostgresHarness]:
-    harness = TenantPostgresHarness(migrated_database_url)
-    yield harness
-    harness.store.close()
 
 
 class TestPostgresTenantBacklog(TenantBacklogContract):

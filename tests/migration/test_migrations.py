@@ -7,6 +7,7 @@ Postgres catalog of the migrated database against a database built by ``metadata
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,7 +100,7 @@ def test_there_is_one_head_and_a_linear_history() -> None:
     assert len(script.get_heads()) == 1
     revisions = list(script.walk_revisions())
     assert revisions[-1].down_revision is None
-    for newer, older in zip(revisions, revisions[1:], strict=False):
+    for newer, older in itertools.pairwise(revisions):
         assert newer.down_revision == older.revision
 
 

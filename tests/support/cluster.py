@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +35,7 @@ from chronos.embedded import free_port
 from chronos.embedded.launcher import NODE_COMMAND, Launched, child_environment, launch, stop_all
 from chronos.embedded.launcher import wait_assigned as launcher_wait_assigned
 from chronos.embedded.launcher import wait_ready as launcher_wait_ready
+from tests.support.checker import Expectation, Report, check
 from tests.support.kafka import Topics
 from tests.support.settings import make_settings
 
@@ -333,6 +334,22 @@ class Cluster:
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for n in self.nodes for e in n.events(name)]
 
+    def check(
+        self, sent: Mapping[str, Expectation], *, timeout: float = 60.0, quiet: float = 1.5
+    ) -> Report:
+        """The checker's ``check`` of this cluster's output and dead-letter topics, at the
+        cluster's timing advance: read until every ``sent`` message was seen (then ``quiet``
+        seconds more) or until ``timeout``, then analyse."""
+        return check(
+            self.bootstrap,
+            self.topics.output,
+            self.topics.dead_letter,
+            sent,
+            advance_ms=self.overrides["timing_advance_ms"],
+            timeout=timeout,
+            quiet=quiet,
+        )
+
 
 # ----------------------------------------------------------------------------- the table
 
@@ -394,15 +411,6 @@ class Table:
                     return True
             time.sleep(every)
         return condition(self)
-
-
-def eventually(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
-        if condition():
-            return True
-        time.sleep(every)
-    return condition()
 
 
 def database_errors(events: Iterable[dict[str, Any]]) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, Message
@@ -14,8 +16,17 @@ from confluent_kafka.admin import AdminClient
 
 from chronos.embedded import create_topics
 from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS
+from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 
 TEST_PARTITIONS = 3
+
+
+def chronos_headers(message_id: str, deadline: datetime) -> list[tuple[str, bytes | None]]:
+    """The two headers that make a record a Chronos message: its id and its deadline."""
+    return [
+        (MESSAGE_ID_HEADER, message_id.encode()),
+        (DEADLINE_HEADER, format_deadline(deadline).encode()),
+    ]
 
 
 @dataclass(frozen=True)
@@ -45,10 +56,8 @@ def delete_topics(bootstrap: str, topics: Topics, timeout: float = 5.0) -> None:
     """Best effort: leftover topics are harmless, they only cost the broker memory."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_topics(list(topics.names), operation_timeout=timeout).values():
-        try:
+        with contextlib.suppress(Exception):  # best effort by design
             future.result(timeout=timeout)
-        except Exception:  # noqa: BLE001, S110 - best effort by design
-            pass
 
 
 def consumer_config(bootstrap: str, group_id: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from typing import Any
 from chronos.cluster.leadership import Leadership
 from chronos.config.settings import Secret, Settings, load
 from chronos.firing.loop import FiringLoop
-from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from chronos.store import ClaimedRow
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
 
@@ -30,13 +29,6 @@ def settings(**overrides: Any) -> Settings:
     }
     values.update(overrides)
     return load(environ={}, **values).validate()
-
-
-def chronos_headers(message_id: str, deadline: datetime) -> list[tuple[str, bytes | None]]:
-    return [
-        (MESSAGE_ID_HEADER, message_id.encode()),
-        (DEADLINE_HEADER, format_deadline(deadline).encode()),
-    ]
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 
 from chronos import cli
 from chronos.config.settings import OPTIONS, Option
-from tests.unit.option_values import VALIDATED, bad_value
+from tests.unit.config.option_values import VALIDATED, bad_value
 
 DB = "postgresql://chronos@127.0.0.1:1/none"  # never reached: start-up stops first
 

@@ -1,4 +1,4 @@
-"""The tenant of a message (issue 13): the ``chronosTenant`` header, or a prefix of the key when
+"""The tenant of a message: the ``chronosTenant`` header, or a prefix of the key when
 ``CHRONOS_TENANT_FROM_KEY`` names a separator; absent: the default tenant. Never relayed."""
 
 from __future__ import annotations

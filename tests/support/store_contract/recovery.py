@@ -1,0 +1,123 @@
+"""The store contract of failure detection and leadership: stuck claims, resets that touch only
+what they observed, the election and the takeover of a dead node's claims."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from chronos.store import StuckRow
+from tests.support.store_contract.common import HORIZON, Harness, claimed, msg, node
+
+
+class RecoveryContract:
+    """Subclasses provide a ``harness`` fixture."""
+
+    # -------------------------------------------------------------------- failure detection
+
+    def test_a_node_never_finds_its_own_claims_stuck(self, harness: Harness) -> None:
+        store = harness.store
+        me, dead = node(), node()
+        store.enqueue(
+            [msg(f"o{i}", harness.now() + timedelta(milliseconds=500)) for i in range(3)], 0
+        )
+        before_start = store.claim(me, HORIZON, 1, 5)  # an earlier process with the same id
+        harness.advance(50)
+        since = store.register_node(me, 10.0, hostname="h", version="v")
+        mine = store.claim(me, HORIZON, 1, 5)
+        theirs = store.claim(dead, HORIZON, 1, 5)
+        harness.advance(300)
+        assert {s.id for s in store.find_stuck(200, 10)} == {
+            r.id for r in before_start + mine + theirs
+        }
+        own = {s.id for s in store.find_stuck(200, 10, (me, since))}
+        assert own == {r.id for r in before_start + theirs}
+        assert {s.id for s in store.find_stuck(200, 10, (me, None))} == {r.id for r in theirs}
+
+    def test_only_claims_older_than_the_hold_time_are_stuck(self, harness: Harness) -> None:
+        store = harness.store
+        dead = node()
+        store.enqueue(
+            [msg(f"s{i}", harness.now() + timedelta(milliseconds=500)) for i in range(3)], 0
+        )
+        store.enqueue([msg("unclaimed", harness.now() + timedelta(minutes=10))], 0)
+        first = store.claim(dead, HORIZON, 2, 5)
+        harness.advance(300)
+        second = store.claim(dead, HORIZON, 1, 5)
+        assert store.find_stuck(5_000, 10) == []
+        stuck = store.find_stuck(200, 10)
+        assert [s.id for s in stuck] == [r.id for r in first]  # oldest claims first
+        assert all(s.readied_by == dead for s in stuck)
+        assert [s.readied_at for s in stuck] == [r.readied_at for r in first]
+        assert len(store.find_stuck(200, 1)) == 1
+        harness.advance(300)
+        assert {s.id for s in store.find_stuck(200, 10)} == {r.id for r in first + second}
+
+    def test_reset_only_touches_the_claim_it_observed(self, harness: Harness) -> None:
+        store = harness.store
+        dead, peer = node(), node()
+        store.enqueue([msg(i, harness.now() + timedelta(milliseconds=500)) for i in "xy"], 0)
+        store.claim(dead, HORIZON, 10, 5)
+        harness.advance(300)
+        stuck = store.find_stuck(200, 10)
+        assert {s.id for s in stuck} == {"x", "y"}
+        # Meanwhile another detector reset "x" and a peer claimed it again.
+        x = next(s for s in stuck if s.id == "x")
+        assert store.reset_stuck([x]) == [("x", dead)]
+        assert [r.id for r in store.claim(peer, HORIZON, 1, 5)] == ["x"]
+        # The first detector's reset now only touches "y": "x" belongs to the peer.
+        assert store.reset_stuck(stuck) == [("y", dead)]
+        x_now = store.get_message("x")
+        assert x_now is not None
+        assert x_now.readied_by == peer
+        assert store.reset_stuck([]) == []
+        ghost = StuckRow("ghost", dead, stuck[0].readied_at)
+        assert store.reset_stuck([ghost]) == []
+
+    # -------------------------------------------------------------------- leadership
+
+    def test_the_leader_is_the_lowest_node_with_a_heartbeat_younger_than_the_window(
+        self, harness: Harness
+    ) -> None:
+        store = harness.store
+        low, high = (str(u) for u in sorted(uuid.UUID(node()) for _ in range(2)))
+        assert store.elect_leader(800) is None
+        store.heartbeat(high)
+        assert store.elect_leader(800) == high
+        store.heartbeat(low)
+        assert store.elect_leader(800) == low
+        harness.advance(500)
+        store.heartbeat(high)
+        assert store.elect_leader(800) == low  # low's heartbeat lapsed by window - 300 ms
+        harness.advance(500)
+        assert store.elect_leader(800) == high  # by window + 200 ms: dead
+        harness.advance(500)
+        assert store.elect_leader(800) is None
+
+    def test_claims_of_a_node_whose_heartbeat_lapsed_are_taken_over(self, harness: Harness) -> None:
+        store = harness.store
+        dead, live, me, ghost = node(), node(), node(), node()
+        due = harness.now() + timedelta(milliseconds=500)
+        store.enqueue([msg(f"m{i}", due + timedelta(milliseconds=i)) for i in range(7)], 0)
+        for n in (dead, live, me):
+            store.heartbeat(n)
+        first = store.claim(dead, HORIZON, 2, 5)  # oldest claims first
+        store.claim(live, HORIZON, 1, 5)
+        store.claim(me, HORIZON, 1, 5)
+        store.claim(ghost, HORIZON, 1, 5)  # no heartbeat row: left to the hold time
+        harness.advance(100)
+        second = store.claim(dead, HORIZON, 2, 5)
+        harness.advance(500)
+        store.heartbeat(live)
+        # dead's heartbeat lapsed by 600 ms: window - 200 ms, not dead yet.
+        assert store.reset_lapsed_claims(800, me, 10) == []
+        harness.advance(400)
+        # By 1000 ms: window + 200 ms. Never the caller's own claims, never a live node's.
+        taken = store.reset_lapsed_claims(800, me, 3)
+        assert taken == [(r.id, dead) for r in first + second[:1]]
+        assert store.reset_lapsed_claims(800, me, 10) == [(second[1].id, dead)]
+        assert store.reset_lapsed_claims(800, me, 10) == []
+        assert sorted(r.readied_by or "" for r in claimed(store)) == sorted([live, me, ghost])
+        # A dead node's claim a peer re-claimed since belongs to the peer: left alone.
+        assert [r.id for r in store.claim(live, HORIZON, 1, 5)] == [first[0].id]
+        assert store.reset_lapsed_claims(800, me, 10) == []

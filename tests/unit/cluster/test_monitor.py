@@ -1,0 +1,94 @@
+"""The monitor (chronos.cluster.monitor) on the in-memory store: heartbeats, the backlog gauges,
+the leader's per-tenant overdue gauges, and database errors counted rather than raised."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+import chronos
+from chronos.cluster.monitor import Monitor
+from chronos.protocol import ScheduledMessage
+from tests.unit.admin.helpers import AdminHarness
+
+
+def sample(name: str, labels: dict[str, str] | None = None) -> float | None:
+    return REGISTRY.get_sample_value(name, labels or {})
+
+
+def test_the_monitor_beats_publishes_the_backlog_and_leaves() -> None:
+    h = AdminHarness()
+    h.seed(4)
+    h.store.enqueue(
+        [ScheduledMessage("late", h.clock.now() + timedelta(seconds=1), None, b"", [])], 0
+    )
+    h.clock.advance(61_000)  # "late" is now 60 s overdue
+    monitor = Monitor(h.settings, h.store)
+    assert monitor.beat()
+    nodes = h.store.list_nodes(h.settings.liveness_window_ms / 1000)
+    assert [n.node_id for n in nodes] == [h.settings.node_id]
+    assert nodes[0].version == chronos.__version__
+    result = monitor.refresh_backlog()
+    assert result is not None
+    assert sample("chronos_waiting_messages") == 5
+    assert sample("chronos_overdue_messages") == 1
+    assert sample("chronos_oldest_overdue_message_age_seconds") == pytest.approx(60)
+    monitor.leave()
+    assert h.store.list_nodes(h.settings.liveness_window_ms / 1000, include_dead=True) == []
+
+
+def test_the_monitor_survives_database_errors_and_counts_them() -> None:
+    h = AdminHarness()
+    monitor = Monitor(h.settings, h.store)
+    before = sample("chronos_database_errors_total", {"operation": "heartbeat"}) or 0
+    h.store.fail_next(1, "heartbeat")
+    assert not monitor.beat()
+    h.store.fail_next(1, "backlog")
+    assert monitor.refresh_backlog() is None
+    assert sample("chronos_database_errors_total", {"operation": "heartbeat"}) == before + 1
+    assert monitor.beat()
+
+
+def test_stopping_a_monitor_that_never_started_touches_nothing() -> None:
+    h = AdminHarness()
+    Monitor(h.settings, h.store).stop()
+    assert h.store.statements == []
+
+
+# ------------------------------------------------------------------------------ tenants
+
+
+def test_the_leader_publishes_the_top_tenants_overdue_and_drops_the_others() -> None:
+    h = AdminHarness(tenant_metrics_top=2)
+    h.seed_tenants()
+    monitor = Monitor(h.settings, h.store)
+    result = monitor.refresh_tenants()
+    assert result is not None and [t.tenant for t in result.tenants] == ["gflood", "gsmall"]
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gflood"}) == 2
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gsmall"}) == 1
+    assert sample("chronos_tenant_oldest_overdue_message_age_seconds", {"tenant": "gsmall"}) == (
+        pytest.approx(30)
+    )
+    assert (
+        REGISTRY.get_sample_value("chronos_tenant_overdue_messages", {"tenant": "gquiet"}) is None
+    )
+    h.store.cancel_message("s1")  # gsmall is no longer overdue: its series goes
+    monitor.refresh_tenants()
+    assert (
+        REGISTRY.get_sample_value("chronos_tenant_overdue_messages", {"tenant": "gsmall"}) is None
+    )
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gflood"}) == 2
+    monitor.tenant_gauges.clear()  # as when the node stops leading
+    assert (
+        REGISTRY.get_sample_value("chronos_tenant_overdue_messages", {"tenant": "gflood"}) is None
+    )
+
+
+def test_a_failed_tenant_refresh_is_counted_not_raised() -> None:
+    h = AdminHarness()
+    h.store.fail_next(1, "tenant_backlog")
+    before = sample("chronos_database_errors_total", {"operation": "tenant_backlog"}) or 0
+    assert Monitor(h.settings, h.store).refresh_tenants() is None
+    assert sample("chronos_database_errors_total", {"operation": "tenant_backlog"}) == before + 1

@@ -1,0 +1,57 @@
+"""Consumer-group defaults for fast input failover (a dead node once silenced its input for a
+minute at librdkafka's 45 s session timeout)."""
+
+from __future__ import annotations
+
+from chronos.config.settings import load
+from chronos.kafka import consumer_config
+from tests.unit.helpers import settings
+
+
+def test_defaults_move_a_dead_nodes_partitions_in_seconds() -> None:
+    conf = consumer_config(settings())
+    assert conf["session.timeout.ms"] == 6000
+    assert conf["heartbeat.interval.ms"] * 3 <= conf["session.timeout.ms"]
+    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "group.instance.id" not in conf
+    assert "group.protocol" not in conf
+
+
+def test_every_default_can_be_overridden_by_a_pass_through_property() -> None:
+    conf = consumer_config(
+        settings(
+            consumer_properties={
+                "session.timeout.ms": "45000",
+                "partition.assignment.strategy": "range",
+            }
+        )
+    )
+    assert conf["session.timeout.ms"] == "45000"
+    assert conf["partition.assignment.strategy"] == "range"
+
+
+def test_static_membership_from_a_setting() -> None:
+    conf = consumer_config(settings(group_instance_id="chronos-0"))
+    assert conf["group.instance.id"] == "chronos-0"
+
+
+def test_the_broker_driven_protocol_leaves_timeouts_and_assignment_to_the_broker() -> None:
+    conf = consumer_config(settings(group_protocol="consumer"))
+    assert conf["group.protocol"] == "consumer"
+    for owned_by_the_broker in (
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "partition.assignment.strategy",
+    ):
+        assert owned_by_the_broker not in conf
+
+
+def test_group_settings_come_from_the_environment() -> None:
+    loaded = load(
+        environ={
+            "CHRONOS_DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
+            "CHRONOS_GROUP_INSTANCE_ID": "pod-1",
+            "CHRONOS_GROUP_PROTOCOL": "CONSUMER",
+        }
+    )
+    assert (loaded.group_instance_id, loaded.group_protocol) == ("pod-1", "consumer")
