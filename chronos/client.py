@@ -15,7 +15,7 @@ deadline is written in UTC with millisecond precision; an id is a new UUID when 
 
 **Give the same key** to a schedule and to its reschedule or cancel: records with one key go to
 one partition, so Chronos reads them in the order they were produced. (A cancel that overtakes
-its schedule from another partition still wins for ``CHRONOS_CANCEL_TTL_MS``, see the README.)
+its schedule from another partition still wins for ``CHRONOS_CANCEL_TTL_MS``, see docs/protocol.md.)
 """
 
 from __future__ import annotations

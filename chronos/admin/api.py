@@ -45,12 +45,13 @@ from chronos.admin.params import (
     read_body,
 )
 from chronos.cluster.leadership import lowest_id
-from chronos.cluster.monitor import COUNT_LIMIT, EXACT_COUNT_BELOW
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.protocol import MAX_ID_LENGTH, b64
 from chronos.store import (
+    COUNT_LIMIT,
+    EXACT_COUNT_BELOW,
     Backlog,
     CancelOutcome,
     MessageRecord,

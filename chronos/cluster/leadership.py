@@ -1,4 +1,4 @@
-"""Leadership (seed 004's GUID election, on the heartbeat table) and this node's right to fire.
+"""Leadership (the lowest live node id, on the heartbeat table) and this node's right to fire.
 
 Every node writes its heartbeat row (``chronos_nodes``) every second. A node is *live* while its
 heartbeat is younger than the liveness window (``liveness_window_ms``, judged on the database

@@ -33,15 +33,13 @@ from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.observability import metrics
 from chronos.observability.tenants import TenantGauges
-from chronos.store import Backlog, Store, TenantBacklogs
+from chronos.store import COUNT_LIMIT, EXACT_COUNT_BELOW, Backlog, Store, TenantBacklogs
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
 BACKLOG_INTERVAL_S = 5.0
 NODE_RETENTION_S = 3600.0
-EXACT_COUNT_BELOW = 100_000
-COUNT_LIMIT = 10_000
 _WARN_EVERY_S = 30.0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from chronos.embedded.process import (  # noqa: E501
+from chronos.embedded.process import (
     _alive,
     _cmdline,
     _kill_stray,

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from chronos.embedded.process import (  # noqa: E501
+from chronos.embedded.process import (
     _alive,
     _cmdline,
     _kill_stray,

@@ -172,7 +172,8 @@ class Dispatcher:
             reason = (
                 f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
             )
-            headers = list(row.headers) + [
+            headers = [
+                *row.headers,
                 (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
                 (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
             ]

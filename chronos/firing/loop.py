@@ -26,7 +26,7 @@ dispatcher fires nothing and the loop gives back what it holds, before the leade
 node's claims over; when the lease is renewed, the loop gives back whatever it still holds in the
 table, then claims again.
 
-Tenants (issue 13): while the previous claim came back full (more is due than a claim takes:
+Tenants: while the previous claim came back full (more is due than a claim takes:
 overload), the next claim shares its batch between the tenants with due rows (the store's fair
 claim); otherwise it is the plain oldest-first claim. The claim-ahead budget is shared too: a
 tenant holding ``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` (at most ``TENANT_HELD_CLAIMS``

@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -38,20 +37,19 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.config.policy import dead_letter_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, report
 from chronos.intake.quarantine import HeaderProbe
-from chronos.intake.records import Pending, Prepared, Unsettled, reduced, reporter
-from chronos.kafka import Publisher, is_permanent
+from chronos.intake.records import Pending, Prepared
+from chronos.intake.settlement import Settlement, dead_letter
+from chronos.kafka import Publisher
 from chronos.kafka.consumer_lag import record_consumer_stats
 from chronos.observability import metrics
 from chronos.protocol import (
     Headers,
     Rejection,
     ScheduledMessage,
-    dead_letter_headers,
     parse_record,
     topic_policy,
 )
@@ -62,10 +60,6 @@ from chronos.store import Outcome, Store
 log = logging.getLogger(__name__)
 
 CLOCK_SYNC_S = 30.0
-UNSETTLED_RECORDS_MAX = 20_000
-"""Records produced and not yet confirmed before the loop waits for the oldest batch's reports
-instead of consuming more (bounds memory and the replay after a crash)."""
-UNSETTLED_BATCHES_MAX = 64
 
 
 class IntakeLoop(Loop):
@@ -90,8 +84,7 @@ class IntakeLoop(Loop):
             timedelta(milliseconds=settings.max_delay_ms) if settings.max_delay_ms else None
         )
         self.assigned: set[tuple[str, int]] = set()
-        self.unsettled: deque[Unsettled] = deque()  # in consumed order
-        self.unsettled_records = 0
+        self.settlement = Settlement(settings, publisher, self.wait)
         self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
@@ -122,11 +115,7 @@ class IntakeLoop(Loop):
                 prepared = self.prepare(records) if records else None
                 if self.finish_in_flight(consumer) and prepared is not None:
                     self.start(consumer, prepared)
-                full = (
-                    self.unsettled_records >= UNSETTLED_RECORDS_MAX
-                    or len(self.unsettled) >= UNSETTLED_BATCHES_MAX
-                )
-                self.settle(consumer, block=full)
+                self.settle(consumer, block=self.settlement.full())
                 if self.truncated:
                     self._rewind(consumer)
         finally:
@@ -274,7 +263,9 @@ class IntakeLoop(Loop):
                 metrics.QUARANTINED.inc()
                 reason = f"{poison[index]}; its headers are left out of this dead letter"
                 rejection = Rejection("unreadable_headers", reason)
-                dl = self._dead_letter(record, None, rejection, f"{topic}/{partition}/{offset}")
+                dl = dead_letter(
+                    self.settings, record, None, rejection, f"{topic}/{partition}/{offset}"
+                )
                 if dl is not None:
                     pending.append(dl)
                 continue
@@ -290,7 +281,9 @@ class IntakeLoop(Loop):
                 tenant_from_key=self.settings.tenant_from_key,
             )
             if isinstance(parsed, Rejection):
-                dl = self._dead_letter(record, headers, parsed, f"{topic}/{partition}/{offset}")
+                dl = dead_letter(
+                    self.settings, record, headers, parsed, f"{topic}/{partition}/{offset}"
+                )
                 if dl is not None:
                     pending.append(dl)
                 continue
@@ -342,8 +335,12 @@ class IntakeLoop(Loop):
                 if isinstance(outcome, str):  # the database refused this message's data
                     record, headers = source
                     where = f"{record.topic()}/{record.partition()}/{record.offset()}"
-                    dl = self._dead_letter(
-                        record, headers, Rejection("database_refused", outcome), where
+                    dl = dead_letter(
+                        self.settings,
+                        record,
+                        headers,
+                        Rejection("database_refused", outcome),
+                        where,
                     )
                     if dl is not None:
                         pending.append(dl)
@@ -371,44 +368,12 @@ class IntakeLoop(Loop):
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
 
-        if not pending and not self.unsettled:
-            if consumer is not None and offsets:
-                self._store_offsets(consumer, offsets)
-            return
-        self._produce_all(pending)
-        produced = time.monotonic()
-        give_up_at = produced + self.settings.dead_letter_timeout_ms / 1000
-        self.unsettled.append(Unsettled(pending, offsets, produced, give_up_at))
-        self.unsettled_records += len(pending)
+        self.settlement.add(consumer, pending, offsets)
 
     def settle(self, consumer: Consumer | None, *, block: bool) -> bool:
-        """Serve delivery reports; store the offsets of the oldest batches whose publishes are
-        all confirmed (retrying failures as ``_confirm`` does). Without ``block``, stop at the
-        first batch still waiting for a report; with it, wait for them all. False if stopped
-        while retrying (that batch and the ones after it are replayed)."""
-        if self.unsettled:
-            self.publisher.poll(0)
-        while self.unsettled:
-            head = self.unsettled[0]
-            if (
-                not block
-                and any(not item.done for item in head.pending)
-                and time.monotonic() < head.produced_at + self._report_wait()
-            ):
-                return True
-            if not self._confirm(head.pending, head.produced_at, head.give_up_at):
-                self.unsettled.clear()
-                self.unsettled_records = 0
-                return False
-            self.unsettled.popleft()
-            self.unsettled_records -= len(head.pending)
-            if consumer is not None and head.offsets:
-                self._store_offsets(consumer, head.offsets)
-        return True
-
-    def _report_wait(self) -> float:
-        """Seconds a produced record's report may take before it counts as failed."""
-        return self.settings.delivery_timeout_ms / 1000 + 5
+        """Store the offsets of the oldest batches whose publishes are all confirmed (see
+        ``Settlement.settle``). False if stopped while retrying."""
+        return self.settlement.settle(consumer, block=block)
 
     def _enqueue(self, messages: list[ScheduledMessage]) -> list[Outcome | str] | None:
         """Enqueue, retrying outages with backoff. If the database refuses the data itself, split
@@ -440,149 +405,3 @@ class IntakeLoop(Loop):
                 )
                 if self.wait(delay):
                     return None
-
-    def _dead_letter(
-        self, record: Message, headers: Headers | None, rejection: Rejection, source: str
-    ) -> Pending | None:
-        log.error(
-            "malformed record at %s: %s",
-            source,
-            rejection.reason,
-            extra={"event": "dead_lettered", "reason": rejection.code, "source": source},
-        )
-        if not self.settings.dead_letter_topic:
-            metrics.DROPPED.labels(rejection.code).inc()
-            return None
-        return Pending(
-            self.settings.dead_letter_topic,
-            record.key(),
-            record.value(),
-            dead_letter_headers(headers, rejection.reason, source),
-            "dead_letter:" + rejection.code,
-            source=source,
-        )
-
-    def _produce_all(self, items: list[Pending]) -> None:
-        for item in items:
-            item.done, item.error = False, None
-            self.publisher.produce(item.topic, item.key, item.value, item.headers, reporter(item))
-
-    def _confirm(self, pending: list[Pending], produced_at: float, give_up_at: float) -> bool:
-        """Wait for the reports of these produced records; retry failures with backoff until
-        each is delivered, dead-lettered or (a refused dead letter past ``give_up_at``) parked.
-        False if the loop was stopped meanwhile."""
-        backoff = Backoff()
-        todo = pending
-        while todo:
-            deadline = produced_at + self._report_wait()
-            while any(not item.done for item in todo) and time.monotonic() < deadline:
-                self.publisher.poll(0.05)
-            failed = [item for item in todo if not item.done or item.error is not None]
-            for item in todo:
-                if item.done and item.error is None:
-                    if item.kind == "direct":
-                        metrics.PUBLISHED_DIRECTLY.inc()
-                    else:
-                        metrics.DEAD_LETTERED.labels(item.kind.split(":", 1)[1]).inc()
-            failed = [r for r in (self._on_refusal(item) for item in failed) if r is not None]
-            if time.monotonic() >= give_up_at:
-                failed = [item for item in failed if not self._park(item)]
-            if not failed:
-                return True
-            kind = "output" if failed[0].kind == "direct" else "dead_letter"
-            metrics.PUBLISH_ERRORS.labels(kind).inc(len(failed))
-            delay = backoff.next_delay()
-            log.warning(
-                "%d direct/dead-letter publishes failed (%s); retrying in %.2fs",
-                len(failed),
-                failed[0].error,
-                delay,
-                extra={"event": "publish_failed"},
-            )
-            if self.wait(delay):
-                return False  # offsets not stored: the batch is replayed after restart
-            todo = failed
-            self._produce_all(todo)
-            produced_at = time.monotonic()
-        return True
-
-    def _on_refusal(self, item: Pending) -> Pending | None:
-        """What to retry after a failed publish. Outages: the same record. A record the broker
-        refuses for good (e.g. too large), max_publish_attempts times:
-
-        * a direct publish goes to the dead-letter topic with the broker's error;
-        * a dead-letter record goes again as a *reduced* dead letter — the value and any large
-          header left out, their sizes and the input record's topic/partition/offset given
-          instead — so the reason always reaches the dead-letter topic and the original can be
-          read back from the input topic;
-        * only if even that is refused is it logged, counted and given up, so that one record
-          never stalls the partition.
-        """
-        if not is_permanent(item.error):
-            return item
-        item.refusals += 1
-        if item.refusals < dead_letter_after(self.settings):
-            return item
-        dead_letter = self.settings.dead_letter_topic
-        if item.kind == "direct" and dead_letter:
-            reason = f"publishing to {item.topic} failed {item.refusals} times: {item.error}"
-            log.error(
-                "lapsed message refused by %s; dead-lettering it: %s",
-                item.topic,
-                item.error,
-                extra={"event": "dead_lettered", "reason": "publish_failed"},
-            )
-            return Pending(
-                dead_letter,
-                item.key,
-                item.value,
-                dead_letter_headers(item.headers, reason, item.source or item.topic),
-                "dead_letter:publish_failed",
-                source=item.source,
-            )
-        if item.kind.startswith("dead_letter:") and dead_letter:
-            log.error(
-                "dead-letter record refused by the broker (%s); sending a reduced one",
-                item.error,
-                extra={"event": "dead_lettered", "reason": "reduced"},
-            )
-            return reduced(item, dead_letter)
-        metrics.DROPPED.labels("publish_refused").inc()
-        log.error(
-            "the broker refuses record for %s for good (%s); giving up on it (input record %s)",
-            item.topic,
-            item.error,
-            item.source or "unknown",
-            extra={"event": "dropped", "reason": "publish_refused", "source": item.source},
-        )
-        return None
-
-    def _park(self, item: Pending) -> bool:
-        """A dead letter the broker has refused for longer than ``dead_letter_timeout_ms`` (e.g.
-        no write access to the topic, or the topic was deleted): give up on it so that the
-        partition moves on, loudly — the input record stays in the input topic at the logged
-        topic/partition/offset, to be read again once the dead-letter topic accepts writes.
-        Direct publishes to the output topic are never parked: without the output topic
-        nothing can fire, and retrying them is the only way to deliver. True if parked."""
-        if item.kind == "direct":
-            return False
-        metrics.PARKED_INPUT.inc()
-        log.error(
-            "the dead-letter topic %s refused the dead letter of input record %s for more than "
-            "%d ms (%s); parking the record: it is skipped, and stays in the input topic at %s",
-            item.topic,
-            item.source or "unknown",
-            self.settings.dead_letter_timeout_ms,
-            item.error,
-            item.source or "unknown",
-            extra={"event": "input_parked", "source": item.source, "reason": item.kind},
-        )
-        return True
-
-    def _store_offsets(self, consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
-        tps = [TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()]
-        try:
-            consumer.store_offsets(offsets=tps)
-        except KafkaException as exc:
-            # The partition was revoked meanwhile: its new owner replays from the last commit.
-            log.info("could not store offsets (rebalance?): %s", exc)

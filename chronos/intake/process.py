@@ -166,13 +166,17 @@ class IntakeProcess(Loop):
     def _kill_if_late(self) -> None:
         asked = self._stop_asked_at
         limit = self.settings.shutdown_timeout_ms / 1000
-        if asked is not None and time.monotonic() - asked > limit and self.process is not None:
-            if self.process.poll() is None:
-                log.error(
-                    "intake process did not stop within the shutdown timeout; killing it",
-                    extra={"event": "intake_killed"},
-                )
-                self.process.kill()
+        if (
+            asked is not None
+            and time.monotonic() - asked > limit
+            and self.process is not None
+            and self.process.poll() is None
+        ):
+            log.error(
+                "intake process did not stop within the shutdown timeout; killing it",
+                extra={"event": "intake_killed"},
+            )
+            self.process.kill()
 
     def _reap(self, process: subprocess.Popen[bytes]) -> int:
         try:

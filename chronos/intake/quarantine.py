@@ -20,7 +20,7 @@ raw key and value and a reason (their headers cannot be read by this client). Ev
 every batch, so the node that inherits a partition recognises a poison record as the first did,
 without ever crashing.
 
-Cost: one fork and wait per consumed batch, not per record (see the README's Performance section
+Cost: one fork and wait per consumed batch, not per record (see docs/lab-notes.md
 for the figure); the parent's CPU for it grows with its resident memory (page tables), so it is
 measured on a node-sized process.
 """
@@ -99,7 +99,7 @@ class HeaderProbe:
                 for index in range(start, len(records)):
                     _INDEX.pack_into(self._progress, 0, index)
                     _read_headers(records[index])
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - whatever it is, the child must reach os._exit
                 status = 3
             os._exit(status)
         status, hung = self._wait(pid)

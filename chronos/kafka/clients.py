@@ -288,9 +288,7 @@ class KafkaPublisher:
             return  # already reported (abandoned with its replaced producer)
         if err is None:
             self._last_success = time.monotonic()
-        elif breaks_producer(err):
-            self._broken = err
-        elif time.monotonic() - self._last_success > self._stuck_after:
+        elif breaks_producer(err) or time.monotonic() - self._last_success > self._stuck_after:
             self._broken = err
         on_delivery(err)
 

@@ -9,6 +9,7 @@ broker's ListOffsets high watermark is wrong; the statistics are right.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -57,10 +58,8 @@ def record_consumer_stats(stats_json: str) -> None:
         return
     with _lag_lock:
         for labels in _lag_labels - lags.keys():
-            try:
+            with contextlib.suppress(KeyError):
                 metrics.CONSUMER_PARTITION_LAG.remove(*labels)
-            except KeyError:
-                pass
         for (topic, partition), lag in lags.items():
             metrics.CONSUMER_PARTITION_LAG.labels(topic, partition).set(lag)
         _lag_labels.clear()

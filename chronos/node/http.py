@@ -17,6 +17,7 @@ GET /console       the operator's console (chronos/node/console/index.html: stat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -28,11 +29,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from typing import Any
 
+from confluent_kafka import KafkaException
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.registry import Collector
 
 from chronos.admin.api import admin_routes
 from chronos.config.settings import Settings
+from chronos.errors import StoreError
 from chronos.store import Store
 
 log = logging.getLogger(__name__)
@@ -76,7 +79,7 @@ class Health:
             try:
                 self.store.ping()
                 checks["postgres"] = "ok"
-            except Exception as exc:
+            except StoreError as exc:
                 # The driver's text names the host, the user, sometimes part of a password:
                 # the log gets it, the unauthenticated probe gets a category.
                 log.warning(
@@ -118,7 +121,7 @@ def broker_reachable(settings: Settings) -> tuple[bool, str]:
         if topic is None or topic.error is not None:
             return False, "output topic missing"
         return True, "ok"
-    except Exception as exc:
+    except KafkaException as exc:
         log.warning("readiness: Kafka check failed: %s", exc, extra={"event": "not_ready"})
         return False, "unavailable"
 
@@ -235,7 +238,7 @@ class ChronosHTTPServer(HTTPServer):
                 self._serving[request] = time.monotonic() + self.deadline
             try:
                 self.finish_request(request, client_address)
-            except Exception:
+            except Exception:  # noqa: BLE001 - as socketserver does: log it, serve the next
                 self.handle_error(request, client_address)
             finally:
                 with self._serving_lock:
@@ -249,10 +252,8 @@ class ChronosHTTPServer(HTTPServer):
             with self._serving_lock:
                 late = [conn for conn, deadline in self._serving.items() if deadline < now]
             for conn in late:
-                try:
+                with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)  # the worker's blocked read returns
-                except OSError:
-                    pass
 
     def server_close(self) -> None:
         super().server_close()

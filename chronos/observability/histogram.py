@@ -1,4 +1,4 @@
-"""A Prometheus histogram observed a batch at a time (issue 11: the firing path's metric work).
+"""A Prometheus histogram observed a batch at a time.
 
 ``prometheus_client.Histogram.observe`` costs a few microseconds per value (a lock, a Python
 loop over the buckets, a lock per counter); the firing loop observes one lateness per fired
@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
-from prometheus_client import metrics as _client_metrics
+from prometheus_client import Counter as PrometheusCounter
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 from prometheus_client.utils import INF, floatToGoString
@@ -29,9 +29,25 @@ from prometheus_client.utils import INF, floatToGoString
 # How prometheus_client writes a bucket's ``le`` label (typed here: the library's is not).
 _go_string: Callable[[float], str] = floatToGoString
 
+# A counter of no registry, asked whether prometheus_client writes ``_created`` samples now.
+_CREATED_PROBE = PrometheusCounter(
+    "chronos_created_probe", "asks for _created samples", registry=None
+)
+
+
+def created_series_enabled() -> bool:
+    """Whether prometheus_client writes ``_created`` samples now: off when
+    PROMETHEUS_DISABLE_CREATED_SERIES is set or after ``disable_created_metrics()``. The library
+    has a switch but no public getter, so a counter of its own answers (its samples)."""
+    return any(
+        sample.name.endswith("_created")
+        for metric in _CREATED_PROBE.collect()
+        for sample in metric.samples
+    )
+
 
 class _Series:
-    __slots__ = ("counts", "sum", "created")
+    __slots__ = ("counts", "created", "sum")
 
     def __init__(self, buckets: int) -> None:
         self.counts = [0] * buckets  # per bucket, not cumulative
@@ -98,7 +114,7 @@ class BatchHistogram(Collector):
             series = [(k, list(s.counts), s.sum, s.created) for k, s in self._series.items()]
         family = Metric(self.name, self.documentation, "histogram")
         with_sum = self.upper_bounds[0] >= 0
-        with_created = _client_metrics._use_created
+        with_created = created_series_enabled()
         for key, counts, total, created in series:
             labels = dict(zip(self.labelnames, key, strict=True))
             acc = 0.0

@@ -43,7 +43,7 @@ class TextFormatter(logging.Formatter):
     """One line per record: the message (with its arguments) has control characters escaped;
     a traceback, written by the logging code itself, keeps its lines."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+    def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape(record.message)
         return super().formatMessage(record)
 

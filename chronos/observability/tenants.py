@@ -1,4 +1,4 @@
-"""Per-tenant metrics with a bounded number of series (issue 13: telemetry per tenant).
+"""Per-tenant metrics with a bounded number of series.
 
 A tenant name is free text from a message header, so one label per tenant would let any producer
 create series without limit. Two families keep the cardinality bounded:
@@ -35,6 +35,7 @@ label ``""``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -127,10 +128,8 @@ class TenantMetrics:
     @staticmethod
     def _remove(tenant: str) -> None:
         for family in (TENANT_FIRED, TENANT_LATENESS):
-            try:
+            with contextlib.suppress(KeyError):  # never recorded on this node
                 family.remove(tenant)
-            except KeyError:
-                pass  # never recorded on this node
 
     def observe_fired(self, fired: Iterable[tuple[str, float]]) -> None:
         """Record fired messages as (tenant, lateness in seconds) pairs."""
@@ -193,7 +192,5 @@ class TenantGauges:
 
 def _remove_gauges(tenant: str) -> None:
     for gauge in (TENANT_OVERDUE, TENANT_OLDEST_OVERDUE):
-        try:
+        with contextlib.suppress(KeyError):
             gauge.remove(tenant)
-        except KeyError:
-            pass

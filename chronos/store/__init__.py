@@ -4,8 +4,13 @@ records and ``PostgresStore``."""
 
 from __future__ import annotations
 
-from chronos.store.postgres import (
+from chronos.store.batch import encode_batch
+from chronos.store.postgres import PostgresStore, statement_params
+from chronos.store.postgres_session import libpq_url, session_options
+from chronos.store.types import (
+    COUNT_LIMIT,
     DEFAULT_CANCEL_TTL_MS,
+    EXACT_COUNT_BELOW,
     FAIR_TENANTS_PER_CLAIM,
     KNOWN_TENANTS_MEMORY,
     LIST_QUERIES,
@@ -17,22 +22,19 @@ from chronos.store.postgres import (
     MessageRecord,
     NodeRecord,
     Outcome,
-    PostgresStore,
     RequeueOutcome,
     RescheduleOutcome,
     Store,
     StuckRow,
     TenantBacklog,
     TenantBacklogs,
-    encode_batch,
-    libpq_url,
     row_bytes,
-    session_options,
-    statement_params,
 )
 
 __all__ = [
+    "COUNT_LIMIT",
     "DEFAULT_CANCEL_TTL_MS",
+    "EXACT_COUNT_BELOW",
     "FAIR_TENANTS_PER_CLAIM",
     "KNOWN_TENANTS_MEMORY",
     "LIST_QUERIES",

@@ -6,154 +6,23 @@ statements, the firing and intake loops never call them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
-from chronos.protocol import Headers, decode_headers
-
-
-class CancelOutcome(Enum):
-    """What cancelling a message did."""
-
-    CANCELLED = "cancelled"  # it was waiting (or parked) and is deleted
-    CLAIMED = "claimed"  # a node has claimed it and may be firing it: left alone
-    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
-
-
-class RequeueOutcome(Enum):
-    """What requeueing a message did."""
-
-    REQUEUED = "requeued"  # it was parked: attempts, parked_at and last_error reset
-    NOT_PARKED = "not_parked"  # waiting or claimed: left alone
-    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
-
-
-class RescheduleOutcome(Enum):
-    """What rescheduling a message (admin API) did."""
-
-    RESCHEDULED = "rescheduled"  # it was waiting: its deadline is the new one
-    CLAIMED = "claimed"  # a node has claimed it and may be firing it: left alone
-    PARKED = "parked"  # parked: left alone (requeue it first)
-    NOT_FOUND = "not_found"  # not scheduled (never was, fired, or cancelled)
-
-
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
-    """A scheduled message as the admin API shows it (``value`` only when asked for)."""
-
-    id: str
-    deadline: datetime
-    readied_at: datetime | None
-    readied_by: str | None
-    attempts: int
-    last_error: str | None
-    target_topic: str | None
-    enqueued_at: datetime
-    key: bytes | None
-    headers: Headers
-    value_size: int | None  # None: a tombstone (NULL value)
-    value: bytes | None
-    parked_at: datetime | None = None  # None: not parked (or parked by attempts alone)
-
-    def state(self, park_attempts: int) -> str:
-        """``claimed`` (a node holds it), ``parked`` (not claimed until requeued) or
-        ``waiting``."""
-        if self.readied_at is not None:
-            return "claimed"
-        if self.parked_at is not None or self.attempts >= park_attempts:
-            return "parked"
-        return "waiting"
-
-
-@dataclass(frozen=True, slots=True)
-class Backlog:
-    """The table's backlog, measured without a table scan (see the ``backlog`` query).
-
-    ``unclaimed`` is exact when ``unclaimed_exact``, else the planner's live-row estimate less
-    the claimed rows; ``parked`` and ``overdue`` are exact unless capped at the count limit.
-    """
-
-    now: datetime  # the database clock
-    estimated_rows: int | None
-    unclaimed: int  # waiting + parked
-    unclaimed_exact: bool
-    claimed: int
-    parked: int
-    parked_capped: bool
-    overdue: int  # waiting rows past their deadline
-    overdue_capped: bool
-    oldest_overdue: datetime | None
-    oldest_deadline: datetime | None
-    newest_deadline: datetime | None
-
-    @property
-    def waiting(self) -> int:
-        return max(0, self.unclaimed - self.parked)
-
-    @property
-    def oldest_overdue_seconds(self) -> float:
-        """now - the deadline of the oldest overdue waiting row; 0 when none is overdue."""
-        if self.oldest_overdue is None:
-            return 0.0
-        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
-
-
-@dataclass(frozen=True, slots=True)
-class TenantBacklog:
-    """One tenant's part of the backlog (see the ``tenant_backlog`` query). ``waiting`` and
-    ``overdue`` are exact unless capped at the count limit; ``parked`` counts at most the count
-    limit over all tenants. The default tenant is ``''`` (rows written before tenants too)."""
-
-    tenant: str
-    now: datetime  # the database clock
-    waiting: int  # unclaimed, not parked
-    waiting_capped: bool
-    overdue: int  # waiting rows past their deadline
-    overdue_capped: bool
-    oldest_overdue: datetime | None
-    claimed: int
-    parked: int
-
-    @property
-    def oldest_overdue_seconds(self) -> float:
-        """now - the deadline of the tenant's oldest overdue waiting row; 0 when none."""
-        if self.oldest_overdue is None:
-            return 0.0
-        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
-
-
-@dataclass(frozen=True, slots=True)
-class TenantBacklogs:
-    """The busiest tenants (most overdue rows first, then most waiting rows, then by name)."""
-
-    now: datetime
-    tenants: list[TenantBacklog]
-    tenants_capped: bool  # more tenants have waiting rows than the query looked at
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    """A node known from its heartbeat row, its claims, or both."""
-
-    node_id: str
-    live: bool  # heartbeat within the liveness window
-    started_at: datetime | None
-    heartbeat_at: datetime | None
-    heartbeat_age_seconds: float | None
-    hostname: str | None
-    version: str | None
-    claimed: int
-    oldest_claim_at: datetime | None
-
-
-LIST_QUERIES = {
-    None: "list_all",
-    "waiting": "list_waiting",
-    "claimed": "list_claimed",
-    "parked": "list_parked",
-}
+from chronos.protocol import decode_headers
+from chronos.store.types import (
+    COUNT_LIMIT,
+    EXACT_COUNT_BELOW,
+    LIST_QUERIES,
+    Backlog,
+    CancelOutcome,
+    MessageRecord,
+    NodeRecord,
+    RequeueOutcome,
+    RescheduleOutcome,
+    TenantBacklog,
+    TenantBacklogs,
+)
 
 
 class AdminQueries:
@@ -163,7 +32,11 @@ class AdminQueries:
         raise NotImplementedError  # PostgresStore runs the named statement
 
     def backlog(
-        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
+        self,
+        park_attempts: int,
+        *,
+        exact_below: int = EXACT_COUNT_BELOW,
+        count_limit: int = COUNT_LIMIT,
     ) -> Backlog:
         """Backlog statistics in one statement that never scans the table (indexes, estimates)."""
         r = self._execute(
@@ -202,7 +75,7 @@ class AdminQueries:
         park_attempts: int,
         *,
         limit: int,
-        count_limit: int = 10_000,
+        count_limit: int = COUNT_LIMIT,
         max_tenants: int = 1_000,
     ) -> TenantBacklogs:
         """The ``limit`` tenants with the most overdue rows, in one bounded statement: at most

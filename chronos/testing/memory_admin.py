@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 
 from chronos.cluster.leadership import lowest_id
 from chronos.store import (
+    COUNT_LIMIT,
+    EXACT_COUNT_BELOW,
     LIST_QUERIES,
     Backlog,
     CancelOutcome,
@@ -36,7 +38,11 @@ class InMemoryAdmin:
         raise NotImplementedError  # InMemoryStore's: counts, injects failures, returns now()
 
     def backlog(
-        self, park_attempts: int, *, exact_below: int = 100_000, count_limit: int = 10_000
+        self,
+        park_attempts: int,
+        *,
+        exact_below: int = EXACT_COUNT_BELOW,
+        count_limit: int = COUNT_LIMIT,
     ) -> Backlog:
         with self._lock:
             now = self._statement("backlog")
@@ -71,7 +77,7 @@ class InMemoryAdmin:
         park_attempts: int,
         *,
         limit: int,
-        count_limit: int = 10_000,
+        count_limit: int = COUNT_LIMIT,
         max_tenants: int = 1_000,
     ) -> TenantBacklogs:
         with self._lock:

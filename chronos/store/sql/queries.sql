@@ -169,7 +169,7 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
           m.tenant;
 
 -- name: claim_due_fair
--- Phase 1 under overload (issue 13; the firing loop runs it while its previous claim came back
+-- Phase 1 under overload (the firing loop runs it while its previous claim came back
 -- full, or while a tenant holds its share of the node's claim-ahead budget): claim_due, with the
 -- batch shared between tenants. It visits at most `tenants` known tenants (chronos_tenants, in
 -- name order after `cursor`, wrapping round: a rotating window, so thousands of tenants are all
