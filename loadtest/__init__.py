@@ -1,10 +1,16 @@
-"""Chronos load-test harness: an open-loop producer, an output recorder and a Spark analysis.
+"""Chronos load tests: a load generator and recorder, the analysis of what it recorded, and the
+headline benchmark; besides them, one-off cost probes.
 
-``python -m loadtest run`` drives a Chronos deployment through its Kafka topics and records every
-message sent and received as Parquet; ``python -m loadtest analyze`` turns a results directory into
-``summary.json`` and ``report.html``. See ``loadtest/README.md``.
+* ``harness``: what a load-test run uses: the open-loop producer, the recorder, the echo relay
+  that stands in for Chronos, topic checks, delays and the multi-tenant load, the files a run
+  writes (``python -m loadtest run`` and ``relay``);
+* ``analysis``: a results directory turned into ``summary.json`` and ``report.html`` with Spark,
+  and synthetic results directories to test it (``python -m loadtest analyze`` and ``synth``);
+* ``bench``: the benchmark that brings up its own stack and runs the scenarios
+  (``python -m loadtest bench``, ``make bench``; ``python -m loadtest ceiling``);
+* ``probes``: one-off measurements of one cost each, ``python -m loadtest.probes.<name>``.
+
+Layers, top to bottom: ``cli``, ``bench``, ``analysis``, ``harness``; a module imports only
+from its own layer or those below. ``probes`` import nothing of the others. See
+``loadtest/README.md``.
 """
-
-from __future__ import annotations
-
-__all__: list[str] = []

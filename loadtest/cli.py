@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from loadtest.delays import BurstDelay, DelaySpecError, parse_delay
-from loadtest.tenants import TenantLoad
-from loadtest.timeutil import DurationError, parse_duration_ms
+from loadtest.harness.delays import BurstDelay, DelaySpecError, parse_delay
+from loadtest.harness.tenants import TenantLoad
+from loadtest.harness.timeutil import DurationError, parse_duration_ms
 
 DEFAULT_RESULTS = Path("loadtest/results")
 
@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     relay.add_argument("--timing-advance-ms", type=_non_negative_int, default=50)
     relay.add_argument("--start-from", choices=("end", "beginning"), default="end")
 
-    from loadtest import bench, ceiling
+    from loadtest.bench import ceiling, driver
 
     ceil = sub.add_parser(
         "ceiling", help="the ceiling: the node's store statements alone on a Postgres (no Kafka)"
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bring up embedded Postgres and broker, measure the ceiling, run the "
         "scenarios against Chronos node processes, write bench.json and BENCHMARK.md.",
     )
-    bench.add_arguments(bench_parser)
+    driver.add_arguments(bench_parser)
     return parser
 
 
@@ -249,16 +249,16 @@ def _tenant_load(args: argparse.Namespace) -> TenantLoad | None:
         return None
     if args.count is not None:
         raise SystemExit("loadtest run: a multi-tenant load takes --duration, not --count")
-    flood_at_ms = int(round(args.flood_at * 1000))
+    flood_at_ms = round(args.flood_at * 1000)
     tenants = TenantLoad(
         flood_count=args.flood_count,
         flood_rate=args.rate,
         flood_at_ms=flood_at_ms,
         small_tenants=args.small_tenants,
         small_rate=args.small_rate,
-        small_delay_ms=int(round(args.small_delay * 1000)),
+        small_delay_ms=round(args.small_delay * 1000),
         duration_s=60.0 if args.duration is None else args.duration,
-        small_from_ms=int(round(args.small_from * 1000)),
+        small_from_ms=round(args.small_from * 1000),
         header=not args.no_tenant_header,
     )
     if tenants.flood_send_s() * 1000 > flood_at_ms:
@@ -271,7 +271,7 @@ def _tenant_load(args: argparse.Namespace) -> TenantLoad | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from loadtest.run import RunConfig, print_outcome, run_load
+    from loadtest.harness.run import RunConfig, print_outcome, run_load
 
     duration: float | None = args.duration
     tenants = _tenant_load(args)
@@ -282,7 +282,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         duration = None
     else:
         duration = 60.0 if duration is None else duration
-        count = int(round(args.rate * duration))
+        count = round(args.rate * duration)
     if isinstance(args.delay, BurstDelay) and tenants is None:
         span_ms = count / args.rate * 1000
         if args.delay.at_ms < span_ms:
@@ -324,8 +324,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from loadtest.analysis import analyze_dir
-    from loadtest.sparkutil import spark_session
+    from loadtest.analysis.sparkutil import spark_session
+    from loadtest.analysis.summary import analyze_dir
 
     out = args.out or args.results
     spark = spark_session(args.master, driver_memory=args.driver_memory)
@@ -354,7 +354,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from loadtest.synth import SynthSpec, write_synthetic
+    from loadtest.analysis.synth import SynthSpec, write_synthetic
 
     spec = SynthSpec(
         count=args.count,
@@ -377,7 +377,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_relay(args: argparse.Namespace) -> int:
-    from loadtest.relay import EchoRelay
+    from loadtest.harness.relay import EchoRelay
 
     relay = EchoRelay(
         bootstrap=args.bootstrap,
@@ -406,15 +406,15 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
 
 def _cmd_ceiling(args: argparse.Namespace) -> int:
-    from loadtest import ceiling
+    from loadtest.bench import ceiling
 
     return ceiling.main(args)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from loadtest import bench
+    from loadtest.bench import driver
 
-    return bench.main(args)
+    return driver.main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,8 +12,8 @@ message falls in exactly one class:
 * ``dead_lettered``      never fired, but on the dead-letter topic;
 * ``lost``               received on neither topic by the end of the grace.
 
-The Spark analysis (``loadtest.analysis``) computes the figures; this module holds them as types
-and turns them into the benchmark's rows, so it needs neither Spark nor the stack.
+The Spark analysis (``loadtest.analysis.summary``) computes the figures; this module holds them
+as types and turns them into the benchmark's rows, so it needs neither Spark nor the stack.
 """
 
 from __future__ import annotations
@@ -21,28 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
-
-
-@dataclass(frozen=True, slots=True)
-class DrainWindow:
-    """When the recorder stopped, as written to ``run.json`` (``drain``), epoch ms."""
-
-    window_end_ms: int | None  # last deadline + drain timeout
-    grace_end_ms: int | None  # window end + grace: the recorder never reads past it
-    grace_s: float
-    ended_ms: int  # when the recorder stopped (earlier than grace_end_ms once all arrived)
-    received_at_window_end: int | None  # distinct ids seen when the window ended (None: before)
-    received_at_end: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> DrainWindow | None:
-        if not data:
-            return None
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +185,14 @@ def _s(ms: int | None) -> str:
 
 
 def late_text(d: Delivery | None) -> str:
-    """``18,000 late after the window (lateness 31.0–52.1 s, received up to 12.3 s after it)``,
-    or '' when nothing arrived after the window."""
+    """``18,000 late after the window (lateness 31.0 s–52.1 s, received up to 12.3 s after it)``,
+    or '' when nothing arrived after the window."""  # noqa: RUF002 - the report's en dash
     if d is None or not d.late_after_window:
         return ""
+    low, high = _s(d.after_window_lateness_min_ms), _s(d.after_window_lateness_max_ms)
     return (
-        f"{_n(d.late_after_window)} late after the window (lateness "
-        f"{_s(d.after_window_lateness_min_ms)}–{_s(d.after_window_lateness_max_ms)}, received up "
-        f"to {_s(d.after_window_max_ms)} after it)"
+        f"{_n(d.late_after_window)} late after the window (lateness {low}–{high}, "  # noqa: RUF001
+        f"received up to {_s(d.after_window_max_ms)} after it)"
     )
 
 

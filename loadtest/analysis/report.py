@@ -12,8 +12,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 PLOTS = ("lateness_cdf.png", "lateness_hist.png", "throughput.png")
 TENANT_PLOT = "tenants.png"  # only for a multi-tenant load (summary["tenants"])

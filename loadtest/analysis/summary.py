@@ -10,7 +10,7 @@ Definitions (all times are epoch milliseconds):
 * duplicates          ids with more than one output record (``duplicate_ids``) and the number
                       of records beyond the first (``duplicate_extra_copies``);
 * dead-lettered       distinct ids seen on the dead-letter topic;
-* delivery            each sent id in one class (``loadtest.delivery``): on time or late
+* delivery            each sent id in one class (``loadtest.analysis.delivery``): on time or late
                       (lateness above the jitter limit) within the recording window, late
                       after the window (first output copy received during the grace that
                       follows it), dead-lettered only, or lost (never received).
@@ -31,9 +31,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from loadtest.delivery import Delivery, DrainWindow
-from loadtest.events import PRODUCE_ERRORS_FILE, RECEIVED_FILE, RUN_FILE, SENT_FILE
-from loadtest.tenant_analysis import tenant_summary
+from loadtest.analysis.delivery import Delivery
+from loadtest.analysis.tenants import tenant_summary
+from loadtest.harness.events import (
+    PRODUCE_ERRORS_FILE,
+    RECEIVED_FILE,
+    RUN_FILE,
+    SENT_FILE,
+    DrainWindow,
+)
 
 PERCENTILES = (0.5, 0.9, 0.99, 0.999)
 PERCENTILE_NAMES = ("p50", "p90", "p99", "p99_9")
@@ -120,8 +126,8 @@ def join_events(sent: DataFrame, received: DataFrame) -> DataFrame:
 
 def delivery_columns(window_end_ms: int | None, late_limit_ms: int) -> list[Column]:
     """Aggregates over ``join_events`` rows that classify every sent id (see
-    ``loadtest.delivery``); ``window_end_ms`` None (a run that recorded no window) puts every
-    received message within the window."""
+    ``loadtest.analysis.delivery``); ``window_end_ms`` None (a run that recorded no window) puts
+    every received message within the window."""
     was_sent = F.col("was_sent")
     fired = was_sent & (F.col("out_copies") > 0)
     late = F.col("lateness_ms")
@@ -427,7 +433,7 @@ def analyze_dir(
     report: bool = True,
 ) -> dict[str, Any]:
     """Analyse ``results``; write ``summary.json`` and ``report.html`` (with plots) to ``out``."""
-    from loadtest.report import write_report
+    from loadtest.analysis.report import write_report
 
     started = time.monotonic()
     out = out or results

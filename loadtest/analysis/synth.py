@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
-from loadtest.events import RECEIVED_FILE, RECEIVED_SCHEMA, RUN_FILE, SENT_FILE, SENT_SCHEMA
-from loadtest.tenants import FLOOD, small_name
+from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.harness.events import RECEIVED_FILE, RECEIVED_SCHEMA, RUN_FILE, SENT_FILE, SENT_SCHEMA
+from loadtest.harness.tenants import FLOOD, small_name
 
 CHUNK = 1_000_000
 START_MS = 1_700_000_000_000
@@ -34,7 +34,9 @@ OUTPUT, DEAD_LETTER = "chronos-output", "chronos-dead-letter"
 class SynthSpec:
     count: int
     rate: float = 10_000.0
-    delay: FixedDelay | UniformDelay | BurstDelay = UniformDelay(3000, 10000)
+    delay: FixedDelay | UniformDelay | BurstDelay = field(
+        default_factory=lambda: UniformDelay(3000, 10000)
+    )
     lost_fraction: float = 0.001
     duplicate_fraction: float = 0.002
     dead_letter_fraction: float = 0.0005
@@ -209,7 +211,7 @@ def _pct(values: np.ndarray) -> dict[str, float | int | None]:
         return {"count": 0}
     p = np.percentile(values, [50, 90, 99, 99.9])
     return {
-        "count": int(len(values)),
+        "count": len(values),
         "min": int(values.min()),
         "mean": float(values.mean()),
         "p50": float(p[0]),

@@ -1,10 +1,10 @@
-"""Per-tenant lateness of a multi-tenant load (``loadtest.tenants``), in Spark.
+"""Per-tenant lateness of a multi-tenant load (``loadtest.harness.tenants``), in Spark.
 
 The ``tenants`` section of ``summary.json`` (absent when no sent message has a tenant):
 
 * ``classes``: for ``flood`` (the tenant whose messages are due at one instant) and ``small``
   (the steady tenants): messages sent and fired, lateness p50 / p99 / max (ms, first output
-  copy, exact percentiles as in ``loadtest.analysis``);
+  copy, exact percentiles as in ``loadtest.analysis.summary``);
 * ``small_during_flood``: the same for the small tenants' messages due while the flood drains
   (deadline from the flood's deadline to its last fire): the figure fairness is judged by;
 * ``small_worst``: the small tenant with the highest p99, and that p99;
@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from loadtest.tenants import FLOOD, SMALL_PREFIX
+from loadtest.harness.tenants import FLOOD, SMALL_PREFIX
 
 MAX_TENANTS = 1000
 MAX_TIMELINE_ROWS = 4000
@@ -60,7 +60,7 @@ def tenant_class() -> Column:
 
 
 def tenant_summary(sent: DataFrame, joined: DataFrame, base_ms: int) -> dict[str, Any] | None:
-    """The ``tenants`` section, from the sent log and ``loadtest.analysis.join_events``."""
+    """The ``tenants`` section, from the sent log and ``loadtest.analysis.summary.join_events``."""
     if "tenant" not in sent.columns:
         return None
     tenants = sent.where(F.col("tenant").isNotNull()).select(

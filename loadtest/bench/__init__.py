@@ -2,10 +2,9 @@
 
 It brings up its own stack with the project's code — ``EmbeddedPostgres`` (durable, as
 ``chronos dev`` runs it) and ``EmbeddedBroker`` on free ports in a fresh data directory — runs
-the migrations, measures the ceiling (``loadtest.ceiling``: the node's store without Kafka) on
-that Postgres, and then
-runs each scenario (``loadtest.scenarios``) on fresh topics, an empty table (or one pre-loaded
-with far-future rows) and freshly started ``python -m chronos run`` node processes:
+the migrations, measures the ceiling (``ceiling``: the node's store without Kafka) on that
+Postgres, and then runs each scenario (``scenarios``) on fresh topics, an empty table (or one
+pre-loaded with far-future rows) and freshly started ``python -m chronos run`` node processes:
 
 * the load generator runs in a separate process (``python -m loadtest run``), then the Spark
   analysis (``python -m loadtest analyze``) writes the scenario's ``summary.json``,
@@ -29,16 +28,12 @@ table, the ratio of Chronos's sustained throughput to the ceiling, the command l
 machine facts, with links to each scenario's report.
 
 
-The parts: ``driver`` (the command), ``runs`` (one scenario), ``stack`` (the processes),
-``sampling`` (the per-second sampler), ``procstats`` (CPU and memory, with psutil),
-``promtext`` (the nodes' ``/metrics``, with prometheus_client's parser), ``figures`` (figures
-derived from the analysis and the samples), ``results`` (those figures as types), ``records``
-(``bench.json`` read back as types), ``evaluation`` (the verdicts), ``report``
-(``BENCHMARK.md``) and ``profiles`` (py-spy).
+The parts: ``driver`` (the command), ``scenarios`` (what runs, and the targets), ``ceiling``
+(the store-only pipeline, also ``python -m loadtest ceiling``), ``runs`` (one scenario),
+``stack`` (the processes), ``sampling`` (the per-second sampler), ``procstats`` (CPU and
+memory, with psutil), ``promtext`` (the nodes' ``/metrics``, with prometheus_client's parser),
+``figures`` (figures derived from the analysis and the samples), ``results`` (those figures as
+types, one module per subject), ``records`` (``bench.json`` read back as types),
+``evaluation`` and ``tenant_verdicts`` (the verdicts), ``report`` (``BENCHMARK.md``) and
+``profiles`` (py-spy).
 """
-
-from __future__ import annotations
-
-from loadtest.bench.driver import add_arguments, main
-
-__all__ = ["add_arguments", "main"]

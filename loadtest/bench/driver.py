@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from loadtest import scenarios as sc
+from loadtest.bench import scenarios as sc
 from loadtest.bench.evaluation import capacity, evaluate, run_ceiling
 from loadtest.bench.figures import received_gaps
 from loadtest.bench.procstats import cpu_model, memory_total_kb

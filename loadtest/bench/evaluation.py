@@ -1,13 +1,13 @@
-"""The verdicts: each scenario's figures judged against its targets (``loadtest.scenarios``),
+"""The verdicts: each scenario's figures judged against its targets (``loadtest.bench.scenarios``),
 as the rows of the headline table."""
 
 from __future__ import annotations
 
-from loadtest import scenarios as sc
+from loadtest.analysis.delivery import Row, late_text, scenario_delivery_rows
+from loadtest.bench import scenarios as sc
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
-from loadtest.bench.results import Drain
-from loadtest.bench.tenant_figures import tenant_rows
-from loadtest.delivery import Row, late_text, scenario_delivery_rows
+from loadtest.bench.results.load import Drain
+from loadtest.bench.tenant_verdicts import tenant_rows
 
 
 def fmt(value: float | str | None, digits: int = 1) -> str:
@@ -249,8 +249,8 @@ def _burst_rows(bench: BenchRecord) -> list[Row]:
 
 
 def _cpu_rows(bench: BenchRecord) -> list[Row]:
-    """CPU per message of the node's process tree and of the broker (reported, no target: the
-    issue asks to halve the node's figure from its baseline)."""
+    """CPU per message of the node's process tree and of the broker (reported, not judged: the
+    figure is compared across runs, not against a fixed bound)."""
     rows: list[Row] = []
     control = _first(bench, "relay")
     base = None if control is None else control.cpu_per_message

@@ -3,23 +3,24 @@ sampler's samples: steady rates, backlog growth, burst drain and intake, output 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest import scenarios as sc
-from loadtest.bench.results import (
+from loadtest.bench import scenarios as sc
+from loadtest.bench.results.load import (
     BacklogVerdict,
     Check,
     Drain,
     Intake,
     OffsetGap,
     OffsetGaps,
-    StackSample,
     SteadyRates,
 )
-from loadtest.scenarios import Scenario
+from loadtest.bench.results.samples import StackSample
+from loadtest.bench.scenarios import Scenario
 
 
 def steady_rates(
@@ -77,7 +78,7 @@ def offset_gaps(records: Iterable[tuple[str, int, int]], limit: int = 20) -> Off
     missing = 0
     for (topic, partition), offsets in sorted(by_partition.items()):
         offsets.sort()
-        for a, b in zip(offsets, offsets[1:], strict=False):
+        for a, b in itertools.pairwise(offsets):
             if b > a + 1:
                 missing += b - a - 1
                 gaps.append(OffsetGap(topic, partition, a + 1, b - 1, b - a - 1))

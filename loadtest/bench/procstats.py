@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtest.bench.results import CpuPerMessage, CpuUsage
+from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage
 
 KB = 1024
 

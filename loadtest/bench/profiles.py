@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from loadtest.bench.results import Profile, RankedFunction
+from loadtest.bench.results.node import Profile, RankedFunction
 
 TOP_FUNCTIONS = 30
 
@@ -21,10 +21,13 @@ _FRAME_RE = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)
 
 
 def _short_file(path: str) -> str:
+    """``chronos/...`` for the package's files (absolute or relative paths), the path inside
+    ``site-packages`` or the standard library for the rest."""
+    rooted = "/" + path  # a relative chronos/... path matches /chronos/ too
     for marker in ("site-packages/", "/chronos/", "/loadtest/", "lib/python"):
-        idx = path.rfind(marker)
+        idx = rooted.rfind(marker)
         if idx >= 0:
-            tail = path[idx + len(marker) :]
+            tail = rooted[idx + len(marker) :]
             return ("chronos/" + tail) if marker == "/chronos/" else tail
     return "/".join(path.split("/")[-2:])
 

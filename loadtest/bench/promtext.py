@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.bench.results import NodeMetrics, StatementStats
+from loadtest.bench.results.node import NodeMetrics, StatementStats
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def histogram_summary(
         return StatementStats(count=0, observed=False)
     h = after.minus(before)
     return StatementStats(
-        count=int(round(h.count)),
+        count=round(h.count),
         mean_ms=_ms(h.mean),
         p50_ms=_ms(h.quantile(0.5)),
         p99_ms=_ms(h.quantile(0.99)),
@@ -176,7 +176,7 @@ def node_metrics(before: Sequence[str], after: Sequence[str], seconds: float) ->
     for key, metric in NODE_COUNTERS.items():
         after_v = metric_total(a, metric)
         before_v = metric_total(b, metric) or 0.0
-        counters[key] = None if after_v is None else int(round(after_v - before_v))
+        counters[key] = None if after_v is None else round(after_v - before_v)
     late = histogram(a, "chronos_fire_lateness_seconds")
     node_lateness = histogram_summary(late, histogram(b, "chronos_fire_lateness_seconds"))
     return NodeMetrics(statements, claim, counters, node_lateness)

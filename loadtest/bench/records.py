@@ -9,25 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtest.bench.results import (
-    BacklogVerdict,
-    CpuPerMessage,
-    CpuUsage,
-    Drain,
-    Intake,
-    Json,
-    Preload,
-    Profile,
-    Stall,
-    StatementStats,
-    SteadyRates,
-    json_int,
-    json_map,
-    json_num,
-    json_str,
-)
-from loadtest.bench.tenant_figures import TenantFigures
-from loadtest.delivery import Delivery, LossLocation, Row, ScenarioDelivery
+from loadtest.analysis.delivery import Delivery, LossLocation, Row, ScenarioDelivery
+from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage
+from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num, json_str
+from loadtest.bench.results.load import BacklogVerdict, Drain, Intake, Preload, SteadyRates
+from loadtest.bench.results.node import Profile, Stall, StatementStats
+from loadtest.bench.results.tenants import TenantFigures
 
 
 @dataclass(frozen=True, slots=True)

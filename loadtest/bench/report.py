@@ -6,7 +6,8 @@ import sys
 
 from loadtest.bench.evaluation import capacity, fmt, run_ceiling
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
-from loadtest.bench.results import CpuUsage, Intake
+from loadtest.bench.results.cpu import CpuUsage
+from loadtest.bench.results.load import Intake
 from loadtest.bench.sampling import STALL_SECONDS
 
 

@@ -17,16 +17,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from loadtest import scenarios as sc
+from loadtest.analysis.delivery import locate_loss
+from loadtest.bench import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_per_message, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
-from loadtest.bench.results import CpuUsage, StackSample
+from loadtest.bench.results.cpu import CpuUsage
+from loadtest.bench.results.samples import StackSample
 from loadtest.bench.sampling import Sampler
+from loadtest.bench.scenarios import Scenario, Workload
 from loadtest.bench.stack import NodeProcess, Stack, Topics, clean_env, launch
-from loadtest.delivery import locate_loss
-from loadtest.scenarios import Scenario, Workload
 
 
 class Interrupted(Exception):
@@ -49,7 +50,7 @@ def say(message: str) -> None:
 
 
 def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
-    from loadtest.ceiling import run_ceiling
+    from loadtest.bench.ceiling import run_ceiling
 
     sdir = ctx.out / scenario.name
     sdir.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ from typing import Any
 from loadtest.bench.procstats import TreeCpu, tree_rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
-from loadtest.bench.results import StackSample, Stall, TableCounts
+from loadtest.bench.results.node import Stall
+from loadtest.bench.results.samples import StackSample, TableCounts
 from loadtest.bench.stack import SAMPLE_SQL, NodeProcess
 
 SAMPLE_INTERVAL_S = 1.0

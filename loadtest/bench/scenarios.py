@@ -3,10 +3,10 @@
 Each scenario is one harness run (``python -m loadtest run``) against a fresh set of topics, an
 empty ``chronos_messages`` table (or one pre-loaded with far-future rows) and freshly started
 node processes. ``ceiling`` is not a harness run: it is the store-only pipeline of
-``loadtest.ceiling`` on the same Postgres, always measured first.
+``loadtest.bench.ceiling`` on the same Postgres, always measured first.
 
-The targets come from the speed-and-precision issue; on a 2-core machine with Postgres, the
-broker, the load generator and Chronos co-located they are benchmarks, not timed tests.
+On a 2-core machine with Postgres, the broker, the load generator and Chronos co-located the
+targets are benchmarks, not timed tests.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loadtest.delays import BurstDelay, FixedDelay, UniformDelay, parse_delay
-from loadtest.tenants import TenantLoad
+from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay, parse_delay
+from loadtest.harness.tenants import TenantLoad
 
 # -- targets ---------------------------------------------------------------------------------
 
@@ -38,7 +38,7 @@ BURST_DRAIN_RATE = 15_000  # msg/s
 BACKLOG_ROWS = 10_000_000
 BACKLOG_BASELINE_ROWS = 10_000
 RSS_LIMIT_MB = 300.0
-# Fairness between tenants (issue 13): small tenants' p99 lateness while a flood drains, and the
+# Fairness between tenants: small tenants' p99 lateness while a flood drains, and the
 # flood's drain rate against the same load without tenant headers (the control).
 TENANT_SMALL_P99_MS = 1000.0
 TENANT_DRAIN_RATIO = 0.9  # the flood drains at >= this x the control's rate (within 10 %)
@@ -116,7 +116,7 @@ class Workload:
         if self.count is not None:
             return self.count
         assert self.duration_s is not None
-        return int(round(self.rate * self.duration_s))
+        return round(self.rate * self.duration_s)
 
     @property
     def all_messages(self) -> int:
@@ -361,8 +361,8 @@ def _tenant_scenarios(quick: bool, grace: float) -> list[Scenario]:
     # scenario measures the claim's fairness at the due instant, not the input topic's queue.
     # The load generator gathers its records for TENANT_LINGER_MS per batch: the embedded
     # broker's fetch cost grows with the number of record batches in a partition (measured by
-    # `python -m loadtest.broker_fetch_cost`), and 50 small tenants at 10 msg/s sent one record
-    # per batch for six minutes made the input arrive seconds late whatever Chronos did.
+    # `python -m loadtest.probes.broker_fetch_cost`), and 50 small tenants at 10 msg/s sending one
+    # record per batch for six minutes make the input arrive seconds late whatever Chronos does.
     if quick:
         flood, at_ms, small_s, drain = 60_000, 20_000, 30.0, 60.0
         flood2, at2_ms, small2_s = 30_000, 15_000, 15.0

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chronos.embedded import launcher
-from loadtest.bench.results import Preload
+from loadtest.bench.results.load import Preload
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0

@@ -1,5 +1,5 @@
-"""The fairness figures of the ``tenants`` scenarios (``summary.tenants``, see
-``loadtest.tenant_analysis``) and their verdicts against the issue's targets:
+"""The verdicts of the ``tenants`` scenarios on their fairness figures
+(``loadtest.bench.results.tenants``):
 
 * ``tenants``: the small tenants' p99 lateness over the messages due while the flood drains
   < ``TENANT_SMALL_P99_MS``, and the flood's drain rate >= ``TENANT_DRAIN_RATIO`` x the rate of
@@ -9,50 +9,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from loadtest import scenarios as sc
-from loadtest.bench.results import Json, json_map, json_num, json_str
-from loadtest.delivery import Row
-
-if TYPE_CHECKING:
-    from loadtest.bench.records import BenchRecord, ScenarioRecord
+from loadtest.analysis.delivery import Row
+from loadtest.bench import scenarios as sc
+from loadtest.bench.records import BenchRecord, ScenarioRecord
 
 CONTROL = "tenants-control"
-
-
-@dataclass(frozen=True, slots=True)
-class TenantFigures:
-    small_p99_ms: float | None = None
-    small_max_ms: float | None = None
-    small_during_flood_p99_ms: float | None = None
-    small_during_flood_count: float | None = None
-    small_worst_tenant: str | None = None
-    small_worst_p99_ms: float | None = None
-    flood_p99_ms: float | None = None
-    flood_drain_rate: float | None = None
-    flood_drain_seconds: float | None = None
-
-    @classmethod
-    def from_dict(cls, data: Json | None) -> TenantFigures | None:
-        if not data:
-            return None
-        classes = json_map(data, "classes")
-        small, flood = json_map(classes, "small"), json_map(classes, "flood")
-        during, worst = json_map(data, "small_during_flood"), json_map(data, "small_worst")
-        drain = json_map(data, "flood_drain")
-        return cls(
-            small_p99_ms=json_num(small, "p99_ms"),
-            small_max_ms=json_num(small, "max_ms"),
-            small_during_flood_p99_ms=json_num(during, "p99_ms"),
-            small_during_flood_count=json_num(during, "fired"),
-            small_worst_tenant=json_str(worst, "tenant"),
-            small_worst_p99_ms=json_num(worst, "p99_ms"),
-            flood_p99_ms=json_num(flood, "p99_ms"),
-            flood_drain_rate=json_num(drain, "rate_per_s"),
-            flood_drain_seconds=json_num(drain, "seconds"),
-        )
 
 
 def _ms(value: float | None) -> str:

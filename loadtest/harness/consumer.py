@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
-from loadtest import headers as h
-from loadtest.events import RECEIVED_SCHEMA, ParquetSink
-from loadtest.kafkautil import FetchStates
+from loadtest.harness import headers as h
+from loadtest.harness.events import RECEIVED_SCHEMA, ParquetSink
+from loadtest.harness.kafkautil import FetchStates
 
 FLUSH_ROWS = 200_000
 
@@ -132,7 +132,7 @@ class OutputRecorder(threading.Thread):
         try:
             while not self.stop_event.is_set():
                 self._consume_batch(0.1)
-        except Exception as exc:  # surfaced through stats.errors
+        except Exception as exc:  # noqa: BLE001 - surfaced through stats.errors
             self.stats.errors.append(f"recorder crashed: {exc!r}")
 
     def _consume_batch(self, timeout_s: float) -> None:

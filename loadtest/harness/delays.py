@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from loadtest.timeutil import DurationError, parse_duration_ms
+from loadtest.harness.timeutil import DurationError, parse_duration_ms
 
 
 class DelaySpecError(ValueError):

@@ -1,11 +1,14 @@
-"""Event file formats (Parquet) and the background writer that produces them."""
+"""The files of a results directory: the event logs (Parquet), the background writer that
+produces them, and the recorder's window as ``run.json`` holds it (``drain``)."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,7 +87,7 @@ class ParquetSink:
                 if batch.num_rows:
                     self._writer.write_batch(batch)
                     self.rows += batch.num_rows
-            except BaseException as exc:  # reported by close()
+            except BaseException as exc:  # noqa: BLE001 - raised again by close()
                 self.error = exc
 
     def close(self) -> None:
@@ -93,3 +96,25 @@ class ParquetSink:
         self._writer.close()
         if self.error is not None:
             raise RuntimeError(f"writing {self.path} failed: {self.error}") from self.error
+
+
+@dataclass(frozen=True, slots=True)
+class DrainWindow:
+    """When the recorder stopped, as written to ``run.json`` (``drain``), epoch ms."""
+
+    window_end_ms: int | None  # last deadline + drain timeout
+    grace_end_ms: int | None  # window end + grace: the recorder never reads past it
+    grace_s: float
+    ended_ms: int  # when the recorder stopped (earlier than grace_end_ms once all arrived)
+    received_at_window_end: int | None  # distinct ids seen when the window ended (None: before)
+    received_at_end: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> DrainWindow | None:
+        if not data:
+            return None
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

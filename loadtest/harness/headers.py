@@ -8,7 +8,7 @@ CHRONOS_DEADLINE = "chronosDeadline"
 # Chronos adds this to records it sends to the dead-letter topic (original headers are kept).
 DEAD_LETTER_REASON = "chronosDeadLetterReason"
 
-# The tenant of a message (issue 13): consumed by Chronos.
+# The tenant of a message: consumed by Chronos.
 CHRONOS_TENANT = "chronosTenant"
 
 # Tracking headers: ordinary headers, so Chronos relays them to the output topic.

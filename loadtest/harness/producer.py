@@ -17,12 +17,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Message, Producer
 
-from loadtest import headers as h
-from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
-from loadtest.events import PRODUCE_ERRORS_SCHEMA, SENT_SCHEMA, ParquetSink
-from loadtest.schedule import LagTracker, PacingResult, RateSchedule, Slots, pace
-from loadtest.tenants import PlannedSchedule, TenantLoad
-from loadtest.timeutil import DeadlineFormatter
+from loadtest.harness import headers as h
+from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.harness.events import PRODUCE_ERRORS_SCHEMA, SENT_SCHEMA, ParquetSink
+from loadtest.harness.schedule import LagTracker, PacingResult, RateSchedule, Slots, pace
+from loadtest.harness.tenants import PlannedSchedule, TenantLoad
+from loadtest.harness.timeutil import DeadlineFormatter
 
 FLUSH_ROWS = 200_000
 

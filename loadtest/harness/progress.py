@@ -27,7 +27,7 @@ def percentile_of(values: list[int], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))
+    rank = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return float(ordered[rank])
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, TopicPartition
 
-from loadtest import headers as h
-from loadtest.kafkautil import FetchStates
+from loadtest.harness import headers as h
+from loadtest.harness.kafkautil import FetchStates
 
 Pending = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
 
@@ -27,7 +27,7 @@ def parse_deadline_ms(raw: bytes) -> int:
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(round(moment.timestamp() * 1000))
+    return round(moment.timestamp() * 1000)
 
 
 class EchoRelay(threading.Thread):
@@ -139,7 +139,7 @@ class EchoRelay(threading.Thread):
     def run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # reported through .error
+        except BaseException as exc:  # noqa: BLE001 - reported through .error
             self.error = exc
 
     def _loop(self) -> None:

@@ -10,15 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtest.consumer import OutputRecorder
-from loadtest.delays import BurstDelay, FixedDelay, UniformDelay
-from loadtest.delivery import DrainWindow
-from loadtest.events import RUN_FILE
-from loadtest.producer import LoadProducer, ProducerSettings
-from loadtest.progress import ProgressLine, Snapshot, percentile_of
-from loadtest.tenants import TenantLoad
-from loadtest.timeutil import iso_utc, now_ms
-from loadtest.topics import ensure_topics
+from loadtest.harness.consumer import OutputRecorder
+from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.harness.events import RUN_FILE, DrainWindow
+from loadtest.harness.producer import LoadProducer, ProducerSettings
+from loadtest.harness.progress import ProgressLine, Snapshot, percentile_of
+from loadtest.harness.tenants import TenantLoad
+from loadtest.harness.timeutil import iso_utc, now_ms
+from loadtest.harness.topics import ensure_topics
 
 SECRET_WORDS = ("password", "secret", "token", "oauthbearer.config", "ssl.key.pem")
 

@@ -1,5 +1,5 @@
 """The multi-tenant load: one tenant's flood due at one instant while small tenants keep a steady
-rate (issue 13, fairness between tenants).
+rate, to measure fairness between tenants.
 
 * the **flood**: ``flood_count`` messages of tenant ``flood``, sent at ``flood_rate`` msg/s from
   the start, all due at ``start + flood_at_ms``;
@@ -49,7 +49,7 @@ class TenantLoad:
     duration_s: float  # how long the small tenants send
     small_from_ms: int = 0  # the small tenants start sending this long after the start
     header: bool = True  # send chronosTenant (off: the control run without tenants)
-    linger_ms: int = 5  # the load generator's linger.ms (see loadtest.scenarios)
+    linger_ms: int = 5  # the load generator's linger.ms (see loadtest.bench.scenarios)
 
     def __post_init__(self) -> None:
         if self.flood_count < 0 or self.small_tenants < 0:
@@ -63,7 +63,7 @@ class TenantLoad:
 
     @property
     def small_count(self) -> int:
-        return int(math.floor(self.small_tenants * self.small_rate * self.duration_s))
+        return math.floor(self.small_tenants * self.small_rate * self.duration_s)
 
     @property
     def count(self) -> int:
@@ -137,7 +137,7 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class PlannedSchedule:
     """Open-loop slots at planned absolute times (``start + offsets_s[i]``); the interface of
-    ``loadtest.schedule.RateSchedule`` that ``pace`` uses."""
+    ``loadtest.harness.schedule.RateSchedule`` that ``pace`` uses."""
 
     offsets_s: np.ndarray
     start: float

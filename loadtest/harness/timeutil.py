@@ -34,7 +34,7 @@ def parse_duration_ms(text: str) -> int:
     value = float(match.group("num")) * _UNIT_MS[match.group("unit")]
     if not math.isfinite(value):
         raise DurationError(f"invalid duration {text!r}: not finite")
-    return int(round(value))
+    return round(value)
 
 
 def format_ms(ms: int) -> str:
@@ -47,7 +47,7 @@ def format_ms(ms: int) -> str:
 class DeadlineFormatter:
     """``format_ms`` with the per-second prefix cached: cheap enough to call per message."""
 
-    __slots__ = ("_second", "_prefix")
+    __slots__ = ("_prefix", "_second")
 
     def __init__(self) -> None:
         self._second = -1

@@ -1,13 +1,14 @@
-"""How fast the embedded broker carries a burst, without Chronos.
+"""How fast the embedded broker carries a burst produced the way a node fires it, without
+Chronos: run it when a burst scenario drains slowly, to see how much of its time the broker needs.
 
-    python -m loadtest.broker_burst [--records 50000] [--runs 1]
+    python -m loadtest.probes.broker_burst [--records 50000] [--runs 1]
 
 Starts the embedded broker and a consumer reading the topic from its beginning, then produces
 ``--records`` records at once the way a node fires them (an idempotent producer with the firing
 producer's batching settings, a delivery callback per record, three headers and a 100-byte value
 each) and reports when the last one was acknowledged and when the last one was consumed, with the
 broker's CPU and this process's (producer and consumer) per record. The burst scenarios of the
-benchmark drain through the same broker: this is how much of their time the broker needs.
+benchmark drain through the same broker.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def burst(bootstrap: str, broker: psutil.Process, topic: str, records: int) -> s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.broker_burst")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.broker_burst", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args(argv)

@@ -1,6 +1,7 @@
-"""What a record batch left in a partition costs the embedded broker's fetches.
+"""What the record batches a partition holds cost the embedded broker's fetches: run it when a
+long load's input reaches Chronos late, to tell the broker's share from Chronos's.
 
-    python -m loadtest.broker_fetch_cost [--batches 100000] [--seconds 10]
+    python -m loadtest.probes.broker_fetch_cost [--batches 100000] [--seconds 10]
 
 Starts the embedded broker, measures the end-to-end latency (produce -> consumed at the log's
 end) of a ~500 msg/s stream and the broker's CPU while it flows; then writes ``--batches``
@@ -76,7 +77,9 @@ def fill(bootstrap: str, batches: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.broker_fetch_cost")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.broker_fetch_cost", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--batches", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)

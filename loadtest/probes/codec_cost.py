@@ -1,11 +1,13 @@
-"""What a node's hot paths cost per batch in Python and in statement time.
+"""What a node's hot paths cost per batch, in Python and in statement time: run it after a
+change to the record codec, ``chronos.store.batch`` or the enqueue, claim or delete statements.
 
-    python -m loadtest.codec_cost [--batch 2000] [--rounds 30] [--background 20000] [--durable]
+    python -m loadtest.probes.codec_cost [--batch 2000] [--rounds 30] [--background 20000]
+                                         [--durable]
 
-Starts an embedded Postgres (fsync off unless ``--durable``) in a temporary directory under
-/tmp, migrates it, fills it with ``--background`` rows due in two days, then for each round
-builds one batch of realistic records (36-character ids, 3-4 headers, values of 100-1,000 bytes,
-keys of 10-40 bytes) and measures, through ``PostgresStore``:
+On a scratch Postgres (``loadtest.probes.scratch``, fsync off unless ``--durable``) holding
+``--background`` rows due in two days, it builds one batch of realistic records per round
+(36-character ids, 3-4 headers, values of 100-1,000 bytes, keys of 10-40 bytes) and measures,
+through ``PostgresStore``:
 
 - encode: the Python CPU (``time.process_time``) of turning the batch into the enqueue
   statement's parameters (``chronos.store.batch.encode_batch``);
@@ -23,20 +25,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
-from chronos.embedded import EmbeddedPostgres
 from chronos.protocol import Headers, ScheduledMessage
-from chronos.store import PostgresStore, migrate
+from chronos.store import PostgresStore
 from chronos.store.batch import encode_batch
+from loadtest.probes.scratch import scratch_postgres
 
 _T = TypeVar("_T")
 NODE_ID = "6f1c1e0e-0000-4000-8000-000000000001"
@@ -113,20 +112,16 @@ def measure(url: str, batch: int, rounds: int, background: int) -> dict[str, lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.codec_cost", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--background", type=int, default=20000)
     parser.add_argument("--durable", action="store_true", help="fsync on (default: off)")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="chronos-codec-cost-", dir="/tmp"))
-    root.chmod(0o755)
-    try:
-        with EmbeddedPostgres(root / "data", durable=args.durable) as server:
-            migrate.upgrade(server.url)
-            samples = measure(server.url, args.batch, args.rounds, args.background)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with scratch_postgres("codec-cost", durable=args.durable) as url:
+        samples = measure(url, args.batch, args.rounds, args.background)
     print(
         f"batch {args.batch} messages, {args.rounds} rounds (median), "
         f"{args.background} background rows, durable={args.durable}"

@@ -1,10 +1,11 @@
-"""What the fair claim costs at 1 M rows and 2,000 tenants, one of them flooding (issue 13).
+"""What the fair claim costs at 1 M rows and 2,000 tenants, one of them flooding, against the
+plain oldest-first claim: run it after a change to the claim statements or the tenant indexes.
 
-    python -m loadtest.fair_claim_cost [--flood 900000] [--tenants 2000] [--per-tenant 50]
-                                       [--due-per-tenant 1] [--batch 2000] [--claims 30]
+    python -m loadtest.probes.fair_claim_cost [--flood 900000] [--tenants 2000] [--per-tenant 50]
+                                              [--due-per-tenant 1] [--batch 2000] [--claims 30]
 
-Starts an embedded Postgres (durable), migrates it, and fills ``chronos_messages`` in SQL: the
-flood's rows all due, then ``--per-tenant`` rows for each of the other tenants,
+On a scratch Postgres (``loadtest.probes.scratch``, durable) it fills ``chronos_messages`` in
+SQL: the flood's rows all due, then ``--per-tenant`` rows for each of the other tenants,
 ``--due-per-tenant`` of them due (after the flood's) and the others half an hour ahead; every
 tenant is known (``chronos_tenants``). Then, through ``PostgresStore`` (prepared statements, as a
 node runs them), it times ``--claims`` claims of ``--batch`` rows each: the plain oldest-first
@@ -18,18 +19,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
-import psycopg
-
-from chronos.embedded import EmbeddedPostgres
-from chronos.store import PostgresStore, migrate
+from chronos.store import PostgresStore
+from loadtest.probes.scratch import row_count, run_sql, scratch_postgres
 
 FILL = """
+ALTER TABLE chronos_messages SET (autovacuum_enabled = false);
 INSERT INTO chronos_messages (id, deadline, message_value, tenant)
 SELECT 'f' || g, now() - interval '1 minute' + g * interval '1 microsecond', '\\x00'::bytea,
        'flood'
@@ -43,6 +41,10 @@ SELECT 't' || t || '-' || i,
             ELSE now() - interval '30 seconds' END,
        '\\x00'::bytea, 't' || lpad(t::text, 5, '0')
 FROM generate_series(1, %(tenants)s - 1) t, generate_series(1, %(per_tenant)s) i;
+"""
+ANALYZE = """
+VACUUM ANALYZE chronos_messages;
+ANALYZE chronos_tenants;
 """
 
 
@@ -115,7 +117,9 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.fair_claim_cost", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--flood", type=int, default=900_000)
     parser.add_argument("--tenants", type=int, default=2_000)
     parser.add_argument("--per-tenant", type=int, default=50)
@@ -123,45 +127,35 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--claims", type=int, default=30)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="chronos-fair-cost-") as tmp:
-        postgres = EmbeddedPostgres(Path(tmp) / "postgres", 0, workspace=Path(tmp))
-        with postgres:
-            url = postgres.url
-            migrate.upgrade(url)
-            started = time.perf_counter()
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("ALTER TABLE chronos_messages SET (autovacuum_enabled = false)")
-                sizes = {
-                    "flood": args.flood,
-                    "tenants": args.tenants,
-                    "per_tenant": args.per_tenant,
-                    "due_per_tenant": args.due_per_tenant,
-                }
-                for statement in FILL.strip().split(";\n"):
-                    conn.execute(statement.rstrip(";"), sizes)  # the script's own statements
-                total = conn.execute("SELECT count(*) FROM chronos_messages").fetchone()
-            print(
-                f"{total[0] if total else 0} rows, {args.tenants} tenants (flood {args.flood}), "
-                f"filled in {time.perf_counter() - started:.0f} s; claims of {args.batch} rows"
-            )
-            store = PostgresStore(url)
-            try:
-                t = args.tenants
-                kinds = [
-                    Kind("plain (oldest first)", 500),
-                    Kind("fair (window 500)", 500, fair=True),
-                    Kind(f"fair (window {t})", t, fair=True),
-                    Kind(f"fair, flood excluded (w {t})", t, exclude=("flood",)),
-                ]
-                for analyzed in (False, True):
-                    if analyzed:
-                        with psycopg.connect(url, autocommit=True) as conn:
-                            conn.execute("VACUUM ANALYZE chronos_messages")
-                            conn.execute("ANALYZE chronos_tenants")
-                    for result in measure(store, kinds, analyzed, args.claims, args.batch):
-                        print(result.line())
-            finally:
-                store.close()
+    sizes = {
+        "flood": args.flood,
+        "tenants": args.tenants,
+        "per_tenant": args.per_tenant,
+        "due_per_tenant": args.due_per_tenant,
+    }
+    with scratch_postgres("fair-cost") as url:
+        started = time.perf_counter()
+        run_sql(url, FILL, sizes)
+        print(
+            f"{row_count(url)} rows, {args.tenants} tenants (flood {args.flood}), "
+            f"filled in {time.perf_counter() - started:.0f} s; claims of {args.batch} rows"
+        )
+        store = PostgresStore(url)
+        try:
+            t = args.tenants
+            kinds = [
+                Kind("plain (oldest first)", 500),
+                Kind("fair (window 500)", 500, fair=True),
+                Kind(f"fair (window {t})", t, fair=True),
+                Kind(f"fair, flood excluded (w {t})", t, exclude=("flood",)),
+            ]
+            for analyzed in (False, True):
+                if analyzed:
+                    run_sql(url, ANALYZE)
+                for result in measure(store, kinds, analyzed, args.claims, args.batch):
+                    print(result.line())
+        finally:
+            store.close()
 
 
 if __name__ == "__main__":

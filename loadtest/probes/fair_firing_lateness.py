@@ -1,36 +1,36 @@
-"""One node's firing loop under a flood, with and without tenants (issue 13).
+"""One node's firing loop under a flood, with and without tenants (the small tenants' lateness,
+the flood's drain rate): run it after a change to the fair claim or to how the loop claims.
 
-    python -m loadtest.fair_firing_lateness [--flood 200000] [--small-tenants 20]
-                                            [--per-small 10] [--batch 2000]
+    python -m loadtest.probes.fair_firing_lateness [--flood 200000] [--small-tenants 20]
+                                                   [--per-small 10] [--batch 2000] [--lead 20]
 
-Starts an embedded Postgres (durable) and, for each of two runs in a fresh database, fills
-``chronos_messages`` in SQL with one tenant's ``--flood`` rows due at one instant T and, for
-``--small-tenants`` other tenants, ``--per-small`` rows each due from T + 0.5 s (50 ms apart);
-then runs one node's real firing loop (``FiringLoop`` on ``PostgresStore``, default settings but
-the claim batch) against an in-memory publisher until every row is published. The second run is
-the same rows without tenants (all the default tenant). Prints, per run, the small tenants'
-lateness (publish time minus deadline: p50, p99, worst) and the flood's drain rate (rows from T
-to its last row's publish).
+On a scratch Postgres (``loadtest.probes.scratch``, durable), for each of two runs in a fresh
+database, it fills ``chronos_messages`` in SQL with one tenant's ``--flood`` rows due at one
+instant T and, for ``--small-tenants`` other tenants, ``--per-small`` rows each due from
+T + 0.5 s (50 ms apart); then runs one node's real firing loop (``FiringLoop`` on
+``PostgresStore``, default settings but the claim batch) against an in-memory publisher until
+every row is published. The second run is the same rows without tenants (all the default
+tenant). Prints, per run, the small tenants' lateness (publish time minus deadline: p50, p99,
+worst) and the flood's drain rate (rows from T to its last row's publish).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import psycopg
-from psycopg import sql
-
-from chronos.embedded import EmbeddedPostgres
-from chronos.store import migrate
 from chronos.testing import FakePublisher
-from loadtest.firing_harness import firing_loop
+from loadtest.probes.firing_loop import firing_loop
+from loadtest.probes.scratch import (
+    KNOWN_TENANTS,
+    run_sql,
+    scratch_database,
+    scratch_server,
+    server_now,
+)
 
 FILL = """
 INSERT INTO chronos_messages (id, deadline, message_key, message_value, tenant)
@@ -45,8 +45,6 @@ SELECT 's' || t || '-' || i, d, convert_to('small', 'UTF8'),
 FROM generate_series(1, %(small)s) t, generate_series(0, %(per_small)s - 1) i,
      LATERAL (SELECT %(at)s + interval '500 milliseconds' + i * interval '50 milliseconds' AS d) x
 """
-KNOWN = "INSERT INTO chronos_tenants (tenant) SELECT DISTINCT tenant FROM chronos_messages"
-KNOWN_CONFLICT = " ON CONFLICT DO NOTHING"
 
 
 @dataclass(frozen=True)
@@ -70,28 +68,20 @@ class Run:
         )
 
 
-def run(server_url: str, name: str, args: argparse.Namespace, tenants: bool) -> Run:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = server_url.rsplit("/", 1)[0] + "/" + name
-    migrate.upgrade(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT now()").fetchone()
-        assert row is not None
-        at: datetime = row[0] + timedelta(seconds=args.lead)
-        flood_tenant = "flood" if tenants else ""
-        conn.execute(FILL, {"at": at, "flood_tenant": flood_tenant, "flood": args.flood})
-        conn.execute(
-            FILL_SMALL,
-            {
-                "at": at,
-                "tenants": tenants,
-                "small": args.small_tenants,
-                "per_small": args.per_small,
-            },
-        )
-        conn.execute(KNOWN + KNOWN_CONFLICT)
-        conn.execute("ANALYZE chronos_messages")
+def run(server_url: str, args: argparse.Namespace, tenants: bool) -> Run:
+    url = scratch_database(server_url, "fair_tenants" if tenants else "fair_none")
+    at = server_now(url) + timedelta(seconds=args.lead)
+    flood_tenant = "flood" if tenants else ""
+    run_sql(url, FILL, {"at": at, "flood_tenant": flood_tenant, "flood": args.flood})
+    small = {
+        "at": at,
+        "tenants": tenants,
+        "small": args.small_tenants,
+        "per_small": args.per_small,
+    }
+    run_sql(url, FILL_SMALL, small)
+    run_sql(url, KNOWN_TENANTS)
+    run_sql(url, "ANALYZE chronos_messages")
     if datetime.now(UTC) > at - timedelta(seconds=1):
         raise SystemExit("filling took longer than --lead: raise it")
     publisher = FakePublisher()
@@ -122,19 +112,18 @@ def run(server_url: str, name: str, args: argparse.Namespace, tenants: bool) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.fair_firing_lateness", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--flood", type=int, default=200_000)
     parser.add_argument("--small-tenants", type=int, default=20)
     parser.add_argument("--per-small", type=int, default=10)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--lead", type=float, default=20.0, help="seconds to fill before T")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="chronos-fair-firing-") as tmp:
-        postgres = EmbeddedPostgres(Path(tmp) / "postgres", 0, workspace=Path(tmp))
-        with postgres:
-            for tenants in (True, False):
-                name = f"fair_{'tenants' if tenants else 'none'}_{uuid.uuid4().hex[:6]}"
-                print(run(postgres.url, name, args, tenants).line(), flush=True)
+    with scratch_server("fair-firing") as server_url:
+        for tenants in (True, False):
+            print(run(server_url, args, tenants).line(), flush=True)
 
 
 if __name__ == "__main__":

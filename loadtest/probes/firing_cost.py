@@ -1,38 +1,41 @@
-"""What the firing loop's own Python costs per fired message, without a broker (issue 11).
+"""What the firing loop's own Python costs per fired message, without a broker: run it after a
+change to the firing path (the loop, the dispatcher, the publisher calls, the per-row metrics).
 
-    python -m loadtest.firing_cost [--rows 200000] [--batch 2000] [--tenants 0]
+    python -m loadtest.probes.firing_cost [--rows 200000] [--batch 2000] [--tenants 0] [--runs 1]
+                                          [--ack-delay-ms 0]
 
-Starts an embedded Postgres (durable), fills ``chronos_messages`` in SQL with ``--rows`` rows all
-due at one instant (just before the loop starts; a key, a 100-byte value and one header each,
-spread over ``--tenants`` tenants, 0: the default tenant), then runs one node's real firing loop
-(``FiringLoop`` on ``PostgresStore``, default settings but the claim batch) against a publisher
-stub that acknowledges every record at the next poll through its callback, until every row is
-published and deleted. Prints the drain rate (rows per second of wall time) and this process's
-CPU time per row (``time.process_time``, both threads of the loop: what Chronos spends in Python
-and in the database driver per fired message; the database server is another process).
+On a scratch Postgres (``loadtest.probes.scratch``, durable), each run in a fresh database, it
+fills ``chronos_messages`` in SQL with ``--rows`` rows all due at one instant (just before the
+loop starts; a key, a 100-byte value and one header each, spread over ``--tenants`` tenants, 0:
+the default tenant), then runs one node's real firing loop (``FiringLoop`` on ``PostgresStore``,
+default settings but the claim batch) against a publisher stub that acknowledges every record at
+the next poll through its callback, until every row is published and deleted. Prints the drain
+rate (rows per second of wall time) and this process's CPU time per row
+(``time.process_time``, both threads of the loop: what Chronos spends in Python and in the
+database driver per fired message; the database server is another process).
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 
-import psycopg
 from confluent_kafka import KafkaError
-from psycopg import sql
 
-from chronos.embedded import EmbeddedPostgres
 from chronos.kafka import DeliveryCallback
 from chronos.observability import metrics
 from chronos.protocol import Headers
-from chronos.store import migrate
-from loadtest.firing_harness import firing_loop
+from loadtest.probes.firing_loop import firing_loop
+from loadtest.probes.scratch import (
+    KNOWN_TENANTS,
+    row_count,
+    run_sql,
+    scratch_database,
+    scratch_server,
+    server_now,
+)
 
 FILL = """
 INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers, tenant)
@@ -41,9 +44,6 @@ SELECT 'm' || g, %(at)s, convert_to('key-' || g, 'UTF8'), convert_to(repeat('v',
        CASE WHEN %(tenants)s > 0 THEN 't' || (g %% %(tenants)s) ELSE '' END
 FROM generate_series(1, %(rows)s) g
 """
-KNOWN = "INSERT INTO chronos_tenants (tenant) SELECT DISTINCT tenant FROM chronos_messages"
-KNOWN_CONFLICT = " ON CONFLICT DO NOTHING"
-COUNT = "SELECT count(*) FROM chronos_messages"
 
 
 class AckingPublisher:
@@ -132,28 +132,15 @@ def statement_totals() -> dict[str, tuple[int, float]]:
 
 
 def fill(url: str, args: argparse.Namespace) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT now()").fetchone()
-        assert row is not None
-        at: datetime = row[0]
-        conn.execute(FILL, {"at": at, "rows": args.rows, "tenants": args.tenants})
-        conn.execute(KNOWN + KNOWN_CONFLICT)
-        conn.execute("VACUUM ANALYZE chronos_messages")
-
-
-def remaining(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(COUNT).fetchone()
-        assert row is not None
-        return int(row[0])
+    """``--rows`` rows due now, every tenant known, the table analyzed."""
+    params = {"at": server_now(url), "rows": args.rows, "tenants": args.tenants}
+    run_sql(url, FILL, params)
+    run_sql(url, KNOWN_TENANTS)
+    run_sql(url, "VACUUM ANALYZE chronos_messages")
 
 
 def run(server_url: str, args: argparse.Namespace) -> Run:
-    name = f"firing_cost_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = server_url.rsplit("/", 1)[0] + "/" + name
-    migrate.upgrade(url)
+    url = scratch_database(server_url, "firing_cost")
     fill(url, args)
     publisher = AckingPublisher(args.ack_delay_ms / 1000)
     loop, store, thread = firing_loop(url, args.batch, publisher)
@@ -169,7 +156,7 @@ def run(server_url: str, args: argparse.Namespace) -> Run:
         thread.join(30)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         store.close()
-    left = remaining(url)
+    left = row_count(url)
     if publisher.produced != args.rows or left:
         raise SystemExit(f"{publisher.produced} of {args.rows} rows published, {left} left")
     after = statement_totals()
@@ -181,7 +168,9 @@ def run(server_url: str, args: argparse.Namespace) -> Run:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.firing_cost", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--tenants", type=int, default=0, help="0: the default tenant only")
@@ -193,11 +182,9 @@ def main() -> None:
         help="each record is acknowledged this long after it is produced (a broker round trip)",
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="chronos-firing-cost-") as tmp:
-        postgres = EmbeddedPostgres(Path(tmp) / "postgres", 0, workspace=Path(tmp))
-        with postgres:
-            for _ in range(args.runs):
-                print(run(postgres.url, args).line(), flush=True)
+    with scratch_server("firing-cost") as server_url:
+        for _ in range(args.runs):
+            print(run(server_url, args).line(), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """One node's real firing loop (``FiringLoop`` on ``PostgresStore``, default settings but the
-claim batch) against a test publisher, for the measurements that leave the broker out
-(``loadtest.firing_cost``, ``loadtest.fair_firing_lateness``)."""
+claim batch) against a test publisher, for the probes that leave the broker out
+(``firing_cost``, ``fair_firing_lateness``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""What the header probe (chronos.intake.quarantine) costs intake per consumed batch.
+"""What the crash quarantine's header probe costs intake per consumed batch, against intake's own
+parse of it: run it after a change to ``chronos.intake.quarantine`` or to the consumed batch size.
 
-    python -m loadtest.probe_cost [--batch 2000] [--rounds 50] [--heap-mb 100]
+    python -m loadtest.probes.probe_cost [--batch 2000] [--rounds 50] [--heap-mb 100]
 
 Starts the embedded broker, produces one batch of well-formed Chronos records (three headers
 each), consumes it with confluent-kafka, then times, on the very same ``Message`` objects: the
@@ -59,7 +60,9 @@ def _batch(bootstrap: str, size: int) -> list[Message]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.probes.probe_cost", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--heap-mb", type=int, default=100)

@@ -1,5 +1,5 @@
-"""Fixtures for the load-test harness tests: one SparkSession, a fresh embedded broker per
-module."""
+"""Fixtures for the load-test tests: one SparkSession, a fresh embedded broker per module, and a
+canned ``bench.json`` for the benchmark's verdicts and report."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chronos.embedded import EmbeddedBroker
+from tests.loadtest import canned
 from tests.support import services
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +22,7 @@ if str(REPO) not in sys.path:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from loadtest.sparkutil import spark_session
+    from loadtest.analysis.sparkutil import spark_session
 
     session = spark_session("local[2]", driver_memory="1g", shuffle_partitions=2)
     yield session
@@ -42,3 +44,10 @@ def lt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def canned_bench() -> dict[str, Any]:
+    """A ``bench.json`` in which every scenario meets its targets, fresh for each test: change
+    it freely."""
+    return canned.passing_bench()

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from chronos.store import PostgresStore
-from loadtest import ceiling
+from loadtest.bench import ceiling
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,10 @@
-"""The benchmark's CPU accounting: a node's whole process tree (children it waited for and
-children that left the tree included) and the CPU per message handled."""
+"""The benchmark's process statistics: /proc figures, a node's whole process tree (children it
+waited for, children that left the tree and grandchildren included), the machine's busy time, and
+the CPU per message handled."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ import psutil
 import pytest
 
 from loadtest.bench import procstats
-from loadtest.bench.results import CpuUsage
+from loadtest.bench.results.cpu import CpuUsage
 
 # Burns 0.3 s of its own CPU (process time, not wall time: the same on a busy machine).
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
@@ -31,6 +33,88 @@ def _alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+STATUS = """Name:\tpython
+State:\tS (sleeping)
+VmPeak:\t  912344 kB
+VmHWM:\t  190312 kB
+VmRSS:\t  181234 kB
+Threads:\t12
+"""
+
+
+def test_parse_rss() -> None:
+    assert procstats.parse_status_kb(STATUS) == 181234
+    assert procstats.parse_status_kb(STATUS, "VmHWM") == 190312
+    assert procstats.parse_status_kb("Name:\tkthreadd\n") is None
+
+
+def test_tree_cpu_counts_live_children() -> None:
+    """A process tree's CPU time includes its live children (Postgres's backends)."""
+    child = subprocess.Popen([sys.executable, "-c", BURN + "time.sleep(60)"])
+    try:
+        limit = time.monotonic() + 30
+        while (st := procstats.proc_stat(child.pid)) is None or st.cpu_s < 0.3:
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        own = procstats.proc_stat(os.getpid())
+        assert own is not None and st.ppid == os.getpid()
+        tree = procstats.tree_cpu_s(os.getpid())
+        assert tree >= own.cpu_s + own.children_cpu_s + 0.3
+    finally:
+        child.kill()
+        child.wait()
+    assert procstats.proc_stat(child.pid) is None
+    assert procstats.tree_cpu_s(None) == 0.0 and procstats.rss_kb(child.pid) is None
+
+
+def test_tree_figures_count_grandchildren() -> None:
+    """A node is a process tree (its intake process, that one's probes): CPU time and memory of
+    a node count every generation."""
+    spawn = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {BURN + 'time.sleep(60)'!r}])\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", spawn])
+    grandchildren: list[psutil.Process] = []
+    try:
+        limit = time.monotonic() + 30
+        while (
+            not grandchildren
+            or (st := procstats.proc_stat(grandchildren[0].pid)) is None
+            or (st.cpu_s < 0.3)
+        ):
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+            grandchildren = psutil.Process(child.pid).children()
+        me = procstats.proc_stat(os.getpid())
+        assert me is not None  # the grandchild's 0.3 s count in this process's tree
+        assert procstats.tree_cpu_s(os.getpid()) >= me.cpu_s + me.children_cpu_s + 0.3
+        own, theirs = procstats.rss_kb(child.pid), procstats.rss_kb(grandchildren[0].pid)
+        assert own is not None and theirs is not None
+        assert (procstats.tree_rss_kb(child.pid) or 0) > own + theirs // 2
+        peaks = [procstats.hwm_kb(p) or 0 for p in (child.pid, grandchildren[0].pid)]
+        assert (procstats.tree_hwm_kb(child.pid) or 0) >= sum(peaks)  # peaks only grow
+    finally:
+        for process in grandchildren:
+            process.kill()
+        child.kill()
+        child.wait()
+    assert procstats.tree_rss_kb(child.pid) is None and procstats.tree_hwm_kb(child.pid) is None
+
+
+def test_machine_busy_and_memory() -> None:
+    first = procstats.machine_busy_s()
+    assert 0 < first <= procstats.machine_busy_s()
+    assert procstats.memory_total_kb() > 100_000
+
+
+def test_own_process_is_readable() -> None:
+    assert (procstats.rss_kb(os.getpid()) or 0) > 1000
+    st = procstats.proc_stat(os.getpid())
+    assert st is not None and st.ppid == os.getppid()
 
 
 def test_tree_cpu_keeps_children_the_root_waited_for(tmp_path: Path) -> None:
@@ -131,7 +215,7 @@ def test_cpu_per_message() -> None:
 
 @pytest.mark.parametrize("messages", [1, 1_000_000])
 def test_cpu_per_message_round_trips(messages: int) -> None:
-    from loadtest.bench.results import CpuPerMessage
+    from loadtest.bench.results.cpu import CpuPerMessage
 
     per = procstats.cpu_per_message(CpuUsage(nodes_s=1.0, broker_s=0.5), messages)
     assert CpuPerMessage.from_dict(per.as_dict()) == per

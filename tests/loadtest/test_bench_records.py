@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadtest.analysis.delivery import Row
 from loadtest.bench import records
-from loadtest.bench import results as r
-from loadtest.delivery import Row
+from loadtest.bench.results.cpu import CpuUsage
+from loadtest.bench.results.load import BacklogVerdict, Drain, SteadyRates
+from loadtest.bench.results.node import Profile, RankedFunction, StatementStats
+from loadtest.bench.results.samples import StackSample
 
 
 def test_statement_stats_keep_their_shapes() -> None:
@@ -24,8 +27,8 @@ def test_statement_stats_keep_their_shapes() -> None:
     delete = {**claim, "rows_per_statement": None}
     del delete["rows_per_claim"]
     for data in (unobserved, claim, delete):
-        assert r.StatementStats.from_dict(data).as_dict() == data
-    assert r.StatementStats.from_dict(claim).rows == 12.5
+        assert StatementStats.from_dict(data).as_dict() == data
+    assert StatementStats.from_dict(claim).rows == 12.5
 
 
 def test_backlog_steady_drain_round_trip() -> None:
@@ -37,7 +40,7 @@ def test_backlog_steady_drain_round_trip() -> None:
         "checks": {"overdue_p90": {"value": 3.0, "limit": 1000.0, "ok": True}},
         "growing": False,
     }
-    verdict = r.BacklogVerdict.from_dict(backlog)
+    verdict = BacklogVerdict.from_dict(backlog)
     assert verdict is not None and verdict.as_dict() == backlog
     steady = {
         "window_s": [11, 60],
@@ -47,22 +50,22 @@ def test_backlog_steady_drain_round_trip() -> None:
         "fired_per_s": 999.5,
         "fired_to_due": 0.9995,
     }
-    rates = r.SteadyRates.from_dict(steady)
+    rates = SteadyRates.from_dict(steady)
     assert rates is not None and rates.as_dict() == steady
-    drain = r.Drain(1000, 1, 2001, 2.0, 500.0)
-    assert r.Drain.from_dict(drain.as_dict()) == drain
-    assert r.Drain.from_dict(None) is None and r.SteadyRates.from_dict(None) is None
+    drain = Drain(1000, 1, 2001, 2.0, 500.0)
+    assert Drain.from_dict(drain.as_dict()) == drain
+    assert Drain.from_dict(None) is None and SteadyRates.from_dict(None) is None
 
 
 def test_profile_and_cpu_round_trip() -> None:
-    failed = r.Profile(samples=0, error="py-spy not found")
+    failed = Profile(samples=0, error="py-spy not found")
     assert failed.as_dict() == {"error": "py-spy not found", "samples": 0, "self": [], "total": []}
-    assert r.Profile.from_dict(failed.as_dict()) == failed
-    ranked = [r.RankedFunction("f (a.py)", 3, 75.0)]
-    profile = r.Profile(samples=4, self=ranked, total=ranked, threads={"thread (1)": 4})
-    assert r.Profile.from_dict(profile.as_dict()) == profile
-    cpu = r.CpuUsage(wall_s=10.0, nodes_s=4.0, per_node_s={"0": 4.0}, other_s=0.5)
-    assert r.CpuUsage.from_dict(cpu.as_dict()) == cpu
+    assert Profile.from_dict(failed.as_dict()) == failed
+    ranked = [RankedFunction("f (a.py)", 3, 75.0)]
+    profile = Profile(samples=4, self=ranked, total=ranked, threads={"thread (1)": 4})
+    assert Profile.from_dict(profile.as_dict()) == profile
+    cpu = CpuUsage(wall_s=10.0, nodes_s=4.0, per_node_s={"0": 4.0}, other_s=0.5)
+    assert CpuUsage.from_dict(cpu.as_dict()) == cpu
     assert cpu.get("nodes_s") == 4.0 and cpu.get("per_node_s") is None
 
 
@@ -99,12 +102,12 @@ def test_stack_sample_writes_the_samples_json_line() -> None:
         "consumer_lag": 12.0,
         "in_flight": 4.0,
     }
-    sample = r.StackSample.from_dict(line)
+    sample = StackSample.from_dict(line)
     assert sample.as_dict() == line and list(sample.as_dict()) == list(line)
     assert sample.rows == 60_100 and sample.overdue == 3 and sample.rss_mb == {0: 80.5, 1: None}
     # The database did not answer: no table keys at all, and no rows.
     missed = {k: v for k, v in line.items() if k not in ("waiting", "claimed", "overdue")}
     del missed["oldest_overdue_s"]
-    unanswered = r.StackSample.from_dict(missed)
+    unanswered = StackSample.from_dict(missed)
     assert unanswered.table is None and unanswered.rows is None
     assert unanswered.as_dict() == missed

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadtest.analysis import analyze_dir
-from loadtest.events import RECEIVED_SCHEMA, SENT_SCHEMA
+from loadtest.analysis.summary import analyze_dir
+from loadtest.harness.events import RECEIVED_SCHEMA, SENT_SCHEMA
 
 BASE = 1_000_000  # run start (epoch ms)
 OUT, DL = "chronos-output", "chronos-dead-letter"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.cli import build_parser, main
-from loadtest.delays import FixedDelay, UniformDelay
+from loadtest.harness.delays import FixedDelay, UniformDelay
 
 
 def test_run_options() -> None:
@@ -84,10 +84,10 @@ def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixt
 
 def test_analyze_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Fails before starting Spark: no sent.parquet.
-    from loadtest import analysis
+    from loadtest.analysis import summary
 
-    with pytest.raises(RuntimeError, match="sent.parquet not found"):
-        analysis.analyze_dir(None, tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match=r"sent\.parquet not found"):
+        summary.analyze_dir(None, tmp_path)  # type: ignore[arg-type]
 
 
 def test_run_refuses_unknown_broker_topics(

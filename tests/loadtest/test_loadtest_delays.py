@@ -4,8 +4,14 @@ import random
 
 import pytest
 
-from loadtest.delays import BurstDelay, DelaySpecError, FixedDelay, UniformDelay, parse_delay
-from loadtest.timeutil import DurationError, parse_duration_ms
+from loadtest.harness.delays import (
+    BurstDelay,
+    DelaySpecError,
+    FixedDelay,
+    UniformDelay,
+    parse_delay,
+)
+from loadtest.harness.timeutil import DurationError, parse_duration_ms
 
 
 @pytest.mark.parametrize(

@@ -11,16 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadtest.analysis import analyze_dir
-from loadtest.delivery import (
+from loadtest.analysis.delivery import (
     Delivery,
-    DrainWindow,
     LossLocation,
     delivery_rows,
     late_text,
     locate_loss,
 )
-from loadtest.events import RECEIVED_SCHEMA, SENT_SCHEMA
+from loadtest.analysis.summary import analyze_dir
+from loadtest.harness.events import RECEIVED_SCHEMA, SENT_SCHEMA, DrainWindow
 
 BASE = 2_000_000  # run start (epoch ms)
 WINDOW_END = BASE + 30_000  # last deadline + drain timeout
@@ -125,7 +124,7 @@ def test_how_late(summary: dict[str, Any]) -> None:
     # Messages received after the window are in the lateness figures (they fired).
     assert summary["lateness_ms"]["count"] == 8 and summary["lateness_ms"]["max"] == 9_000
     assert late_text(d) == (
-        "2 late after the window (lateness 5.0 s–9.0 s, received up to 7.0 s after it)"
+        "2 late after the window (lateness 5.0 s–9.0 s, received up to 7.0 s after it)"  # noqa: RUF001
     )
 
 
@@ -171,7 +170,7 @@ def test_delivery_rows_late_is_not_lost() -> None:
     assert rows[0]["measured"] == "none lost"
     assert rows[1]["pass"] is None
     assert rows[1]["measured"] == (
-        "burst: 18 late after the window (lateness 31.0 s–52.1 s, received up to 12.3 s after it)"
+        "burst: 18 late after the window (lateness 31.0 s–52.1 s, received up to 12.3 s after it)"  # noqa: RUF001
     )
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from loadtest import headers as h
-from loadtest.consumer import OutputRecorder
+from loadtest.harness import headers as h
+from loadtest.harness.consumer import OutputRecorder
 
 
 class FakeMessage:
@@ -59,9 +59,9 @@ def test_records_filters_and_counts(tmp_path: Path) -> None:
         FakeMessage("out", 13, _tracking("old", 0, 1000), 1000),  # another run: ignored
         FakeMessage("out", 14, [("app", b"x")], 1000),  # no tracking headers: ignored
         FakeMessage(
-            "dlq", 3, _tracking("r1", 2, 3000) + [(h.DEAD_LETTER_REASON, b"bad deadline")], 5
+            "dlq", 3, [*_tracking("r1", 2, 3000), (h.DEAD_LETTER_REASON, b"bad deadline")], 5
         ),
-        FakeMessage("out", 15, _tracking("r1", 3, 3000) + [(h.TENANT, b"small-03")], 3001),
+        FakeMessage("out", 15, [*_tracking("r1", 3, 3000), (h.TENANT, b"small-03")], 3001),
     ]
     rec._record(messages, receive_ms=4242)
     s = rec.stats

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.schedule import LagTracker, PacingResult, RateSchedule, pace
+from loadtest.harness.schedule import LagTracker, PacingResult, RateSchedule, pace
 
 
 class FakeClock:
@@ -94,7 +94,7 @@ def test_stall_is_recorded_and_rate_does_not_drift() -> None:
 
 def test_slow_sender_falls_behind_but_sends_everything() -> None:
     # Each batch costs 30 ms: the sender can never be on time, but it sends in bulk.
-    schedule, tracker, sent_at, result, _ = _run(rate=1000, total=1000, emit_cost=0.030)
+    _schedule, tracker, sent_at, result, _ = _run(rate=1000, total=1000, emit_cost=0.030)
     assert len(sent_at) == 1000
     assert tracker.behind_slots > 0
     assert tracker.max_lag_s >= 0.029

@@ -8,9 +8,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from loadtest.analysis import analyze_dir
-from loadtest.delays import parse_delay
-from loadtest.synth import SynthSpec, write_synthetic
+from loadtest.analysis.summary import analyze_dir
+from loadtest.analysis.synth import SynthSpec, write_synthetic
+from loadtest.harness.delays import parse_delay
 
 
 @pytest.mark.parametrize("delay", ["uniform:1s-3s", "burst:5s"])

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from loadtest.analysis import analyze_dir
-from loadtest.relay import EchoRelay
-from loadtest.topics import ensure_topics
+from loadtest.analysis.summary import analyze_dir
+from loadtest.harness.relay import EchoRelay
+from loadtest.harness.topics import ensure_topics
 from tests.loadtest.test_loadtest_integration import _run
 
 TOPICS = ["tenant-input", "tenant-output", "tenant-dead-letter"]

@@ -1,5 +1,6 @@
-"""The multi-tenant load (issue 13): its plan and schedule, the ``run`` options, the per-tenant
-Spark analysis and plot on a hand-computed dataset, the bench scenarios and their verdicts."""
+"""The multi-tenant load (fairness between tenants): its plan and schedule, the ``run`` options,
+the per-tenant Spark analysis and plot on a hand-computed dataset, the bench scenarios and their
+verdicts."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadtest import scenarios as sc
-from loadtest.analysis import analyze_dir
+from loadtest.analysis.summary import analyze_dir
+from loadtest.bench import scenarios as sc
 from loadtest.bench.evaluation import evaluate
 from loadtest.bench.records import BenchRecord
 from loadtest.cli import _tenant_load, build_parser
-from loadtest.events import RECEIVED_SCHEMA, SENT_SCHEMA
-from loadtest.schedule import LagTracker, pace
-from loadtest.tenants import FLOOD, PlannedSchedule, TenantLoad, small_name, tenant_class
+from loadtest.harness.events import RECEIVED_SCHEMA, SENT_SCHEMA
+from loadtest.harness.schedule import LagTracker, pace
+from loadtest.harness.tenants import FLOOD, PlannedSchedule, TenantLoad, small_name, tenant_class
 
 LOAD = TenantLoad(
     flood_count=6,

