@@ -1,6 +1,6 @@
 # Chronos: the two commands of the README.
 #   make dev    bring the whole system up on embedded defaults (Postgres, Kafka-protocol broker, 2 nodes)
-#   make test   lint, format check, strict typing, then the full test suite (what CI runs)
+#   make test   lint, import layers, format check, strict typing, docs build, then the full suite (CI)
 # Both create ./.venv and install what they need into it, at the versions of the lock files:
 # requirements/run.lock (the package and the embedded servers: all `make dev` needs) and
 # requirements/dev.lock (everything the tests, the benchmark and CI use). `make lock` renews both.
@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: system-deps dev test unit check lint format-check typecheck install lock clean reliability bench
+.PHONY: system-deps dev test unit check lint format-check typecheck docs install lock clean reliability bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,7 @@ system-deps:
 unit: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/unit $(ARGS)
 
-check: lint format-check typecheck
+check: lint format-check typecheck docs
 
 # ruff, then the package's import layers (pyproject.toml [tool.importlinter]).
 lint: $(DEV_STAMP)
@@ -68,6 +68,11 @@ format-check: $(DEV_STAMP)
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
+
+# The documentation site (docs/, mkdocs.yml) into .chronos/site; --strict: a broken link or
+# anchor fails the build.
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The fault-injection suite alone (also part of `make test`), then the README's Reliability table.
 reliability: $(DEV_STAMP)

@@ -1,5 +1,6 @@
 """A node needs only DML on its three tables: the schema belongs to the migration role
-(CHRONOS_MIGRATION_DATABASE_URL), and a node with exactly the README's grants fires messages."""
+(CHRONOS_MIGRATION_DATABASE_URL), and a node with exactly the grants of docs/configuration.md
+fires messages."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.support.databases import DatabaseFactory
 
 pytestmark = pytest.mark.integration
 
-# The grants the README documents for the nodes' role (run by the schema owner after
+# The grants docs/configuration.md documents for the nodes' role (run by the schema owner after
 # `chronos migrate`); {role} and {database} are identifiers.
 NODE_GRANTS = (
     "GRANT CONNECT ON DATABASE {database} TO {role}",

@@ -19,8 +19,8 @@ compares them with the sent set:
 * **late**: statistics of ``fire time - deadline`` over the first copy of each fired message;
 * **dead-lettered**: each dead-lettered message with its ``chronosDeadLetterReason``.
 
-``python -m tests.support.checker [DIR]`` prints the README "Reliability" table from the result
-files the fault suite writes (``.chronos/reliability/<scenario>.json`` by default).
+``python -m tests.support.checker [DIR]`` prints the "Reliability" table of docs/reliability.md
+from the result files the fault suite writes (``.chronos/reliability/<scenario>.json`` by default).
 
 The parts: ``sent`` (what a test sends), ``sending`` (producing it), ``reading`` (reading the
 topics back), ``analysis`` (comparing the two), ``results`` (the scenario files and the table).

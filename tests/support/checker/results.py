@@ -1,5 +1,5 @@
-"""The fault suite's results: one file per scenario, and the README "Reliability" table made of
-them."""
+"""The fault suite's results: one file per scenario, and the "Reliability" table of
+docs/reliability.md made of them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ RESULTS_DIR = Path(__file__).resolve().parents[3] / ".chronos" / "reliability"
 
 @dataclass
 class ScenarioResult:
-    """One row of the README "Reliability" table."""
+    """One row of the "Reliability" table of docs/reliability.md."""
 
     scenario: str
     fault: str
@@ -59,7 +59,7 @@ def record_result(result: ScenarioResult, directory: Path | None = None) -> Path
 
 
 def render_table(directory: Path | None = None) -> str:
-    """The README "Reliability" table from the result files, in scenario order."""
+    """The "Reliability" table (docs/reliability.md) from the result files, in scenario order."""
     directory = directory or RESULTS_DIR
     rows = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
     lines = [
