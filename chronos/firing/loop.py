@@ -269,9 +269,13 @@ class FiringLoop(Loop):
             self.held_by_tenant.update(r.tenant for r in rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        self.overloaded = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        full = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        # A tenant held back holds its share because it has more due: the backlog is still
+        # there even when this claim came back short, so the next claim shares its batch too (a
+        # plain claim would take the held-back tenant's oldest rows before anyone else's).
+        self.overloaded = full or bool(excluded)
         self.held_back = set(excluded)
-        if self.overloaded:
+        if full:
             # A backlog (by count or by bytes): claim again at once, as room allows, sharing the
             # next batch between the tenants with due rows.
             self.next_claim_at = returned
