@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.operations import Operations
 
 
 def migrations_dir() -> Path:
@@ -37,3 +39,20 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def downgrade(database_url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(database_url), revision)
+
+
+INVALID_INDEX = sa.text(
+    "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "WHERE c.relname = :name AND pg_table_is_visible(c.oid)"
+)
+
+
+def drop_invalid_index(op: Operations, name: str, table: str) -> bool:
+    """Drop index ``name`` if an interrupted ``CREATE INDEX CONCURRENTLY`` left it INVALID (it
+    exists, is maintained by every write, but is never used), so that the migration builds it
+    again instead of skipping it as existing. Call it inside the migration's autocommit block.
+    True if it dropped one."""
+    if not op.get_bind().execute(INVALID_INDEX, {"name": name}).scalar():
+        return False
+    op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+    return True

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from chronos.store.migrate import drop_invalid_index
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -42,8 +44,10 @@ def upgrade() -> None:
         ),
         sa.Column("hostname", sa.String(255), nullable=True, comment="host the node runs on"),
         sa.Column("version", sa.String(64), nullable=True, comment="Chronos version of the node"),
+        if_not_exists=True,  # re-run after an interruption in the index build below
     )
     with op.get_context().autocommit_block():
+        drop_invalid_index(op, "chronos_messages_failed_idx", "chronos_messages")
         op.create_index(
             "chronos_messages_failed_idx",
             "chronos_messages",

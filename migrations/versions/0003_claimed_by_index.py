@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from chronos.store.migrate import drop_invalid_index
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -21,6 +23,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
+        drop_invalid_index(op, "chronos_messages_claimed_by_idx", "chronos_messages")
         op.create_index(
             "chronos_messages_claimed_by_idx",
             "chronos_messages",

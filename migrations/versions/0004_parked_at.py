@@ -22,6 +22,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from chronos.store.migrate import drop_invalid_index
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -37,8 +39,10 @@ def upgrade() -> None:
             nullable=True,
             comment="when the row was parked (never claimed until requeued); NULL: not parked",
         ),
+        if_not_exists=True,  # re-run after an interruption in the index build below
     )
     with op.get_context().autocommit_block():
+        drop_invalid_index(op, "chronos_messages_ready_idx", "chronos_messages")
         op.create_index(
             "chronos_messages_ready_idx",
             "chronos_messages",

@@ -22,6 +22,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from chronos.store.migrate import drop_invalid_index
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -45,9 +47,11 @@ def upgrade() -> None:
             primary_key=True,
             comment="a tenant ('': the default tenant)",
         ),
+        if_not_exists=True,  # re-run after an interruption in the index build below
     )
     op.execute("INSERT INTO chronos_tenants (tenant) VALUES ('') ON CONFLICT DO NOTHING")
     with op.get_context().autocommit_block():
+        drop_invalid_index(op, "chronos_messages_tenant_ready_idx", "chronos_messages")
         op.create_index(
             "chronos_messages_tenant_ready_idx",
             "chronos_messages",
