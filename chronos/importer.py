@@ -1,11 +1,19 @@
 """``chronos import FILE``: schedule every row of a JSON Lines or Parquet file through the client.
 
-Each row has ``id`` (optional: a new UUID), ``deadline`` (ISO-8601, or a datetime in Parquet) or
+Each row has ``id`` (optional, see below), ``deadline`` (ISO-8601, or a datetime in Parquet) or
 ``delay`` (seconds from now), ``key`` and ``value`` (text as UTF-8, or bytes in Parquet; null
-kept), ``headers`` (an object of name -> text, optional), and optionally ``topic`` (chronosTopic).
-Records are produced as fast as the broker takes them (the producer batches; a full local queue
-is drained, not dropped), and the command waits for every delivery report. A progress line goes
-to stderr. Parquet needs pyarrow (in the dev set, not in the slim one `make dev` installs).
+kept), ``headers`` (an object of name -> text, or a Parquet map; optional), and optionally
+``topic`` (chronosTopic). Records are produced as fast as the broker takes them (the producer
+batches; a full local queue is drained, not dropped), and the command waits for every delivery
+report. A progress line goes to stderr. Parquet needs pyarrow (in the dev set, not in the slim
+one `make dev` installs).
+
+Re-running a file never schedules a row twice while its message waits: a row without an ``id``
+gets a stable one, ``<file name>#<row number>`` (the file name cut to 100 characters), so the
+second run's records are ignored as duplicates of the first's. A malformed row stops the import
+at that row: what was produced before it is flushed, the error names the row (and its line in
+a JSON Lines file) and how many records were delivered, and the exit status is 1 — fix the row
+and run the file again.
 """
 
 from __future__ import annotations
@@ -25,6 +33,10 @@ from chronos.errors import ChronosError, ConfigError
 from chronos.protocol import parse_deadline
 
 
+class ImportRowError(ChronosError):
+    """A row of the file cannot be scheduled; the message names it."""
+
+
 @dataclass(frozen=True, slots=True)
 class ImportResult:
     rows: int
@@ -35,7 +47,15 @@ class ImportResult:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-def read_rows(path: Path) -> Iterator[Mapping[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class Row:
+    number: int  # 1-based, over the rows (blank lines are not rows)
+    where: str  # "row N" or "row N (line L)"
+    fields: Mapping[str, Any] | None  # None: the row cannot be read (``problem`` says why)
+    problem: str = ""
+
+
+def read_rows(path: Path) -> Iterator[Row]:
     """The rows of a ``.parquet`` file (with pyarrow) or of a JSON Lines file (anything else)."""
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
@@ -45,27 +65,64 @@ def read_rows(path: Path) -> Iterator[Mapping[str, Any]]:
                 f"{path}: reading Parquet needs pyarrow (pip install pyarrow, or `make test`'s "
                 "dev set); JSON Lines needs nothing"
             ) from None
+        number = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
-            yield from batch.to_pylist()
+            for fields in batch.to_pylist():
+                number += 1
+                yield Row(number, f"row {number}", fields)
         return
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except ValueError as exc:
-                    raise ConfigError(f"{path}:{number}: not JSON: {exc}") from None
+    number = 0
+    with path.open("rb") as lines:
+        for line_number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                number += 1
+                where = f"row {number} (line {line_number})"
+                yield Row(number, where, None, f"not UTF-8 (byte {exc.start + 1} of the line)")
+                continue
+            if not line.strip():
+                continue
+            number += 1
+            where = f"row {number} (line {line_number})"
+            try:
+                fields = json.loads(line)
+            except ValueError as exc:
+                yield Row(number, where, None, f"not JSON: {exc}")
+                continue
+            if not isinstance(fields, dict):
+                yield Row(number, where, None, "not a JSON object")
+                continue
+            yield Row(number, where, fields)
 
 
-def _deadline(row: Mapping[str, Any], now: datetime) -> tuple[datetime | None, float | None]:
+def stable_id(path: Path, number: int) -> str:
+    """The id of row ``number`` of ``path`` when the row names none: the same on every run."""
+    return f"{path.name[:100]}#{number}"
+
+
+def _deadline(row: Mapping[str, Any], now: datetime) -> datetime:
     deadline, delay = row.get("deadline"), row.get("delay")
     if isinstance(deadline, str):
-        return parse_deadline(deadline), None
+        return parse_deadline(deadline)
     if isinstance(deadline, datetime):
-        return deadline.replace(tzinfo=UTC) if deadline.tzinfo is None else deadline, None
-    if deadline is None and isinstance(delay, int | float):
-        return now + timedelta(seconds=delay), None
+        return deadline.replace(tzinfo=UTC) if deadline.tzinfo is None else deadline
+    if deadline is None and isinstance(delay, int | float) and not isinstance(delay, bool):
+        return now + timedelta(seconds=delay)
     raise ValueError("a row needs a deadline (ISO-8601) or a delay (seconds)")
+
+
+def _headers(raw: object) -> list[tuple[str, Any]]:
+    """An object of name -> value, or a Parquet map (a list of (name, value) pairs)."""
+    if raw is None:
+        return []
+    if isinstance(raw, Mapping):
+        return [(str(k), v) for k, v in raw.items()]
+    if isinstance(raw, list) and all(isinstance(p, tuple | list) and len(p) == 2 for p in raw):
+        return [(str(k), v) for k, v in raw]
+    raise ValueError(
+        f"headers must be an object of name -> value (or a Parquet map), not {type(raw).__name__}"
+    )
 
 
 def run_import(config: Settings, path: Path, out: TextIO | None = None) -> ImportResult:
@@ -83,25 +140,28 @@ def run_import(config: Settings, path: Path, out: TextIO | None = None) -> Impor
         }
     )
     failures: list[KafkaError] = []
+    delivered = [0]
 
     def report(err: KafkaError | None, _msg: object) -> None:
         if err is not None:
             failures.append(err)
+        else:
+            delivered[0] += 1
 
     started = last = time.monotonic()
     count = 0
-    for number, row in enumerate(read_rows(path), 1):
+    for row in read_rows(path):
         try:
-            deadline, _ = _deadline(row, datetime.now(UTC))
-            headers = [(str(k), v) for k, v in (row.get("headers") or {}).items()]
+            if row.fields is None:
+                raise ValueError(row.problem)
             kwargs: dict[str, Any] = {
-                "value": row.get("value"),
-                "key": row.get("key"),
-                "deadline": deadline,
-                "message_id": row.get("id"),
-                "headers": headers,
+                "value": row.fields.get("value"),
+                "key": row.fields.get("key"),
+                "deadline": _deadline(row.fields, datetime.now(UTC)),
+                "message_id": row.fields.get("id") or stable_id(path, row.number),
+                "headers": _headers(row.fields.get("headers")),
                 "topic": config.input_topic,
-                "target_topic": row.get("topic"),
+                "target_topic": row.fields.get("topic"),
                 "on_delivery": report,
             }
             while True:
@@ -111,7 +171,13 @@ def run_import(config: Settings, path: Path, out: TextIO | None = None) -> Impor
                 except BufferError:  # the local queue is full: let the broker catch up
                     real.poll(0.05)
         except (ValueError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{path}: row {number}: {exc}") from None
+            real.flush(60)  # what was produced before the bad row is delivered, not dropped
+            _progress(stream, count, time.monotonic() - started, end="\n")
+            raise ImportRowError(
+                f"{path}: {row.where}: {exc}; the {delivered[0]:,} records before it were "
+                f"delivered ({len(failures)} failed): fix the row and run the file again (rows "
+                "already scheduled are not scheduled twice while they wait)"
+            ) from None
         count += 1
         if time.monotonic() - last >= 1.0:
             last = time.monotonic()

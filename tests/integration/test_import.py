@@ -100,7 +100,55 @@ def test_import_of_parquet(tmp_path: Path, kafka_bootstrap: str, topics: Topics)
     assert sorted(ids_on(kafka_bootstrap, topics.input, topics.partitions, 2, 30)) == ["p1", "p2"]
 
 
-def test_a_bad_row_names_its_number(tmp_path: Path) -> None:
+def import_file(path: Path, bootstrap: str, topics: Topics) -> int:
+    return cli.main(
+        ["import", str(path), "--kafka-bootstrap-servers", bootstrap, "--input-topic", topics.input]
+    )
+
+
+def test_a_bad_row_stops_the_import_naming_it_after_delivering_the_rows_before(
+    tmp_path: Path, kafka_bootstrap: str, topics: Topics, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"id": "a", "delay": 1}\n{"id": "b"}\n')
-    assert cli.main(["import", str(path), "--kafka-bootstrap-servers", "127.0.0.1:1"]) == 2
+    path.write_text('{"id": "a", "delay": 60}\n\n{"id": "b", "delay": 60}\n{"id": "c"}\n')
+    assert import_file(path, kafka_bootstrap, topics) == 1
+    err = capsys.readouterr().err
+    assert "row 3 (line 4)" in err and "deadline" in err, err
+    assert "the 2 records before it were delivered" in err, err
+    assert "Traceback" not in err
+    assert sorted(ids_on(kafka_bootstrap, topics.input, topics.partitions, 2, 30)) == ["a", "b"]
+
+
+def test_a_line_that_is_not_utf8_is_named(
+    tmp_path: Path, kafka_bootstrap: str, topics: Topics, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"id": "a", "delay": 60}\n{"id": "caf\xe9", "delay": 60}\n')
+    assert import_file(path, kafka_bootstrap, topics) == 1
+    err = capsys.readouterr().err
+    assert "row 2 (line 2): not UTF-8" in err and "Traceback" not in err, err
+
+
+def test_running_a_file_again_schedules_no_row_twice(
+    tmp_path: Path, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """Rows without an id get one derived from the file name and the row number: the second
+    run's records carry the same ids, so Chronos ignores them while the first run's wait."""
+    path = tmp_path / "no-ids.jsonl"
+    path.write_text("".join(json.dumps({"delay": 3600, "value": f"v{i}"}) + "\n" for i in range(5)))
+    assert import_file(path, kafka_bootstrap, topics) == 0
+    assert import_file(path, kafka_bootstrap, topics) == 0
+    ids = ids_on(kafka_bootstrap, topics.input, topics.partitions, 10, 30)
+    assert sorted(ids) == sorted([f"no-ids.jsonl#{i}" for i in range(1, 6)] * 2)
+
+
+def test_parquet_map_headers_are_accepted(
+    tmp_path: Path, kafka_bootstrap: str, topics: Topics
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "maps.parquet"
+    headers = pa.array([[("h", "x")], []], type=pa.map_(pa.string(), pa.string()))
+    pq.write_table(pa.table({"id": ["m1", "m2"], "delay": [60, 60], "headers": headers}), path)
+    assert import_file(path, kafka_bootstrap, topics) == 0
+    assert sorted(ids_on(kafka_bootstrap, topics.input, topics.partitions, 2, 30)) == ["m1", "m2"]
