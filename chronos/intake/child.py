@@ -168,13 +168,14 @@ def main(argv: list[str]) -> int:
     from chronos.config import settings
     from chronos.intake.loop import IntakeLoop
     from chronos.intake.process import STATUS_INTERVAL_S
-    from chronos.observability import logs, metrics
+    from chronos.observability import dependencies, logs, metrics
     from chronos.observability import relay as metrics_relay
     from chronos.runtime import faults
     from chronos.store import PostgresStore
 
     config = settings.load().validate(require_database=True)
     logs.configure(config.log_level, config.log_format, node=config.node_id)
+    dependencies.quiet()  # the node process reports the dependencies' outages
     threading.current_thread().name = "chronos-intake"
     faults.kill_also(parent)
     store = PostgresStore(

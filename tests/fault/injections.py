@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 OUTPUT_MAX_BYTES_ENV = "CHRONOS_TEST_OUTPUT_MAX_BYTES"
 CLOCK_OFFSET_ENV = "CHRONOS_TEST_CLOCK_OFFSET_S"
 REFUSAL_MARK = "chronos-test: output topic refused record"
 
+PROBE_KILLS_ENV = "CHRONOS_TEST_PROBE_KILLS"
+PROBE_KILLS_DIR_ENV = "CHRONOS_TEST_PROBE_KILLS_DIR"
+
 REFUSE_LARGE_OUTPUT = "tests.fault.injections:refuse_large_output"
+KILL_HEADER_PROBES = "tests.fault.injections:kill_header_probes"
 SKEW_WALL_CLOCK = "tests.fault.injections:skew_wall_clock"
 
 
@@ -90,3 +96,25 @@ def skew_wall_clock() -> None:
     time.time = lambda: real_time() + offset
     time.time_ns = lambda: real_time_ns() + offset_ns
     _dt.datetime = SkewedDateTime  # type: ignore[misc]
+
+
+def kill_header_probes() -> None:
+    """The first ``$CHRONOS_TEST_PROBE_KILLS`` header probe children to read a record are
+    SIGKILLed as they read it, as the OOM killer would kill them; each kill leaves a marker file
+    in ``$CHRONOS_TEST_PROBE_KILLS_DIR`` (the children share nothing else with each other)."""
+    from chronos.intake import quarantine
+
+    kills = int(os.environ[PROBE_KILLS_ENV])
+    directory = Path(os.environ[PROBE_KILLS_DIR_ENV])
+    read = quarantine._read_headers
+
+    def killed_read(record: Any) -> None:
+        for number in range(kills):
+            try:
+                os.close(os.open(directory / f"kill-{number}", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                continue
+            os.kill(os.getpid(), signal.SIGKILL)
+        read(record)
+
+    quarantine._read_headers = killed_read
