@@ -81,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     importer.add_argument("file", help="a .jsonl or .parquet file")
     settings.add_arguments(importer)
 
+    check = sub.add_parser(
+        "check",
+        help="check the configuration against Postgres and the broker, one line per check "
+        "(exit 0 only when all pass)",
+    )
+    check.add_argument("--json", action="store_true", help="print the checks as JSON")
+    settings.add_arguments(check)
+
     tail = sub.add_parser("tail", help="print records arriving on the output topic")
     tail.add_argument("--dead-letter", action="store_true", help="tail the dead-letter topic")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
@@ -127,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run_import(config.validate(require_database=False), Path(args.file))
             print(f"imported {result.rows} rows ({result.rate:,.0f} rows/s)")
             return 0
+        if args.command == "check":
+            from chronos import preflight
+
+            return preflight.report(preflight.run_checks(config.validate()), args.json, sys.stdout)
         if args.command == "tail":
             return _tail(config.validate(require_database=False), args)
     except ConfigError as exc:

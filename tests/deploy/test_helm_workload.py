@@ -223,3 +223,26 @@ def test_pdb_alternatives() -> None:
 def test_single_replica_warns() -> None:
     assert "WARNING" in render({"replicaCount": 1}).notes
     assert "WARNING" not in render().notes
+
+
+def test_the_preflight_init_container_runs_chronos_check_with_the_pods_configuration() -> None:
+    assert "initContainers" not in pod_spec(deployment(render()))  # off by default
+    spec = pod_spec(
+        deployment(render({"preflight": {"enabled": True}, "postgresCA": {"secretName": "pg-ca"}}))
+    )
+    (init,) = spec["initContainers"]
+    node = chronos_container_of(spec)
+    assert init["args"] == ["check"] and init["image"] == node["image"]
+    assert init["envFrom"] == node["envFrom"]  # the same settings and secrets as the node
+    assert init["securityContext"] == node["securityContext"]
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {
+        m["mountPath"] for m in node["volumeMounts"]
+    }
+    assert [e["name"] for e in init["env"]] == [
+        e["name"] for e in node.get("env", []) if e["name"] != "CHRONOS_GROUP_INSTANCE_ID"
+    ]
+
+
+def chronos_container_of(spec: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = next(c for c in spec["containers"] if c["name"] == "chronos")
+    return node

@@ -38,3 +38,34 @@ def test_an_http_host_that_is_not_this_machines_stops_start_up_naming_it(
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "CHRONOS_HTTP_HOST" in result.stderr
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_a_sasl_setting_the_broker_refuses_stops_start_up_naming_it(
+    migrated_database_url: str, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """Not waited for as an outage: the broker answered and refused the client's settings."""
+    env = node_env(migrated_database_url, kafka_bootstrap, topics)
+    env.update(
+        {
+            "CHRONOS_KAFKA__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "CHRONOS_KAFKA__SASL_MECHANISMS": "SCRAM-SHA-256",
+            "CHRONOS_KAFKA__SASL_USERNAME": "chronos",
+            "CHRONOS_KAFKA__SASL_PASSWORD": "s3cret-never-printed",
+        }
+    )
+    result = chronos("run", env=env, timeout=90)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "CHRONOS_KAFKA__SASL_MECHANISMS" in result.stderr
+    assert "s3cret-never-printed" not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_a_database_that_refuses_the_node_stops_start_up_naming_the_url(
+    database_url: str, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """A database that answers but has no schema is the operator's to fix, not an outage."""
+    env = node_env(database_url, kafka_bootstrap, topics)
+    result = chronos("run", env=env, timeout=90)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "CHRONOS_DATABASE_URL" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
