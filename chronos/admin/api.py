@@ -65,6 +65,8 @@ from chronos.store import (
 
 log = logging.getLogger(__name__)
 
+PAGE_MAX_BYTES = 4 * 1024 * 1024  # keys and headers of one listed page (at least one row)
+
 PREFIX = "/admin/v1"
 TENANT_WALK_LIMIT = 1_000  # tenants with waiting rows GET /admin/v1/tenants looks at, by name
 SPEC_PATH = PREFIX + "/openapi.json"
@@ -336,7 +338,7 @@ class AdminAPI:
 
     def cancel_message(self, message_id: str, query: str, client: str) -> Response:
         parse_query(query, frozenset())
-        outcome = self.store.cancel_message(message_id)
+        outcome = self.store.cancel_message(message_id, self.settings.cancel_ttl_ms)
         if outcome is CancelOutcome.NOT_FOUND:
             raise ApiError(404, f"message {message_id!r} is not scheduled")
         if outcome is CancelOutcome.CLAIMED:
@@ -410,10 +412,17 @@ class AdminAPI:
             deadline_from=p.deadline_from,
             deadline_to=p.deadline_to,
             after=p.after,
+            max_bytes=PAGE_MAX_BYTES,
         )
-        page = records[: p.limit]
+        # A page ends at ``limit`` rows or once its keys and headers pass PAGE_MAX_BYTES (one
+        # row at least): 1,000 rows of 1 MB headers must not build a gigabyte in the node.
+        page: list[MessageRecord] = []
+        for record in records[: p.limit]:
+            if page and record.page_bytes > PAGE_MAX_BYTES:
+                break
+            page.append(record)
         next_cursor = (
-            encode_cursor(page[-1].deadline, page[-1].id) if len(records) > p.limit else None
+            encode_cursor(page[-1].deadline, page[-1].id) if len(records) > len(page) else None
         )
         return _json(
             200,

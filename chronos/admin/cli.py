@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
 from chronos.errors import ChronosError, ConfigError
+from chronos.observability.logs import escape
 
 URL_ENV = "CHRONOS_ADMIN_URL"
 TOKEN_ENV = "CHRONOS_ADMIN_TOKEN"
@@ -246,12 +247,14 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.1f}"
-    return str(value)
+    # Ids, tenants, header names and errors are producer-chosen text: a newline or a terminal
+    # escape in one must not forge a row or reach the terminal raw.
+    return escape(str(value))
 
 
 def _pairs(mapping: Mapping[str, Any]) -> str:
     width = max((len(k) for k in mapping), default=0)
-    return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in mapping.items())
+    return "\n".join(f"{escape(k).ljust(width)}  {_cell(v)}" for k, v in mapping.items())
 
 
 MESSAGE_COLUMNS = ("id", "state", "deadline", "attempts", "claimed_by", "value_size", "last_error")
@@ -271,7 +274,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> i
         print(f"chronos admin: configuration error: {exc}", file=err)
         return 2
     except ChronosError as exc:
-        print(f"chronos admin: {exc}", file=err)
+        print(f"chronos admin: {escape(str(exc))}", file=err)
         return 1
     return 0
 
@@ -295,18 +298,39 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
         "limit": args.limit,
         "cursor": args.cursor,
     }
-    messages: list[dict[str, Any]] = []
+    if args.all:
+        _list_all(client, params, args.json, out)
+        return
+    page = client.list(**params)
+    cursor = page.get("next_cursor")
+    text = table(page["messages"], MESSAGE_COLUMNS)
+    if cursor:
+        text += f"\nmore: --cursor {cursor}"
+    _emit(args, out, {"messages": page["messages"], "next_cursor": cursor}, text)
+
+
+def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: TextIO) -> None:
+    """Every page, written as it arrives: never more than one page (bounded by rows and bytes
+    on the node) in memory, however many messages there are. ``--json`` writes the same
+    document a single page would, ``{"messages": [...], "next_cursor": null}``."""
+    written = 0
+    if as_json:
+        out.write('{"messages": [')
     while True:
         page = client.list(**params)
-        messages += page["messages"]
+        for message in page["messages"]:
+            if as_json:
+                out.write(("," if written else "") + "\n  " + json.dumps(message))
+            written += 1
+        if not as_json and (page["messages"] or written == 0):
+            lines = table(page["messages"], MESSAGE_COLUMNS).split("\n")
+            out.write("\n".join(lines if written == len(page["messages"]) else lines[1:]) + "\n")
+        out.flush()
         params["cursor"] = page.get("next_cursor")
-        if not args.all or not params["cursor"]:
+        if not params["cursor"]:
             break
-    payload = {"messages": messages, "next_cursor": params["cursor"]}
-    text = table(messages, MESSAGE_COLUMNS)
-    if params["cursor"]:
-        text += f"\nmore: --cursor {params['cursor']}"
-    _emit(args, out, payload, text)
+    if as_json:
+        out.write('\n], "next_cursor": null}\n')
 
 
 def _stats(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:

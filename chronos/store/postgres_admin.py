@@ -12,8 +12,10 @@ from typing import Any
 from chronos.protocol import decode_headers
 from chronos.store.types import (
     COUNT_LIMIT,
+    DEFAULT_CANCEL_TTL_MS,
     EXACT_COUNT_BELOW,
     LIST_QUERIES,
+    UNBOUNDED_BYTES,
     Backlog,
     CancelOutcome,
     MessageRecord,
@@ -127,9 +129,9 @@ class AdminQueries:
         deadline_from: datetime | None = None,
         deadline_to: datetime | None = None,
         after: tuple[datetime, str] | None = None,
+        max_bytes: int | None = None,
     ) -> list[MessageRecord]:
-        """Up to ``limit`` rows in ``state`` (None: all) ordered by (deadline, id), strictly
-        after the cursor ``after``; ``deadline_from`` inclusive, ``deadline_to`` exclusive."""
+        """See ``Store.list_messages``."""
         if state not in LIST_QUERIES:
             raise ValueError(f"unknown message state {state!r}")
         rows = self._execute(
@@ -141,12 +143,15 @@ class AdminQueries:
                 "deadline_to": deadline_to,
                 "after_deadline": after[0] if after else None,
                 "after_id": after[1] if after else None,
+                "max_bytes": UNBOUNDED_BYTES if max_bytes is None else max_bytes,
             },
         )
         return [_message_record(r) for r in rows]
 
-    def cancel_message(self, message_id: str) -> CancelOutcome:
-        rows = self._execute("cancel_message", {"id": message_id})
+    def cancel_message(
+        self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+    ) -> CancelOutcome:
+        rows = self._execute("cancel_message", {"id": message_id, "cancel_ttl_ms": cancel_ttl_ms})
         if not rows:
             return CancelOutcome.NOT_FOUND
         return CancelOutcome.CANCELLED if rows[0]["deleted"] else CancelOutcome.CLAIMED
@@ -224,6 +229,16 @@ class AdminQueries:
     def expire_nodes(self, retain_s: float) -> int:
         return len(self._execute("expire_nodes", {"retain_s": retain_s}))
 
+    def prune_tenants(self, limit: int) -> int:
+        pruned = len(self._execute("prune_tenants", {"limit": limit}))
+        if pruned:
+            self._forget_known_tenants()
+        return pruned
+
+    def _forget_known_tenants(self) -> None:
+        """The tenants this store remembers having written (``PostgresStore``) are written
+        again: one of them may have just been pruned."""
+
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
         rows = self._execute("list_nodes", {"live_s": live_s, "include_dead": include_dead})
         return [
@@ -261,4 +276,5 @@ def _message_record(r: dict[str, Any]) -> MessageRecord:
         value_size=r["value_size"],
         value=_bytes(r["message_value"]),
         parked_at=r["parked_at"],
+        page_bytes=int(r.get("page_bytes") or 0),
     )

@@ -5,13 +5,16 @@ semantics of the named SQL."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from chronos.cluster.leadership import lowest_id
+from chronos.protocol import DEFAULT_TENANT
 from chronos.store import (
     COUNT_LIMIT,
+    DEFAULT_CANCEL_TTL_MS,
     EXACT_COUNT_BELOW,
     LIST_QUERIES,
     Backlog,
@@ -31,11 +34,16 @@ class InMemoryAdmin:
 
     _rows: dict[str, StoredRow]
     _nodes: dict[str, NodeRow]
+    _tenants: set[str]
+    _cancels: dict[str, datetime]
     _lock: threading.RLock
     clock: Callable[[], datetime]
 
     def _statement(self, name: str) -> datetime:
         raise NotImplementedError  # InMemoryStore's: counts, injects failures, returns now()
+
+    def _cancel_wins(self, row: StoredRow, now: datetime) -> bool:
+        raise NotImplementedError  # InMemoryStore's
 
     def backlog(
         self,
@@ -154,6 +162,7 @@ class InMemoryAdmin:
         deadline_from: datetime | None = None,
         deadline_to: datetime | None = None,
         after: tuple[datetime, str] | None = None,
+        max_bytes: int | None = None,
     ) -> list[MessageRecord]:
         if state not in LIST_QUERIES:
             raise ValueError(f"unknown message state {state!r}")
@@ -178,11 +187,22 @@ class InMemoryAdmin:
             chosen = sorted(
                 (r for r in self._rows.values() if wanted(r)), key=lambda r: (r.deadline, r.id)
             )
-            return [self._record(r, False) for r in chosen[: max(0, limit)]]
+            page: list[MessageRecord] = []
+            running = 0
+            for row in chosen[: max(0, limit)]:
+                size = len(row.key or b"") + sum(len(n) + len(v or b"") for n, v in row.headers)
+                if max_bytes is not None and running >= max_bytes:
+                    break  # the row that crossed the budget was the last one taken
+                running += size
+                page.append(dataclasses.replace(self._record(row, False), page_bytes=running))
+            return page
 
-    def cancel_message(self, message_id: str) -> CancelOutcome:
+    def cancel_message(
+        self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+    ) -> CancelOutcome:
         with self._lock:
-            self._statement("cancel_message")
+            now = self._statement("cancel_message")
+            self._cancels[message_id] = now + timedelta(milliseconds=cancel_ttl_ms)
             row = self._rows.get(message_id)
             if row is None:
                 return CancelOutcome.NOT_FOUND
@@ -265,6 +285,19 @@ class InMemoryAdmin:
             self._statement("remove_node")
             return self._nodes.pop(check_uuid(node_id, "remove_node"), None) is not None
 
+    def prune_tenants(self, limit: int) -> int:
+        with self._lock:
+            self._statement("prune_tenants")
+            waiting = {
+                r.tenant
+                for r in self._rows.values()
+                if r.readied_at is None and r.parked_at is None
+            }
+            stale = sorted(t for t in self._tenants if t != DEFAULT_TENANT and t not in waiting)
+            for tenant in stale[:limit]:
+                self._tenants.discard(tenant)
+            return len(stale[:limit])
+
     def expire_nodes(self, retain_s: float) -> int:
         with self._lock:
             now = self._statement("expire_nodes")
@@ -327,6 +360,8 @@ class InMemoryAdmin:
             taken.sort(key=lambda r: r.readied_at or now)
             reset: list[tuple[str, str]] = []
             for row in taken[: max(0, limit)]:
+                if self._cancel_wins(row, now):
+                    continue
                 reset.append((row.id, row.readied_by or ""))
                 row.readied_at = None
                 row.readied_by = None

@@ -31,6 +31,7 @@ class FakeState:
 
     node_id: str
     stopping: bool = False
+    waiting_for: str = ""  # what start-up waits for ("" once the loops run)
     alive: bool = True
 
     def loops_alive(self) -> bool:

@@ -142,6 +142,7 @@ def _plan(database_url: str, name: str, params: dict[str, Any]) -> str:
                     "deadline_to": None,
                     "after_deadline": datetime.now(UTC),
                     "after_id": "x",
+                    "max_bytes": 4 * 1024 * 1024,
                 },
             )
             for name in ("list_waiting", "list_parked", "list_claimed", "list_all")

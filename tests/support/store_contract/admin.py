@@ -114,6 +114,43 @@ class AdminContract:
         with pytest.raises(ValueError):
             store.list_messages(state="bogus", park_attempts=5, limit=1)
 
+    @pytest.mark.parametrize("state", [None, "waiting"])
+    def test_a_listed_page_is_bounded_by_bytes_too(
+        self, harness: Harness, state: str | None
+    ) -> None:
+        """Rows of 100 KB headers: a 250 KB budget takes rows while the running sum stays under
+        it, plus the one that crosses it (the caller's sign that there is more)."""
+        store = harness.store
+        base = harness.now() + timedelta(minutes=5)
+        big: list[tuple[str, bytes | None]] = [
+            ("h", bytes(range(256)) * 400)
+        ]  # 102,400 bytes (compressible: measured unpacked)
+        store.enqueue(
+            [msg(f"b{i}", base + timedelta(seconds=i), headers=big) for i in range(10)], 0
+        )
+        rows = store.list_messages(state=state, park_attempts=5, limit=10, max_bytes=250_000)
+        assert 1 < len(rows) < 10, [r.page_bytes for r in rows]
+        assert [r.page_bytes for r in rows] == sorted(r.page_bytes for r in rows)
+        assert rows[-2].page_bytes < 250_000 <= rows[-1].page_bytes
+        one = store.list_messages(state=state, park_attempts=5, limit=10, max_bytes=1)
+        assert [r.id for r in one] == ["b0"]  # one row at least, whatever its size
+        unbounded = store.list_messages(state=state, park_attempts=5, limit=10)
+        assert len(unbounded) == 10
+
+    @pytest.mark.parametrize("state", [None, "waiting", "parked", "claimed"])
+    def test_every_listed_state_runs_with_a_byte_budget(
+        self, harness: Harness, state: str | None
+    ) -> None:
+        store = harness.store
+        park(harness, "p")
+        store.enqueue([msg("w", harness.now() + timedelta(minutes=5))], 0)
+        store.enqueue([msg("c", harness.now() + timedelta(milliseconds=100))], 0)
+        harness.advance(200)
+        store.claim(node(), HORIZON, 10, 2)
+        rows = store.list_messages(state=state, park_attempts=2, limit=10, max_bytes=1_000_000)
+        expected = {None: {"p", "w", "c"}, "waiting": {"w"}, "parked": {"p"}, "claimed": {"c"}}
+        assert {r.id for r in rows} == expected[state]
+
     def test_ping_returns_the_store_clock(self, harness: Harness) -> None:
         before = harness.now()
         assert harness.store.ping() >= before

@@ -26,6 +26,7 @@ TOKEN = "cli-token"
 class FakeState:
     node_id: str
     stopping: bool = False
+    waiting_for: str = ""  # what start-up waits for ("" once the loops run)
 
     def loops_alive(self) -> bool:
         return True
@@ -294,3 +295,32 @@ def test_the_cli_shows_tenants_as_a_table_and_as_json(
     status, out, _ = run(capsys, node, "tenants", "--limit", "1", "--json")
     payload = as_json(out)
     assert [t["tenant"] for t in payload["tenants"]] == ["acme"] and payload["limit"] == 1
+
+
+def test_hostile_ids_cannot_forge_rows_or_reach_the_terminal_raw(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An id or header name with a newline or a terminal escape (producer-chosen text) is
+    printed escaped in tables, in a message's details and in errors."""
+    hostile = "evil\nm0  waiting  forged\x1b[2J\u2028"
+    node.store.enqueue(
+        [
+            ScheduledMessage(
+                hostile,
+                datetime.now(UTC) + timedelta(hours=1),
+                b"k",
+                b"v",
+                [("h\x1b]0;x\x07", b"1")],
+            )
+        ],
+        0,
+    )
+    status, out, _ = run(capsys, node, "list", "--limit", "10")
+    assert status == 0
+    assert "\x1b" not in out and "\u2028" not in out
+    assert len(out.splitlines()) == 1 + 6  # the header and six rows: no forged row
+    assert "evil\\nm0" in out
+    status, out, _ = run(capsys, node, "get", hostile)
+    assert status == 0 and "\x1b" not in out and "\\x1b" in out
+    status, _, err = run(capsys, node, "cancel", "gone\x1b[31m")
+    assert status == 1 and "\x1b" not in err
