@@ -54,6 +54,13 @@ WINDOW_S = 600.0
 COUNTED_TENANTS = 10_000
 
 
+def tenant_label(tenant: str) -> str:
+    """The label value of a tenant's own series: its name, with one more leading ``_`` when it
+    starts with ``_``, so that no tenant (not even one named ``_other``) shares a series with
+    ``OTHER``."""
+    return "_" + tenant if tenant.startswith("_") else tenant
+
+
 class TenantLabels:
     """Which tenants have a label of their own (at most ``top``); see the module's rule."""
 
@@ -83,10 +90,10 @@ class TenantLabels:
         if len(self.window) > self.counted:
             self.window = Counter(dict(self.window.most_common(self.counted // 2)))
         if tenant in self.labelled:
-            return tenant
+            return tenant_label(tenant)
         if len(self.labelled) < self.top:
             self.labelled.add(tenant)
-            return tenant
+            return tenant_label(tenant)
         return OTHER
 
     def roll(self) -> list[str]:
@@ -129,7 +136,7 @@ class TenantMetrics:
     def _remove(tenant: str) -> None:
         for family in (TENANT_FIRED, TENANT_LATENESS):
             with contextlib.suppress(KeyError):  # never recorded on this node
-                family.remove(tenant)
+                family.remove(tenant_label(tenant))
 
     def observe_fired(self, fired: Iterable[tuple[str, float]]) -> None:
         """Record fired messages as (tenant, lateness in seconds) pairs."""
@@ -180,8 +187,8 @@ class TenantGauges:
             _remove_gauges(tenant)
         for t in tenants:
             if t.tenant in current:
-                TENANT_OVERDUE.labels(t.tenant).set(t.overdue)
-                TENANT_OLDEST_OVERDUE.labels(t.tenant).set(t.oldest_overdue_seconds)
+                TENANT_OVERDUE.labels(tenant_label(t.tenant)).set(t.overdue)
+                TENANT_OLDEST_OVERDUE.labels(tenant_label(t.tenant)).set(t.oldest_overdue_seconds)
         self.shown = current
 
     def clear(self) -> None:
@@ -193,4 +200,4 @@ class TenantGauges:
 def _remove_gauges(tenant: str) -> None:
     for gauge in (TENANT_OVERDUE, TENANT_OLDEST_OVERDUE):
         with contextlib.suppress(KeyError):
-            gauge.remove(tenant)
+            gauge.remove(tenant_label(tenant))

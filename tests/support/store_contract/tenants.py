@@ -51,6 +51,25 @@ class TenantContract:
         store.enqueue([tmsg("a1", later, "acme")], 0)
         assert store.several_tenants()
 
+    def test_tenants_with_nothing_waiting_are_pruned_but_never_the_default(
+        self, harness: Harness
+    ) -> None:
+        store, now = harness.store, harness.now()
+        later = now + timedelta(hours=1)
+        store.enqueue([tmsg(f"g{i}", later, f"gone{i}") for i in range(3)], 0)
+        store.enqueue([tmsg("k1", later, "kept"), tmsg("d1", later)], 0)
+        for i in range(3):
+            store.enqueue([tmsg(f"g{i}", later, action=Action.CANCEL)], 0)
+        assert store.prune_tenants(2) == 2  # bounded per call
+        assert store.prune_tenants(100) == 1
+        assert store.prune_tenants(100) == 0
+        assert store.several_tenants()  # "kept" (and the default tenant) are still known
+        store.enqueue([tmsg("k1", later, action=Action.CANCEL)], 0)
+        assert store.prune_tenants(100) == 1
+        assert not store.several_tenants()  # only the default tenant, which is never pruned
+        store.enqueue([tmsg("back", later, "gone0")], 0)  # a pruned tenant comes back
+        assert store.several_tenants()
+
     def test_a_reschedule_moves_the_message_to_its_new_tenant(self, harness: Harness) -> None:
         store, now = harness.store, harness.now()
         later = now + timedelta(hours=1)

@@ -7,7 +7,7 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from chronos.observability.tenants import OTHER, TenantLabels, TenantMetrics
+from chronos.observability.tenants import OTHER, TenantLabels, TenantMetrics, tenant_label
 
 
 def sample(name: str, **labels: str) -> float:
@@ -88,3 +88,14 @@ def test_an_evicted_tenant_loses_its_series() -> None:
         REGISTRY.get_sample_value("chronos_tenant_fired_messages_total", {"tenant": quiet}) is None
     )
     assert sample("chronos_tenant_fired_messages_total", tenant=busy) == 1
+
+
+def test_a_tenant_named_like_the_overflow_label_never_merges_with_it() -> None:
+    """A tenant called ``_other`` (or anything starting with ``_``) gets its own series, under
+    its name with one more ``_``; the overflow series stays the unlabelled tenants' alone."""
+    metrics = TenantMetrics(1, monotonic=Clock())
+    before = sample("chronos_tenant_fired_messages_total", tenant=OTHER)
+    metrics.observe_fired([(OTHER, 0.0), (OTHER, 0.0), ("late-comer", 0.0)])
+    assert sample("chronos_tenant_fired_messages_total", tenant="__other") == 2
+    assert sample("chronos_tenant_fired_messages_total", tenant=OTHER) == before + 1
+    assert tenant_label("__other") == "___other" and tenant_label("acme") == "acme"
