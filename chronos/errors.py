@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 
 class ChronosError(Exception):
     """Root of all Chronos errors."""
@@ -16,13 +18,26 @@ class StoreError(ChronosError):
 
     ``retryable`` is True for outages (connection lost, server shutting down, serialization
     failures): the same statement will work later. It is False when the database refused the
-    data itself: retrying the same batch can never succeed.
+    data itself: retrying the same batch can never succeed. ``outage`` is True when the
+    database could not be reached at all (connection refused, lost, timed out): the outage is
+    logged once where it is seen (``chronos.observability.dependencies``), so the callers that
+    retry log such errors at ``log_level`` (DEBUG) rather than once per attempt.
     """
 
-    def __init__(self, message: str, *, retryable: bool = True):
+    def __init__(self, message: str, *, retryable: bool = True, outage: bool = False):
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable = retryable or outage
+        self.outage = outage
+
+    @property
+    def log_level(self) -> int:
+        """The level a retrying caller logs this error at."""
+        return logging.DEBUG if self.outage else logging.WARNING
 
 
 class TopicMissingError(ChronosError):
     """A configured topic does not exist on the broker."""
+
+
+class BrokerUnreachableError(ChronosError):
+    """The Kafka broker did not answer (start-up waits for it)."""

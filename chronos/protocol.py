@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from binascii import a2b_base64, b2a_base64
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -75,19 +75,31 @@ class ScheduledMessage:
     tenant: str = DEFAULT_TENANT  # chronosTenant, or the key's prefix (fair claiming)
 
 
-def topic_policy(output_topic: str, allowed_patterns: str) -> Callable[[str], bool]:
+def topic_policy(
+    output_topic: str, allowed_patterns: str, refused: Iterable[str] = ()
+) -> Callable[[str], bool]:
     """Whether a ``chronosTopic`` may be fired to: the output topic always, any other topic only
-    if it matches one of the comma-separated glob patterns (case-sensitive; empty: none)."""
+    if it matches one of the comma-separated glob patterns (case-sensitive; empty: none) and is
+    not one of ``refused`` (the input and dead-letter topics: a message fired there would be
+    consumed again or read as a dead letter) — whatever the patterns say."""
     patterns = [p.strip() for p in allowed_patterns.split(",") if p.strip()]
+    never = {t for t in refused if t and t != output_topic}
 
     def allowed(topic: str) -> bool:
-        return topic == output_topic or any(fnmatchcase(topic, p) for p in patterns)
+        if topic == output_topic:
+            return True
+        return topic not in never and any(fnmatchcase(topic, p) for p in patterns)
 
     return allowed
 
 
 def _is_topic_name(name: str) -> bool:
-    return 0 < len(name) <= 249 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    """A name Kafka accepts for a topic: 1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    return (
+        0 < len(name) <= 249
+        and name not in (".", "..")
+        and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,10 +323,15 @@ def _parse_topic(raw: bytes | None, allowed: Callable[[str], bool] | None) -> st
         return Rejection(
             "invalid_topic", f"header {TOPIC_HEADER} {topic[:64]!r} is not a Kafka topic name"
         )
+    if topic.startswith("__"):
+        return Rejection(
+            "topic_not_allowed", f"header {TOPIC_HEADER} {topic!r} is an internal topic"
+        )
     if allowed is None or not allowed(topic):
         return Rejection(
             "topic_not_allowed",
-            f"header {TOPIC_HEADER} {topic!r} is not allowed (CHRONOS_ALLOWED_TOPICS)",
+            f"header {TOPIC_HEADER} {topic!r} is not allowed (CHRONOS_ALLOWED_TOPICS; never "
+            "the input or dead-letter topic)",
         )
     return topic
 

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 1.0
 BACKLOG_INTERVAL_S = 5.0
 NODE_RETENTION_S = 3600.0
+TENANT_PRUNE_INTERVAL_S = 60.0  # how often the leader forgets tenants with nothing waiting
+TENANT_PRUNE_LIMIT = 10_000  # tenants forgotten per round at most (one index probe each)
 _WARN_EVERY_S = 30.0
 
 
@@ -66,6 +68,7 @@ class Monitor:
         self.last_tenants: TenantBacklogs | None = None
         self.tenant_gauges = TenantGauges()
         self._next_maintenance = 0.0  # monotonic
+        self._next_prune = 0.0  # monotonic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned_at: dict[str, float] = {}
@@ -102,6 +105,9 @@ class Monitor:
             self.refresh_tenants()
             self.expire_nodes()
             self._next_maintenance = now + self.backlog_interval
+        if now >= self._next_prune:
+            self.prune_tenants()
+            self._next_prune = now + TENANT_PRUNE_INTERVAL_S
 
     # -- the work ------------------------------------------------------------------------------
 
@@ -179,6 +185,19 @@ class Monitor:
             return
         log.info("node %s left the live nodes", self.node_id, extra={"event": "node_left"})
 
+    def prune_tenants(self) -> None:
+        try:
+            pruned = self.store.prune_tenants(TENANT_PRUNE_LIMIT)
+        except StoreError as exc:
+            self._failed("prune_tenants", exc)
+            return
+        if pruned:
+            log.info(
+                "forgot %d tenants with no waiting message",
+                pruned,
+                extra={"event": "tenants_pruned", "count": pruned},
+            )
+
     def expire_nodes(self) -> None:
         try:
             expired = self.store.expire_nodes(NODE_RETENTION_S)
@@ -193,8 +212,11 @@ class Monitor:
                 extra={"event": "nodes_expired"},
             )
 
-    def _failed(self, operation: str, exc: Exception) -> None:
+    def _failed(self, operation: str, exc: StoreError) -> None:
         metrics.DATABASE_ERRORS.labels(operation).inc()
+        if exc.outage:  # logged once per outage by the store
+            log.debug("%s failed: %s", operation, exc)
+            return
         now = time.monotonic()
         if now - self._warned_at.get(operation, -_WARN_EVERY_S) >= _WARN_EVERY_S:
             self._warned_at[operation] = now

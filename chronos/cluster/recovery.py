@@ -63,8 +63,11 @@ class RecoveryLoop(Loop):
                 self.run_once()
             except StoreError as exc:  # try again next interval
                 metrics.DATABASE_ERRORS.labels("recovery").inc()
-                log.warning(
-                    "failure detection sweep failed: %s", exc, extra={"event": "database_error"}
+                log.log(
+                    exc.log_level,
+                    "failure detection sweep failed: %s",
+                    exc,
+                    extra={"event": "database_error"},
                 )
             elapsed = time.monotonic() - started
             if self.wait(max(0.0, interval - elapsed) + random.uniform(0, 0.1 * interval)):

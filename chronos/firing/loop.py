@@ -58,6 +58,7 @@ from chronos.errors import StoreError
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
+from chronos.observability.logs import Throttle
 from chronos.observability.tenants import TenantMetrics
 from chronos.runtime.faults import fault_point
 from chronos.runtime.loop import Loop
@@ -119,6 +120,7 @@ class FiringLoop(Loop):
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
+        self.publish_failures = Throttle()  # a broker away repeats them: one line a minute
         self.overloaded = False  # the previous claim came back full: the next one is fair
         self.several_tenants = False  # more than one tenant known: the budget is shared
         self.tenants_checked_at = -TENANTS_CHECK_INTERVAL
@@ -192,7 +194,7 @@ class FiringLoop(Loop):
             released = self.store.release_node(self.node_id, self.claims_since)
         except StoreError as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
-            log.warning("release after the lease ended failed: %s", exc)
+            log.log(exc.log_level, "release after the lease ended failed: %s", exc)
             return
         self.fenced = False
         log.info(
@@ -217,7 +219,12 @@ class FiringLoop(Loop):
         try:
             parked = self.store.park_exhausted(self.park_attempts)
         except StoreError as exc:  # the claim skips those rows anyway (attempts)
-            log.warning("could not park exhausted rows: %s", exc, extra={"event": "database_error"})
+            log.log(
+                exc.log_level,
+                "could not park exhausted rows: %s",
+                exc,
+                extra={"event": "database_error"},
+            )
             return
         if parked:
             log.info(
@@ -253,7 +260,7 @@ class FiringLoop(Loop):
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
-            log.warning("claim failed: %s", exc, extra={"event": "database_error"})
+            log.log(exc.log_level, "claim failed: %s", exc, extra={"event": "database_error"})
             self.held_back = set()  # back off, whatever is freed meanwhile
             self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff * random.uniform(0.5, 1)
@@ -344,7 +351,8 @@ class FiringLoop(Loop):
             )
         except StoreError as exc:
             metrics.DATABASE_ERRORS.labels("release").inc()
-            log.warning(
+            log.log(
+                exc.log_level,
                 "release of %d claims failed: %s (tried again later)",
                 len(claims),
                 exc,
@@ -370,7 +378,8 @@ class FiringLoop(Loop):
             # the delete again a little later; if the node dies first, a peer resets them after
             # the hold time and they fire again (a duplicate, never a loss).
             metrics.DATABASE_ERRORS.labels("delete").inc()
-            log.warning(
+            log.log(
+                exc.log_level,
                 "delete of %d fired rows failed: %s (tried again later)",
                 len(batch),
                 exc,
@@ -405,7 +414,8 @@ class FiringLoop(Loop):
         self._forget([t for t, _ in batch])
         permanent = [(t, err) for t, err in batch if is_permanent(err)]
         transient = [(t, err) for t, err in batch if not is_permanent(err)]
-        log.warning(
+        log.log(
+            self.publish_failures.level(),
             "%d deliveries failed (%d permanent; first: %s); giving the rows back",
             len(batch),
             len(permanent),

@@ -46,6 +46,8 @@ from chronos.intake.settlement import Settlement, dead_letter
 from chronos.kafka import Publisher
 from chronos.kafka.consumer_lag import record_consumer_stats
 from chronos.observability import metrics
+from chronos.observability.dependencies import KAFKA
+from chronos.observability.logs import Throttle
 from chronos.protocol import (
     Headers,
     Rejection,
@@ -88,11 +90,16 @@ class IntakeLoop(Loop):
         self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
-        self.probe = HeaderProbe()
-        self.topic_allowed = topic_policy(settings.output_topic, settings.allowed_topics)
+        self.probe = HeaderProbe(wait=self.wait)
+        self.topic_allowed = topic_policy(
+            settings.output_topic,
+            settings.allowed_topics,
+            refused=(settings.input_topic, settings.dead_letter_topic),
+        )
         # The enqueue statement's thread (and so its own database connection): one at a time.
         self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
         self.in_flight: Prepared | None = None  # the batch whose statement is under way
+        self.consume_errors = Throttle()  # a broker away repeats them: one line a minute
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -177,7 +184,7 @@ class IntakeLoop(Loop):
                 self.clock_offset = db_now - (before + (after - before) / 2)
                 self.clock_synced_at = time.monotonic()
             except StoreError as exc:
-                log.warning("could not read the database clock: %s", exc)
+                log.log(exc.log_level, "could not read the database clock: %s", exc)
         return local + self.clock_offset
 
     def _on_stats(self, stats_json: str) -> None:
@@ -232,27 +239,38 @@ class IntakeLoop(Loop):
         """Make one consumed batch durable and produce its direct publishes and dead letters;
         its offsets are stored by ``settle`` once they are confirmed. False if interrupted."""
         prepared = self.prepare(records)
-        if not self.finish_in_flight(consumer):
+        if prepared is None or not self.finish_in_flight(consumer):
             return False
         self.start(consumer, prepared)
         return self.finish_in_flight(consumer)
 
-    def prepare(self, records: Sequence[Message]) -> Prepared:
+    def prepare(self, records: Sequence[Message]) -> Prepared | None:
         """Probe and parse one consumed batch: the messages to store, the dead letters of the
-        malformed records, the offsets (no database round trip)."""
+        malformed records, the offsets (no database round trip). None if the loop was stopped
+        while the probe waited to be retried (the batch is not stored: it is replayed)."""
         folded: Folded[tuple[Message, Headers | None]] = Folded()
         pending: list[Pending] = []
         offsets: dict[tuple[str, int], int] = {}
         now = self.database_now()
         consumed = duplicates = 0
         started = time.perf_counter()
-        poison = {p.index: p.reason for p in self.probe.poison(records)}
+        found = self.probe.poison(records)
+        if found is None:
+            return None
+        poison = {p.index: p.reason for p in found}
         metrics.HEADER_PROBE_DURATION.observe(time.perf_counter() - started)
         for index, record in enumerate(records):
             err = record.error()
             if err is not None:
+                if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+                    KAFKA.failed(err)
                 if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consume error: %s", err, extra={"event": "consume_error"})
+                    log.log(
+                        self.consume_errors.level(),
+                        "consume error: %s",
+                        err,
+                        extra={"event": "consume_error"},
+                    )
                 continue
             topic = cast(str, record.topic())
             partition = cast(int, record.partition())
@@ -288,6 +306,8 @@ class IntakeLoop(Loop):
                     pending.append(dl)
                 continue
             folded.add(parsed, (record, headers))
+        if consumed:
+            KAFKA.succeeded()  # records came from the broker
         return Prepared(folded, pending, offsets, consumed, duplicates + folded.duplicates)
 
     def start(self, consumer: Consumer | None, prepared: Prepared) -> None:
@@ -397,7 +417,8 @@ class IntakeLoop(Loop):
                     right = self._enqueue(messages[middle:]) if left is not None else None
                     return None if left is None or right is None else left + right
                 delay = backoff.next_delay()
-                log.warning(
+                log.log(
+                    exc.log_level,
                     "enqueue failed, retrying in %.2fs: %s",
                     delay,
                     exc,

@@ -20,6 +20,7 @@ from chronos.config.settings import Settings
 from chronos.intake.records import Pending, Unsettled, reduced, reporter
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
+from chronos.observability.logs import Throttle
 from chronos.protocol import Headers, Rejection, dead_letter_headers
 from chronos.runtime.loop import Backoff
 
@@ -80,6 +81,7 @@ class Settlement:
         self.publisher = publisher
         self.wait = wait
         self.unsettled: deque[Unsettled] = deque()  # in consumed order
+        self.failures = Throttle()  # a broker away repeats them: one line a minute
         self.unsettled_records = 0
 
     def full(self) -> bool:
@@ -163,7 +165,8 @@ class Settlement:
             kind = "output" if failed[0].kind == "direct" else "dead_letter"
             metrics.PUBLISH_ERRORS.labels(kind).inc(len(failed))
             delay = backoff.next_delay()
-            log.warning(
+            log.log(
+                self.failures.level(),
                 "%d direct/dead-letter publishes failed (%s); retrying in %.2fs",
                 len(failed),
                 failed[0].error,

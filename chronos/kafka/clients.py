@@ -9,6 +9,7 @@ a batch is durable, never before.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -25,8 +26,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AclOperation, AdminClient
 
 from chronos.config.settings import Settings, reveal_properties
-from chronos.errors import TopicMissingError
+from chronos.errors import BrokerUnreachableError, ConfigError, TopicMissingError
 from chronos.kafka.consumer_lag import CONSUMER_STATS_INTERVAL_MS, record_consumer_stats
+from chronos.observability.dependencies import KAFKA
+from chronos.observability.logs import ThrottleFilter
 from chronos.protocol import Headers
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,16 @@ class Publisher(Protocol):
 # librdkafka's own log lines go through Python logging (and so the JSON format when it is
 # chosen) instead of straight to stderr; they are served by the clients' poll/consume calls.
 LIBRDKAFKA_LOG = logging.getLogger("chronos.librdkafka")
+# A broker away makes every client log each failed reconnect: one line a minute per kind.
+LIBRDKAFKA_LOG.addFilter(ThrottleFilter())
+
+
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    """The configuration of an admin client (start-up checks, the broker probe)."""
+    return _common(settings)
 
 
 def _common(settings: Settings) -> dict[str, Any]:
@@ -69,6 +82,10 @@ def _common(settings: Settings) -> dict[str, Any]:
         "bootstrap.servers": settings.kafka_bootstrap_servers,
         "client.id": f"chronos-{settings.node_id[:8]}",
         "logger": LIBRDKAFKA_LOG,
+        # librdkafka backs off reconnects up to 10 s: a broker back from an outage would wait
+        # that long for the clients to notice. Up to 1 s instead (a reconnect attempt a second
+        # per client while it is away is nothing to a broker).
+        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
     }
     conf.update(reveal_properties(settings.kafka_properties))
     return conf
@@ -195,10 +212,12 @@ class KafkaPublisher:
         self._token = 0
         self._broken: KafkaError | None = None
         self.replacements = 0
-        # No delivery success for this long while deliveries keep failing: a stuck producer
-        # (e.g. an idempotent producer whose broker lost its state) is replaced too.
+        # Deliveries failing for this long without a success between them: a stuck producer
+        # (e.g. an idempotent producer whose broker lost its state) is replaced too. The clock
+        # starts at the first failure after a success, not at the last success: a refusal
+        # after an idle minute is not a stuck producer.
         self._stuck_after = 2 * int(self._config.get("delivery.timeout.ms", 300000)) / 1000
-        self._last_success = time.monotonic()
+        self._failing_since: float | None = None
 
     def _on_error(self, err: KafkaError) -> None:
         if breaks_producer(err):
@@ -213,7 +232,7 @@ class KafkaPublisher:
         abandoned, self._pending = self._pending, {}
         self._producer = Producer(self._config)
         self._broken = None
-        self._last_success = time.monotonic()
+        self._failing_since = None
         self.replacements += 1
         log.warning(
             "producer failed for good (%s); replaced it",
@@ -287,9 +306,18 @@ class KafkaPublisher:
         if on_delivery is None:
             return  # already reported (abandoned with its replaced producer)
         if err is None:
-            self._last_success = time.monotonic()
-        elif breaks_producer(err) or time.monotonic() - self._last_success > self._stuck_after:
+            self._failing_since = None
+            KAFKA.succeeded()
+        elif breaks_producer(err):
             self._broken = err
+        elif not is_permanent(err):  # a refusal of the record says the broker is fine
+            now = time.monotonic()
+            if self._failing_since is None:
+                self._failing_since = now
+            elif now - self._failing_since > self._stuck_after and not KAFKA.down:
+                # Stuck — unless the broker is away, which explains it (a new producer would
+                # wait for the broker just the same).
+                self._broken = err
         on_delivery(err)
 
     def poll(self, timeout: float) -> int:
@@ -318,16 +346,68 @@ def make_consumer(settings: Settings, **callbacks: Any) -> Consumer:
     return Consumer(conf)
 
 
+# What librdkafka logs when the broker refuses the client's security settings: not an outage
+# to wait for but a setting to fix (start-up stops with status 2, naming the settings).
+_REFUSALS = (
+    (
+        re.compile(r"SASL .*(failed|authentication)", re.I),
+        "Kafka refused the SASL authentication (CHRONOS_KAFKA__SASL_MECHANISMS, "
+        "CHRONOS_KAFKA__SASL_USERNAME, CHRONOS_KAFKA__SASL_PASSWORD)",
+    ),
+    (
+        re.compile(r"SSL handshake failed|certificate verify failed|ssl\.\w+\.location", re.I),
+        "the TLS handshake with Kafka failed (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
+        "CHRONOS_KAFKA__SSL_CA_LOCATION, CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
+        "CHRONOS_KAFKA__SSL_KEY_LOCATION)",
+    ),
+    (
+        re.compile(r"incorrect security\.protocol", re.I),
+        "Kafka does not speak the configured protocol (CHRONOS_KAFKA__SECURITY_PROTOCOL)",
+    ),
+)
+STARTUP_LOG = logging.getLogger("chronos.librdkafka.startup")
+STARTUP_LOG.addFilter(ThrottleFilter())
+
+
+class _Collector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def refusal(lines: list[str]) -> str | None:
+    """The security refusal among librdkafka's log lines, as an operator's message."""
+    for pattern, what in _REFUSALS:
+        for line in lines:
+            if pattern.search(line):
+                return f"{what}: {line.split(': ', 1)[-1][:300]}"
+    return None
+
+
 def check_topics(settings: Settings, timeout: float = 15.0) -> None:
-    """Fail start-up with a clear message if a configured topic does not exist."""
-    admin = AdminClient(_common(settings))
+    """Fail start-up with a clear message if a configured topic does not exist, or if the
+    broker refuses the client's TLS or SASL settings (ConfigError); BrokerUnreachableError if
+    the broker does not answer (start-up waits for it)."""
+    collector = _Collector()
+    STARTUP_LOG.addHandler(collector)
+    config: dict[str, Any] = {**_common(settings), "logger": STARTUP_LOG}
+    admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise TopicMissingError(
+        admin.poll(0.2)  # serve the client's log lines: they say why
+        refused = refusal(collector.lines)
+        if refused is not None:
+            raise ConfigError(refused) from None
+        raise BrokerUnreachableError(
             f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "
             f"(CHRONOS_KAFKA_BOOTSTRAP_SERVERS): {exc}"
         ) from exc
+    finally:
+        STARTUP_LOG.removeHandler(collector)
     wanted = {
         "CHRONOS_INPUT_TOPIC": settings.input_topic,
         "CHRONOS_OUTPUT_TOPIC": settings.output_topic,
@@ -393,10 +473,18 @@ def missing_operation(allowed: list[AclOperation] | None, operation: AclOperatio
     return operation not in allowed and AclOperation.ALL not in allowed
 
 
-# Broker refusals that retrying the same record cannot fix.
+# Broker refusals that retrying the same record cannot fix. The topic errors among them reach a
+# delivery report only after the client retried them for the whole delivery timeout (a topic
+# being created or a leader being elected is retried inside librdkafka): a topic that does not
+# exist where the broker does not create topics, or that this node may not write, is then
+# counted as a refused attempt, so the record ends on the dead-letter topic, not in a loop.
 _PERMANENT_CODES = {
     getattr(KafkaError, name)
     for name in (
+        "UNKNOWN_TOPIC_OR_PART",
+        "_UNKNOWN_TOPIC",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "TOPIC_EXCEPTION",
         "MSG_SIZE_TOO_LARGE",
         "_MSG_SIZE_TOO_LARGE",
         "INVALID_RECORD",

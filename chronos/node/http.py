@@ -59,6 +59,8 @@ class Health:
         self._result: tuple[bool, dict[str, str]] = (False, {})
 
     def live(self) -> tuple[bool, dict[str, str]]:
+        if self.state.waiting_for:  # start-up waits for a dependency: alive, not ready
+            return True, {"loops": f"starting: waiting for {self.state.waiting_for}"}
         if not self.state.loops_alive():
             return False, {"loops": "stopped", "node": self.state.node_id}
         stalled = self.state.stalled_loops()
@@ -74,6 +76,8 @@ class Health:
             ok = True
             if self.state.stopping:
                 ok, checks["node_state"] = False, "stopping"
+            if self.state.waiting_for:
+                ok, checks["node_state"] = False, f"waiting for {self.state.waiting_for}"
             if not self.state.loops_alive():
                 ok, checks["loops"] = False, "stopped"
             try:
@@ -82,8 +86,11 @@ class Health:
             except StoreError as exc:
                 # The driver's text names the host, the user, sometimes part of a password:
                 # the log gets it, the unauthenticated probe gets a category.
-                log.warning(
-                    "readiness: Postgres check failed: %s", exc, extra={"event": "not_ready"}
+                log.log(
+                    exc.log_level,
+                    "readiness: Postgres check failed: %s",
+                    exc,
+                    extra={"event": "not_ready"},
                 )
                 ok, checks["postgres"] = False, "unavailable"
             broker_ok, detail = broker_reachable(self.settings)
@@ -122,7 +129,8 @@ def broker_reachable(settings: Settings) -> tuple[bool, str]:
             return False, "output topic missing"
         return True, "ok"
     except KafkaException as exc:
-        log.warning("readiness: Kafka check failed: %s", exc, extra={"event": "not_ready"})
+        # The outage itself is logged once by the broker probe (dependency_down).
+        log.debug("readiness: Kafka check failed: %s", exc, extra={"event": "not_ready"})
         return False, "unavailable"
 
 

@@ -29,18 +29,21 @@ from chronos.cluster.leadership import Leadership
 from chronos.cluster.monitor import Monitor
 from chronos.cluster.recovery import RecoveryLoop
 from chronos.config.settings import Settings
-from chronos.errors import ConfigError
+from chronos.errors import BrokerUnreachableError, ConfigError, StoreError
 from chronos.firing.loop import FiringLoop
 from chronos.intake.loop import IntakeLoop
 from chronos.intake.process import IntakeProcess
+from chronos.kafka.probe import BrokerProbe
 from chronos.observability import metrics
+from chronos.observability.dependencies import KAFKA, POSTGRES
 from chronos.observability.relay import MergedRegistry, expose_process
-from chronos.runtime.loop import Loop
+from chronos.runtime.loop import Backoff, Loop
 from chronos.store import PostgresStore, Store
 
 log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL = 0.001
+START_BACKOFF_CAP_S = 5.0  # longest wait between two start-up attempts on a dependency
 
 
 @dataclass
@@ -50,6 +53,8 @@ class NodeState:
     node_id: str
     started_at: float = field(default_factory=time.time)
     stopping: bool = False
+    # While start-up waits for a dependency: what it waits for ("" once the loops run).
+    waiting_for: str = ""
     loops: dict[str, tuple[Loop, threading.Thread]] = field(default_factory=dict)
     liveness_timeout_s: float = 30.0
     # What /metrics serves: this process's metrics and the intake process's.
@@ -109,6 +114,7 @@ class Node:
         self.leadership = Leadership(settings.node_id, settings.liveness_window_ms)
         self.monitor = Monitor(settings, self.store, self.leadership)  # heartbeat, election
         self.claims_since: datetime | None = None  # set by start(): this process's claim fence
+        self.broker_probe: BrokerProbe | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -137,7 +143,10 @@ class Node:
             ),
         ]
 
-    def start(self) -> None:
+    def start(self, *, check_broker: bool = False) -> bool:
+        """Listen, wait for the dependencies (the broker's topics when ``check_broker``, then
+        Postgres, each with capped back-off: one that is away is waited for, never a reason to
+        exit), register, and start the loops. False if a stop was asked for meanwhile."""
         # Hand the GIL over sooner (default 5 ms): the dispatcher's timers wait for it, behind
         # the claim loop's decoding (and intake's batches when intake is a thread).
         sys.setswitchinterval(SWITCH_INTERVAL)
@@ -152,7 +161,14 @@ class Node:
         )
         if self.settings.http_port:
             self.http = self._listen()  # first: a port in use must stop start-up, not a node
-        self.register()
+        if check_broker and not self._await("Kafka", lambda: kafka.check_topics(self.settings)):
+            return False
+        if not self._await("Postgres", self.register):
+            return False
+        self.state.waiting_for = ""
+        self.broker_probe = BrokerProbe(self.settings) if check_broker else None
+        if self.broker_probe is not None:
+            self.broker_probe.start()
         for loop in self.build_loops():
             thread = threading.Thread(
                 target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
@@ -166,6 +182,30 @@ class Node:
             self.settings.node_id,
             extra={"event": "node_started", "node": self.settings.node_id},
         )
+        return True
+
+    def _await(self, what: str, attempt: Callable[[], object]) -> bool:
+        """Run ``attempt`` until it stops failing for the dependency's absence (the broker
+        unreachable, Postgres away), with capped back-off; False if stopped meanwhile. The
+        outage is logged by ``chronos.observability.dependencies``, once, then once a minute."""
+        dependency = KAFKA if what == "Kafka" else POSTGRES
+        self.state.waiting_for = what
+        backoff = Backoff(initial=0.5, cap=START_BACKOFF_CAP_S)
+        while not self._stop.is_set():
+            try:
+                attempt()
+            except BrokerUnreachableError as exc:
+                dependency.failed(exc)
+            except StoreError as exc:
+                if not exc.outage:  # credentials, database name, TLS, schema: the operator's
+                    raise ConfigError(
+                        f"the database refused this node (CHRONOS_DATABASE_URL): {exc}"
+                    ) from None
+            else:
+                dependency.succeeded()
+                return True
+            self._stop.wait(backoff.next_delay())
+        return False
 
     def _listen(self) -> Any:
         from chronos.node.http import start_http_server
@@ -228,6 +268,8 @@ class Node:
             "chronos node %s stopping", self.settings.node_id, extra={"event": "node_stopping"}
         )
         deadline = time.monotonic() + self.settings.shutdown_timeout_ms / 1000
+        if self.broker_probe is not None:
+            self.broker_probe.stop()
         self.monitor.stop()  # leave the live nodes first (deletes this node's heartbeat row)
         # Intake first (no new direct publishes), then firing (drains), then recovery.
         for name in ("intake", "firing", "recovery"):
@@ -254,8 +296,8 @@ class Node:
 
 
 def run_node(settings: Settings) -> int:
-    """``chronos run``: check topics, start the node, handle signals, drain, exit."""
-    kafka.check_topics(settings)
+    """``chronos run``: start the node once its topics and its database answer (waiting for
+    them as long as it takes), handle signals, drain, exit."""
     node = Node(settings)
     expose_process("node")
 
@@ -265,5 +307,6 @@ def run_node(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    node.start()
+    if not node.start(check_broker=True):
+        return node.shutdown()  # stopped while waiting for a dependency
     return node.wait()

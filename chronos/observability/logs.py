@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -77,3 +79,49 @@ def configure(level: str = "INFO", fmt: str = "text", node: str | None = None) -
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+class Throttle:
+    """At most one line per ``every`` seconds for a repeated failure: the first at once, then
+    one a period (the others go to DEBUG; ``suppressed`` counts them)."""
+
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._last = -every
+        self.suppressed = 0
+
+    def level(self, level: int = logging.WARNING) -> int:
+        """The level to log this occurrence at (``level`` when its turn has come)."""
+        now = self.clock()
+        if now - self._last >= self.every:
+            self._last = now
+            self.suppressed = 0
+            return level
+        self.suppressed += 1
+        return logging.DEBUG
+
+
+class ThrottleFilter(logging.Filter):
+    """Lets a repeated WARNING-or-worse line through once per ``every`` seconds per kind (the
+    first word of the message: librdkafka's facility, such as ``FAIL`` or ``REQTMOUT``), so a
+    broker away for minutes is not logged by every client on every reconnect."""
+
+    MAX_KINDS = 256
+
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every = every
+        self.clock = clock
+        self.kinds: dict[str, Throttle] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        kind = record.getMessage().split(" ", 1)[0][:32]
+        throttle = self.kinds.get(kind)
+        if throttle is None:
+            if len(self.kinds) >= self.MAX_KINDS:
+                self.kinds.clear()
+            throttle = self.kinds[kind] = Throttle(self.every, self.clock)
+        return throttle.level() != logging.DEBUG

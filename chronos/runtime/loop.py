@@ -40,8 +40,15 @@ class Loop:
         self.stopping.set()
 
     def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True if the loop was asked to stop meanwhile."""
-        return self.stopping.wait(max(0.0, seconds))
+        """Sleep up to ``seconds``; True if the loop was asked to stop meanwhile.
+
+        A loop that waits (between retries of a dependency that is away, say) is not stuck in a
+        call: waiting counts as progress, before and after, so liveness follows the process,
+        not its dependencies."""
+        self.alive_at = time.monotonic()
+        stopped = self.stopping.wait(max(0.0, seconds))
+        self.alive_at = time.monotonic()
+        return stopped
 
     def run(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

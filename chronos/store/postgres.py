@@ -10,6 +10,7 @@ statements are ``AdminQueries`` (``postgres_admin``), leadership ``LeadershipQue
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from chronos.store.types import (
     DEFAULT_CANCEL_TTL_MS,
     FAIR_TENANTS_PER_CLAIM,
     KNOWN_TENANTS_MEMORY,
+    KNOWN_TENANTS_TTL_S,
     UNBOUNDED_BYTES,
     Claim,
     ClaimedRow,
@@ -56,8 +58,12 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
             synchronous_commit=synchronous_commit,
         )
         self._known_tenants: set[str] = set()  # written to chronos_tenants by this store
+        self._known_since = time.monotonic()  # forgotten every KNOWN_TENANTS_TTL_S (pruning)
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
+
+    def _forget_known_tenants(self) -> None:
+        self._known_tenants.clear()
 
     def enqueue(
         self,
@@ -72,6 +78,11 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
         outcomes = [Outcome.INSERTED] * len(messages)
         for start, end in chunks_by_size(messages, ENQUEUE_CHUNK_BYTES):
             chunk = messages[start:end]
+            if time.monotonic() - self._known_since > KNOWN_TENANTS_TTL_S:
+                # The leader forgets tenants with nothing waiting (prune_tenants): write ours
+                # again now and then (no-ops while they are known), so an active one comes back.
+                self._known_tenants.clear()
+                self._known_since = time.monotonic()
             new_tenants = {m.tenant for m in chunk if m.action is not Action.CANCEL}
             new_tenants -= self._known_tenants
             rows, _ = self._execute_tuples(

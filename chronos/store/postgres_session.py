@@ -23,6 +23,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from chronos.errors import StoreError
 from chronos.observability import metrics
+from chronos.observability.dependencies import POSTGRES
 from chronos.store.sql import query
 
 log = logging.getLogger("chronos.store.postgres")  # the store's logger, as before the split
@@ -44,6 +45,26 @@ def session_options(url: str) -> str:
     """libpq ``options`` for a node session: the URL's own, then SESSION_SETTINGS."""
     own = str(conninfo_to_dict(url).get("options") or "")
     return f"{own} {SESSION_SETTINGS}".strip()
+
+
+REFUSED_CONNECTION = (
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",
+    "permission denied",
+    "certificate verify failed",
+    "invalid connection option",
+    "invalid sslmode",
+)
+"""Words of a failed connection that the operator must fix (credentials, database name, TLS):
+such a failure is not an outage. Anything else (refused, reset, timed out, the server starting
+or shutting down, a name that does not resolve yet) is one, and is waited for."""
+
+
+def unreachable(exc: psycopg.Error) -> bool:
+    """Whether a failed connection attempt means the server is away (not a setting's fault)."""
+    text = str(exc).lower()
+    return not any(words in text for words in REFUSED_CONNECTION)
 
 
 def libpq_url(url: str) -> str:
@@ -111,7 +132,10 @@ class PostgresSession:
             if any(self._session.values()):
                 conn.execute(query("configure_session"), self._session)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to Postgres: {exc}") from exc
+            if not unreachable(exc):
+                raise StoreError(f"cannot connect to Postgres: {exc}") from exc
+            POSTGRES.failed(exc)
+            raise StoreError(f"cannot connect to Postgres: {exc}", outage=True) from exc
         conn.prepare_threshold = 0  # prepare every statement on first use
         self._local.conn = conn
         with self._lock:
@@ -169,6 +193,7 @@ class PostgresSession:
             finally:
                 del self._running[token]
                 self._observe(name, time.monotonic() - started)
+            POSTGRES.succeeded()
             return result, time.monotonic()
 
     def _observe(self, name: str, seconds: float) -> None:
@@ -198,9 +223,11 @@ class PostgresSession:
         )
         if lost:
             self._drop_connection(conn)
+            POSTGRES.failed(exc)
+            return StoreError(f"{name} failed: {exc}", outage=True)
         # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.
         # Class 54 (program limit exceeded: e.g. a batch over the JSON size limit) too.
-        refused = not lost and (exc.sqlstate or "")[:2] in ("22", "23", "54")
+        refused = (exc.sqlstate or "")[:2] in ("22", "23", "54")
         return StoreError(f"{name} failed: {exc}", retryable=not refused)
 
     def _drop_connection(self, conn: psycopg.Connection[Any]) -> None:

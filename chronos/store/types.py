@@ -60,6 +60,7 @@ FAIR_TENANTS_PER_CLAIM = 500
 in name order after the previous fair claim's (a rotating window): with more tenants, each is
 visited every ``tenants / FAIR_TENANTS_PER_CLAIM`` claims (rounded up)."""
 KNOWN_TENANTS_MEMORY = 100_000  # tenants a store remembers having written (then it forgets all)
+KNOWN_TENANTS_TTL_S = 30.0  # ... and it forgets them this often (the leader prunes tenants)
 
 
 def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -125,6 +126,8 @@ class MessageRecord:
     value_size: int | None  # None: a tombstone (NULL value)
     value: bytes | None
     parked_at: datetime | None = None  # None: not parked (or parked by attempts alone)
+    # In a listed page: the bytes (keys and stored headers) of the page up to this row.
+    page_bytes: int = 0
 
     def state(self, park_attempts: int) -> str:
         """``claimed`` (a node holds it), ``parked`` (not claimed until requeued) or
@@ -303,9 +306,21 @@ class Store(Protocol):
         deadline_from: datetime | None = None,
         deadline_to: datetime | None = None,
         after: tuple[datetime, str] | None = None,
-    ) -> list[MessageRecord]: ...
+        max_bytes: int | None = None,
+    ) -> list[MessageRecord]:
+        """Up to ``limit`` rows in ``state`` (None: all) ordered by (deadline, id), strictly
+        after the cursor ``after``; ``deadline_from`` inclusive, ``deadline_to`` exclusive. With
+        ``max_bytes``, rows are taken while their keys' and headers' bytes (``page_bytes``, a
+        running sum) stay under it, plus the row that crosses it (so the caller knows there is
+        more)."""
+        ...
 
-    def cancel_message(self, message_id: str) -> CancelOutcome: ...
+    def cancel_message(
+        self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+    ) -> CancelOutcome:
+        """Cancel a waiting or parked message (a claimed one may be firing: CLAIMED). Leaves a
+        cancel marker for ``cancel_ttl_ms`` whatever the outcome, as a Kafka cancel does."""
+        ...
 
     def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome: ...
 
@@ -334,6 +349,12 @@ class Store(Protocol):
     def remove_node(self, node_id: str) -> bool: ...
 
     def expire_nodes(self, retain_s: float) -> int: ...
+
+    def prune_tenants(self, limit: int) -> int:
+        """Forget up to ``limit`` known tenants with no waiting message (never the default
+        one): the fair claim visits the known tenants in turn, so stale ones would slow every
+        tenant's turn. Returns how many were forgotten."""
+        ...
 
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]: ...
 

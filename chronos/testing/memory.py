@@ -387,7 +387,7 @@ class InMemoryStore(InMemoryAdmin):
             released: dict[str, int] = {}
             for claim, error in zip(claims, padded, strict=False):
                 row = self._fenced(node, claim)
-                if row is None:
+                if row is None or self._cancel_wins(row, now):
                     continue
                 row.readied_at = None
                 row.readied_by = None
@@ -416,13 +416,15 @@ class InMemoryStore(InMemoryAdmin):
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         with self._lock:
-            self._statement("release_node")
+            now = self._statement("release_node")
             node = check_uuid(node_id, "release_node")
             count = 0
-            for row in self._rows.values():
+            for row in list(self._rows.values()):
                 if row.readied_by == node and (
                     since is None or (row.readied_at is not None and row.readied_at >= since)
                 ):
+                    if self._cancel_wins(row, now):
+                        continue
                     row.readied_at = None
                     row.readied_by = None
                     count += 1
@@ -455,12 +457,14 @@ class InMemoryStore(InMemoryAdmin):
         if not rows:
             return []
         with self._lock:
-            self._statement("reset_stuck")
+            now = self._statement("reset_stuck")
             reset: list[tuple[str, str]] = []
             for stuck in rows:
                 node = check_uuid(stuck.readied_by, "reset_stuck")
                 row = self._rows.get(stuck.id)
                 if row is None or row.readied_by != node or row.readied_at != stuck.readied_at:
+                    continue
+                if self._cancel_wins(row, now):
                     continue
                 row.readied_at = None
                 row.readied_by = None
@@ -470,6 +474,14 @@ class InMemoryStore(InMemoryAdmin):
     def ping(self) -> datetime:
         with self._lock:
             return self._statement("ping")
+
+    def _cancel_wins(self, row: StoredRow, now: datetime) -> bool:
+        """A claimed row whose message was cancelled meanwhile (a live cancel marker) is
+        deleted when its claim ends, not given back (the caller holds the lock)."""
+        if self._cancels.get(row.id, now) <= now:
+            return False
+        del self._rows[row.id]
+        return True
 
     def close(self) -> None:
         self.closed = True

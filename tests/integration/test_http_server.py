@@ -30,6 +30,7 @@ UNREACHABLE_DB = "postgresql://chronos_user:hunter2secret@127.0.0.1:1/secretdb"
 class State:
     node_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     stopping: bool = False
+    waiting_for: str = ""  # what start-up waits for ("" once the loops run)
     stalled: list[str] = field(default_factory=list)
 
     def loops_alive(self) -> bool:

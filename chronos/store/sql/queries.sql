@@ -313,6 +313,8 @@ RETURNING m.id;
 -- whose attempts reach `park_attempts` (NULL: never) is parked (parked_at: out of the claim).
 -- Index-driven and locked in id order like delete_fired; `ids`, `readied_ats`, `errors`: binary
 -- arrays, claim by claim.
+-- A row whose message was cancelled while it was claimed (a live cancel marker) is deleted
+-- instead of given back: the cancel wins over the claim's end.
 WITH fence AS (
     SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.error)) AS claims
     FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(errors)b::text[])
@@ -325,6 +327,12 @@ WITH fence AS (
       AND m.readied_at = ((SELECT claims FROM fence) -> m.id ->> 0)::timestamptz
     ORDER BY m.id
     FOR UPDATE
+), cancelled AS (
+    DELETE FROM chronos_messages m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+      AND EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
+    RETURNING m.id
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
@@ -336,6 +344,8 @@ SET readied_at = NULL, readied_by = NULL,
         ELSE m.parked_at
     END
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+  AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
 RETURNING m.id, m.attempts;
 
 -- name: park_exhausted
@@ -353,6 +363,8 @@ RETURNING id;
 -- Give back every row still claimed by this node process (the end of a graceful shutdown):
 -- fenced by the process's start on the database clock (`since`; NULL: every claim of the id),
 -- so a process sharing the node id never releases another's claims; claimed_by index.
+-- A row whose message was cancelled while it was claimed (a live cancel marker) is deleted
+-- instead of given back: the cancel wins over the claim's end.
 WITH target AS (
     SELECT id
     FROM chronos_messages
@@ -360,11 +372,19 @@ WITH target AS (
       AND readied_at >= coalesce(%(since)s::timestamptz, '-infinity')
     ORDER BY id
     FOR UPDATE
+), cancelled AS (
+    DELETE FROM chronos_messages m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+      AND EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
+    RETURNING m.id
 )
-UPDATE chronos_messages
+UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
-WHERE id = ANY(ARRAY(SELECT id FROM target))
-RETURNING id;
+WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+  AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
+RETURNING m.id;
 
 -- name: find_stuck
 -- Failure detection, query 1: rows claimed longer ago than the hold time (oldest first), except
@@ -384,6 +404,8 @@ LIMIT %(limit)s;
 -- still the one observed. Returns the rows actually reset and the node suspected.
 -- Index-driven and locked in id order like delete_fired; `ids`, `readied_ats`, `readied_bys`:
 -- binary arrays, row by row.
+-- A row whose message was cancelled while it was claimed (a live cancel marker) is deleted
+-- instead of given back: the cancel wins over the claim's end.
 WITH fence AS (
     SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.readied_by)) AS claims
     FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(readied_bys)b::text[])
@@ -396,10 +418,18 @@ WITH fence AS (
       AND m.readied_by = ((SELECT claims FROM fence) -> m.id ->> 1)::uuid
     ORDER BY m.id
     FOR UPDATE
+), cancelled AS (
+    DELETE FROM chronos_messages m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+      AND EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
+    RETURNING m.id
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+  AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
 RETURNING m.id, ((SELECT claims FROM fence) -> m.id ->> 1) AS readied_by;
 
 -- name: ping
@@ -557,86 +587,148 @@ WHERE id = %(id)s;
 
 -- name: list_waiting
 -- Admin list of waiting rows (unclaimed, not parked) after a (deadline, id) cursor; ready index.
-SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, parked_at, message_key, message_headers,
-       octet_length(message_value) AS value_size, NULL::bytea AS message_value
-FROM chronos_messages
-WHERE readied_at IS NULL
-  AND parked_at IS NULL
-  AND attempts < %(park_attempts)s
-  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
-  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
-  AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
-  AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
-       OR id > %(after_id)s::text)
-ORDER BY deadline, id
-LIMIT %(limit)s;
+-- Bounded by bytes too: rows are taken while the running sum of their keys and headers (as text)
+-- stays under `max_bytes` (the row that crosses it is returned as well, so the caller knows
+-- there is more; `page_bytes` is the running sum).
+SELECT * FROM (
+    SELECT sized.*, sum(sized.row_bytes) OVER (ORDER BY deadline, id) AS page_bytes
+    FROM (
+        SELECT listed.*,
+               coalesce(octet_length(listed.message_key), 0)
+               + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
+        FROM (
+        SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+               target_topic, enqueued_at, parked_at, message_key, message_headers,
+               octet_length(message_value) AS value_size, NULL::bytea AS message_value
+        FROM chronos_messages
+        WHERE readied_at IS NULL
+          AND parked_at IS NULL
+          AND attempts < %(park_attempts)s
+          AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+          AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+          AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+          AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+               OR id > %(after_id)s::text)
+        ORDER BY deadline, id
+        LIMIT %(limit)s
+        ) listed
+    ) sized
+) paged
+WHERE page_bytes - row_bytes < %(max_bytes)s::bigint
+ORDER BY deadline, id;
 
 -- name: list_parked
 -- Admin list of parked rows (parked_at set, or attempts at the park threshold) after a cursor;
 -- failed index (a parked row has failed at least once).
-SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, parked_at, message_key, message_headers,
-       octet_length(message_value) AS value_size, NULL::bytea AS message_value
-FROM chronos_messages
-WHERE attempts > 0
-  AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
-  AND readied_at IS NULL
-  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
-  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
-  AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
-  AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
-       OR id > %(after_id)s::text)
-ORDER BY deadline, id
-LIMIT %(limit)s;
+-- Bounded by bytes too: rows are taken while the running sum of their keys and headers (as text)
+-- stays under `max_bytes` (the row that crosses it is returned as well, so the caller knows
+-- there is more; `page_bytes` is the running sum).
+SELECT * FROM (
+    SELECT sized.*, sum(sized.row_bytes) OVER (ORDER BY deadline, id) AS page_bytes
+    FROM (
+        SELECT listed.*,
+               coalesce(octet_length(listed.message_key), 0)
+               + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
+        FROM (
+        SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+               target_topic, enqueued_at, parked_at, message_key, message_headers,
+               octet_length(message_value) AS value_size, NULL::bytea AS message_value
+        FROM chronos_messages
+        WHERE attempts > 0
+          AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
+          AND readied_at IS NULL
+          AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+          AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+          AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+          AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+               OR id > %(after_id)s::text)
+        ORDER BY deadline, id
+        LIMIT %(limit)s
+        ) listed
+    ) sized
+) paged
+WHERE page_bytes - row_bytes < %(max_bytes)s::bigint
+ORDER BY deadline, id;
 
 -- name: list_claimed
 -- Admin list of claimed rows (few: bounded by in-flight limits) after a cursor; claimed index.
-SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, parked_at, message_key, message_headers,
-       octet_length(message_value) AS value_size, NULL::bytea AS message_value
-FROM chronos_messages
-WHERE readied_at IS NOT NULL
-  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
-  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
-  AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
-       OR (deadline = %(after_deadline)s::timestamptz AND id > %(after_id)s::text))
-ORDER BY deadline, id
-LIMIT %(limit)s;
+-- Bounded by bytes too: rows are taken while the running sum of their keys and headers (as text)
+-- stays under `max_bytes` (the row that crosses it is returned as well, so the caller knows
+-- there is more; `page_bytes` is the running sum).
+SELECT * FROM (
+    SELECT sized.*, sum(sized.row_bytes) OVER (ORDER BY deadline, id) AS page_bytes
+    FROM (
+        SELECT listed.*,
+               coalesce(octet_length(listed.message_key), 0)
+               + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
+        FROM (
+        SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+               target_topic, enqueued_at, parked_at, message_key, message_headers,
+               octet_length(message_value) AS value_size, NULL::bytea AS message_value
+        FROM chronos_messages
+        WHERE readied_at IS NOT NULL
+          AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+          AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+          AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+               OR (deadline = %(after_deadline)s::timestamptz AND id > %(after_id)s::text))
+        ORDER BY deadline, id
+        LIMIT %(limit)s
+        ) listed
+    ) sized
+) paged
+WHERE page_bytes - row_bytes < %(max_bytes)s::bigint
+ORDER BY deadline, id;
 
 -- name: list_all
 -- Admin list of every row after a cursor: unclaimed (due index) merged with claimed rows.
+-- Bounded by bytes too: rows are taken while the running sum of their keys and headers (as text)
+-- stays under `max_bytes` (the row that crosses it is returned as well, so the caller knows
+-- there is more; `page_bytes` is the running sum).
 SELECT * FROM (
-    (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-            target_topic, enqueued_at, parked_at, message_key, message_headers,
-            octet_length(message_value) AS value_size, NULL::bytea AS message_value
-     FROM chronos_messages
-     WHERE readied_at IS NULL
-       AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
-       AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
-       AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
-       AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
-            OR id > %(after_id)s::text)
-     ORDER BY deadline, id
-     LIMIT %(limit)s)
-    UNION ALL
-    (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-            target_topic, enqueued_at, parked_at, message_key, message_headers,
-            octet_length(message_value) AS value_size, NULL::bytea AS message_value
-     FROM chronos_messages
-     WHERE readied_at IS NOT NULL
-       AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
-       AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
-       AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
-            OR (deadline = %(after_deadline)s::timestamptz AND id > %(after_id)s::text))
-     ORDER BY deadline, id
-     LIMIT %(limit)s)
-) merged
-ORDER BY deadline, id
-LIMIT %(limit)s;
+    SELECT sized.*, sum(sized.row_bytes) OVER (ORDER BY deadline, id) AS page_bytes
+    FROM (
+        SELECT listed.*,
+               coalesce(octet_length(listed.message_key), 0)
+               + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
+        FROM (
+        SELECT * FROM (
+            (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+                    target_topic, enqueued_at, parked_at, message_key, message_headers,
+                    octet_length(message_value) AS value_size, NULL::bytea AS message_value
+             FROM chronos_messages
+             WHERE readied_at IS NULL
+               AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+               AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+               AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+               AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+                    OR id > %(after_id)s::text)
+             ORDER BY deadline, id
+             LIMIT %(limit)s)
+            UNION ALL
+            (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
+                    target_topic, enqueued_at, parked_at, message_key, message_headers,
+                    octet_length(message_value) AS value_size, NULL::bytea AS message_value
+             FROM chronos_messages
+             WHERE readied_at IS NOT NULL
+               AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+               AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+               AND (%(after_deadline)s::timestamptz IS NULL OR deadline > %(after_deadline)s::timestamptz
+                    OR (deadline = %(after_deadline)s::timestamptz AND id > %(after_id)s::text))
+             ORDER BY deadline, id
+             LIMIT %(limit)s)
+        ) merged
+        ORDER BY deadline, id
+        LIMIT %(limit)s
+        ) listed
+    ) sized
+) paged
+WHERE page_bytes - row_bytes < %(max_bytes)s::bigint
+ORDER BY deadline, id;
 
 -- name: cancel_message
--- Delete a message unless claimed (it may be firing); no row returned = not scheduled.
+-- Delete a message unless claimed (it may be firing); no row returned = not scheduled. Leaves
+-- the same cancel marker a Kafka cancel does (for `cancel_ttl_ms`): a schedule of the id arriving
+-- meanwhile is dropped, and a claimed message is deleted, not given back, when its claim ends.
 WITH target AS (
     SELECT id, readied_at FROM chronos_messages WHERE id = %(id)s FOR UPDATE
 ), deleted AS (
@@ -644,6 +736,11 @@ WITH target AS (
     USING target t
     WHERE m.id = t.id AND t.readied_at IS NULL
     RETURNING m.id
+), marked AS (
+    INSERT INTO chronos_cancels (id, expires_at)
+    VALUES (%(id)s, now() + make_interval(secs => %(cancel_ttl_ms)s / 1000.0))
+    ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at
+    RETURNING id
 )
 SELECT t.readied_at IS NOT NULL AS claimed, EXISTS (SELECT 1 FROM deleted) AS deleted
 FROM target t;
@@ -718,6 +815,28 @@ RETURNING started_at;
 -- A node leaves at graceful shutdown: delete its heartbeat row.
 DELETE FROM chronos_nodes WHERE node_id = %(node_id)s::uuid RETURNING node_id::text;
 
+-- name: prune_tenants
+-- Forget up to `limit` known tenants (never the default one, '') with no waiting row: one probe
+-- of the (tenant, deadline) ready index each, so the cost is bounded by `limit` probes whatever
+-- the table holds. A tenant whose rows are all claimed or parked, or whose first message is being
+-- inserted as this runs, may be forgotten too: its rows are still claimed (oldest first, and by
+-- the fair claim's fill), and intake records the tenant again with its next message.
+DELETE FROM chronos_tenants
+WHERE tenant IN (
+    SELECT t.tenant
+    FROM chronos_tenants t
+    WHERE t.tenant <> ''
+      AND NOT EXISTS (
+          SELECT 1
+          FROM chronos_messages m
+          WHERE m.tenant = t.tenant
+            AND coalesce(m.readied_at, m.parked_at) IS NULL
+      )
+    ORDER BY t.tenant
+    LIMIT %(limit)s
+)
+RETURNING tenant;
+
 -- name: expire_nodes
 -- Forget nodes whose last heartbeat is older than `retain_s` seconds (killed, never shut down).
 DELETE FROM chronos_nodes
@@ -758,6 +877,8 @@ LIMIT 1;
 -- Fast takeover: reset up to `limit` claims of nodes whose heartbeat is older than `window_ms`
 -- (never the caller's own), oldest first; compare-and-set on the claim read. Claims of a node
 -- with no heartbeat row are left to the hold time. Returns the rows reset and their node.
+-- A row whose message was cancelled while it was claimed (a live cancel marker) is deleted
+-- instead of given back: the cancel wins over the claim's end.
 WITH lapsed AS (
     SELECT node_id
     FROM chronos_nodes
@@ -771,6 +892,13 @@ WITH lapsed AS (
     ORDER BY m.readied_at
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
+), cancelled AS (
+    DELETE FROM chronos_messages m
+    USING taken t
+    WHERE m.id = t.id
+      AND EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
+    RETURNING m.id
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
@@ -778,6 +906,8 @@ FROM taken t
 WHERE m.id = t.id
   AND m.readied_by = t.readied_by
   AND m.readied_at = t.readied_at
+  AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                  WHERE c.id = m.id AND c.expires_at > now())
 RETURNING m.id, t.readied_by::text AS readied_by;
 
 -- name: configure_session

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from chronos.protocol import Action, ScheduledMessage
-from chronos.store import Outcome
+from chronos.store import CancelOutcome, Outcome
 from tests.support.store_contract.common import HORIZON, Harness, claims, msg, node
 
 ADVANCE = 50
@@ -62,6 +64,66 @@ class ActionContract:
         assert store.enqueue([cancel("a", now)], ADVANCE, TTL) == [Outcome.CANCEL_CLAIMED]
         record = store.get_message("a")
         assert record is not None and record.readied_at is not None
+
+    @pytest.mark.parametrize(
+        "claim_ends_by", ["release", "failed_publish", "release_node", "reset_stuck", "lapsed_node"]
+    )
+    def test_a_cancel_that_arrives_while_claimed_wins_when_the_claim_ends(
+        self, harness: Harness, claim_ends_by: str
+    ) -> None:
+        """Given back (shutdown, failed publish), taken over (hold time, lapsed heartbeat): the
+        row of a message cancelled while it was claimed is deleted, never claimed again."""
+        store, now = harness.store, harness.now()
+        store.enqueue(
+            [
+                msg("a", now + timedelta(milliseconds=200)),
+                msg("b", now + timedelta(milliseconds=200)),
+            ],
+            ADVANCE,
+        )
+        owner = node()
+        store.heartbeat(owner)
+        rows = {r.id: r for r in store.claim(owner, HORIZON, 10, 10)}
+        assert sorted(rows) == ["a", "b"]
+        assert store.enqueue([cancel("a", now)], ADVANCE, TTL) == [Outcome.CANCEL_CLAIMED]
+        claims_ = [(r.id, r.readied_at) for r in rows.values()]
+        if claim_ends_by == "release":
+            store.release(owner, claims_, failed=False)
+        elif claim_ends_by == "failed_publish":
+            store.release(owner, claims_, failed=True, errors=["refused", "refused"])
+        elif claim_ends_by == "release_node":
+            store.release_node(owner)
+        elif claim_ends_by == "reset_stuck":
+            harness.advance(10_000)
+            stuck = store.find_stuck(5_000, 10)
+            assert sorted(s.id for s in stuck) == ["a", "b"]
+            store.reset_stuck(stuck)
+        else:
+            harness.advance(10_000)  # the owner's heartbeat lapses
+            other = node()
+            store.heartbeat(other)
+            store.reset_lapsed_claims(5_000, other, 10)
+        assert store.get_message("a") is None, "the cancelled message was given back"
+        again = store.claim(node(), HORIZON, 10, 10)
+        assert [r.id for r in again] == ["b"]
+
+    def test_an_admin_cancel_leaves_the_marker_a_kafka_cancel_does(self, harness: Harness) -> None:
+        store, now = harness.store, harness.now()
+        later = now + timedelta(hours=1)
+        store.enqueue([msg("w", later)], ADVANCE)
+        assert store.cancel_message("w", TTL) is CancelOutcome.CANCELLED
+        assert store.cancel_message("ghost", TTL) is CancelOutcome.NOT_FOUND
+        # A schedule of either id arriving meanwhile (another partition, a retry) is dropped.
+        assert store.enqueue([msg("w", later), msg("ghost", later)], ADVANCE, TTL) == [
+            Outcome.BLOCKED,
+            Outcome.BLOCKED,
+        ]
+        store.enqueue([msg("c", now + timedelta(milliseconds=200))], ADVANCE)
+        owner = node()
+        (row,) = store.claim(owner, HORIZON, 10, 10)
+        assert store.cancel_message("c", TTL) is CancelOutcome.CLAIMED
+        store.release(owner, [(row.id, row.readied_at)], failed=False)
+        assert store.get_message("c") is None
 
     def test_reschedule_replaces_a_waiting_message(self, harness: Harness) -> None:
         store, now = harness.store, harness.now()

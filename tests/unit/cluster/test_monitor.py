@@ -92,3 +92,21 @@ def test_a_failed_tenant_refresh_is_counted_not_raised() -> None:
     before = sample("chronos_database_errors_total", {"operation": "tenant_backlog"}) or 0
     assert Monitor(h.settings, h.store).refresh_tenants() is None
     assert sample("chronos_database_errors_total", {"operation": "tenant_backlog"}) == before + 1
+
+
+def test_the_leader_prunes_tenants_with_nothing_waiting_once_a_minute() -> None:
+    from chronos.cluster import monitor as monitor_module
+
+    h = AdminHarness()
+    later = h.clock.now() + timedelta(hours=1)
+    h.store.enqueue([ScheduledMessage("s", later, None, b"", [], tenant="stale")], 0)
+    h.store.cancel_message("s")
+    monitor = Monitor(h.settings, h.store)
+    monitor.tick(1000.0)  # this node is the only one: it leads
+    assert not h.store.several_tenants()  # "stale" forgotten on the first round
+    h.store.enqueue([ScheduledMessage("t", later, None, b"", [], tenant="again")], 0)
+    h.store.cancel_message("t")
+    monitor.tick(1000.0 + monitor_module.TENANT_PRUNE_INTERVAL_S - 1)
+    assert h.store.several_tenants()  # not yet a minute later
+    monitor.tick(1000.0 + monitor_module.TENANT_PRUNE_INTERVAL_S)
+    assert not h.store.several_tenants()

@@ -94,6 +94,34 @@ def test_topics_are_allowed_by_glob_patterns_only() -> None:
     assert isinstance(bad, Rejection) and bad.code == "invalid_topic"
 
 
+@pytest.mark.parametrize(
+    ("topic", "code", "says"),
+    [
+        (".", "invalid_topic", "not a Kafka topic name"),
+        ("..", "invalid_topic", "not a Kafka topic name"),
+        ("t" * 250, "invalid_topic", "not a Kafka topic name"),
+        ("__consumer_offsets", "topic_not_allowed", "internal topic"),
+        ("__transaction_state", "topic_not_allowed", "internal topic"),
+        ("chronos-input", "topic_not_allowed", "never the input or dead-letter topic"),
+        ("chronos-dead-letter", "topic_not_allowed", "never the input or dead-letter topic"),
+    ],
+)
+def test_a_topic_that_can_never_be_written_is_refused_whatever_the_allow_list(
+    topic: str, code: str, says: str
+) -> None:
+    """With CHRONOS_ALLOWED_TOPICS=* every legal name is allowed, but not these."""
+    allowed = topic_policy(OUTPUT, "*", refused=("chronos-input", "chronos-dead-letter"))
+    parsed = parse_record(b"k", b"v", headers(topic=topic), topic_allowed=allowed)
+    assert isinstance(parsed, Rejection), parsed
+    assert (parsed.code, says in parsed.reason) == (code, True), parsed.reason
+    longest = parse_record(b"k", b"v", headers(topic="t" * 249), topic_allowed=allowed)
+    assert not isinstance(longest, Rejection)
+
+
+def test_the_output_topic_stays_allowed_even_when_it_is_also_refused() -> None:
+    assert topic_policy(OUTPUT, "", refused=(OUTPUT,))(OUTPUT)
+
+
 def test_allowed_topics_setting_is_validated() -> None:
     assert load(environ={"CHRONOS_ALLOWED_TOPICS": " a.* ,b "}).allowed_topics == "a.*,b"
     with pytest.raises(Exception, match="ALLOWED_TOPICS"):

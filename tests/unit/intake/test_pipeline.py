@@ -87,7 +87,9 @@ def test_a_statement_that_crashes_stops_the_loop_with_its_error() -> None:
 def test_a_revoke_waits_for_the_statement_under_way_and_stores_its_offsets() -> None:
     t, store = gated_intake()
     consumer = cast(Consumer, t.consumer)
-    t.loop.start(consumer, t.loop.prepare([t.record("m", 60_000)]))
+    prepared = t.loop.prepare([t.record("m", 60_000)])
+    assert prepared is not None
+    t.loop.start(consumer, prepared)
     assert store.waiting.wait(5)
     threading.Timer(0.1, store.gate.set).start()
     t.loop._on_revoke(consumer, [])  # returns once the batch is stored and its offset too

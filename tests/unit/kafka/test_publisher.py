@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -9,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from chronos.firing.dispatcher import Dispatcher
-from chronos.kafka import KafkaPublisher
+from chronos.kafka import KafkaPublisher, is_permanent
 from chronos.kafka import clients as kafka
 from chronos.testing import unfenced
 from tests.unit.helpers import claimed_rows, settings
@@ -105,3 +106,64 @@ def test_a_dispatcher_holds_nothing_after_a_replacement(lib: type[LibProducer]) 
         publisher.poll(0)
     assert dispatcher.in_flight == 0  # room comes back: the node claims again
     assert len(dispatcher.take_outcomes()[1]) == 50
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+    ],
+)
+def test_a_topic_that_cannot_be_written_is_a_refusal_not_an_outage(code: int) -> None:
+    """Counted as a refused attempt (then dead-lettered), never retried for ever."""
+    assert is_permanent(KafkaError(code))
+
+
+def test_an_outage_is_not_a_refusal() -> None:
+    assert not is_permanent(KafkaError(KafkaError._MSG_TIMED_OUT))
+    assert not is_permanent(KafkaError(KafkaError._TRANSPORT))
+
+
+@pytest.mark.parametrize("broker_away", [False, True])
+def test_a_stuck_producer_is_replaced_unless_the_broker_is_away(
+    lib: type[LibProducer], monkeypatch: pytest.MonkeyPatch, broker_away: bool
+) -> None:
+    """Deliveries that time out for longer than twice the delivery timeout mean a stuck
+    producer, and it is replaced — but not while the broker is known to be away: that explains
+    the timeouts, and a new producer would wait for the broker just the same."""
+    from chronos.observability import dependencies
+
+    broker = dependencies.Dependency("Kafka", "test-kafka")
+    monkeypatch.setattr(kafka, "KAFKA", broker)
+    if broker_away:
+        broker.failed("all brokers down")
+    publisher = KafkaPublisher({"bootstrap.servers": "x", "delivery.timeout.ms": 1})
+    reports: list[KafkaError | None] = []
+    timed_out = KafkaError(KafkaError._MSG_TIMED_OUT)
+    for _ in range(2):  # a failure starts the clock; one past twice the delivery timeout
+        publisher.produce("t", None, b"v", [], reports.append)
+        lib.made[0].ready = [(r, timed_out) for r in lib.made[0].outstanding]
+        lib.made[0].outstanding = []
+        time.sleep(0.01)
+        publisher.poll(0)
+    publisher.produce("t", None, b"v", [], reports.append)  # a replacement happens here
+    assert reports == [timed_out, timed_out]
+    assert publisher.replacements == (0 if broker_away else 1)
+
+
+def test_a_refusal_after_an_idle_while_is_not_a_stuck_producer(lib: type[LibProducer]) -> None:
+    """The first delivery in a long while is refused (record too large): the broker answered,
+    so the producer is kept (replacing it would purge every other record in flight)."""
+    publisher = KafkaPublisher({"bootstrap.servers": "x", "delivery.timeout.ms": 1})
+    time.sleep(0.01)  # idle for longer than twice the delivery timeout
+    reports: list[KafkaError | None] = []
+    for code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError._MSG_TIMED_OUT):
+        publisher.produce("t", None, b"v", [], reports.append)
+        lib.made[0].ready = [(r, KafkaError(code)) for r in lib.made[0].outstanding]
+        lib.made[0].outstanding = []
+        publisher.poll(0)
+    publisher.produce("t", None, b"v", [], reports.append)
+    assert len(reports) == 2 and publisher.replacements == 0

@@ -53,3 +53,17 @@ def test_an_input_topic_without_read_access_stops_start_up() -> None:
 def test_full_access_or_no_report_starts() -> None:
     check_access(Admin({INPUT: [D, R], OUTPUT: [W], DEAD_LETTER: [ALL]}), settings(), 1.0)  # type: ignore[arg-type]
     check_access(Admin({INPUT: None, OUTPUT: None, DEAD_LETTER: None}), settings(), 1.0)  # type: ignore[arg-type]
+
+
+def test_librdkafka_s_security_refusals_name_the_settings() -> None:
+    from chronos.kafka.clients import refusal
+
+    sasl = (
+        "FAIL [rdkafka#producer-3] [thrd:sasl_plaintext://b:9092/bootstrap]: sasl_plaintext://"
+        "b:9092/bootstrap: SASL SCRAM-SHA-256 mechanism handshake failed: Broker: Unsupported SASL"
+    )
+    tls = "FAIL [rdkafka#producer-1] [thrd:ssl://b:9093/bootstrap]: ssl://b:9093/bootstrap: SSL "
+    tls += "handshake failed: error:0A000086:SSL routines::certificate verify failed"
+    assert "CHRONOS_KAFKA__SASL_MECHANISMS" in (refusal(["other", sasl]) or "")
+    assert "CHRONOS_KAFKA__SSL_CA_LOCATION" in (refusal([tls]) or "")
+    assert refusal(["FAIL [x]: Connect to ipv4#127.0.0.1:1 failed: Connection refused"]) is None

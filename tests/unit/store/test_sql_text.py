@@ -52,6 +52,17 @@ def test_every_query_has_a_statement_and_only_named_placeholders() -> None:
         assert not re.search(r"\{\w*\}", statement), f"{name}: str.format field"
 
 
+def test_every_query_is_one_statement() -> None:
+    """A ``;`` ends a query's text, nowhere else (outside comments and string literals): a
+    second statement after it would be sent with the first and refused at run time."""
+    for name, text in queries().items():
+        code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+        code = re.sub(r"'[^']*'", "''", code).strip()
+        assert code.count(";") <= 1 and (";" not in code or code.endswith(";")), (
+            f"{name}: more than one statement"
+        )
+
+
 def test_duplicate_names_are_refused() -> None:
     with pytest.raises(ValueError, match="duplicate"):
         parse_queries("-- name: a\n-- x\nSELECT 1;\n-- name: a\n-- y\nSELECT 2;\n")

@@ -1,0 +1,267 @@
+"""Scenario 16 — the slow outages of production: Postgres away, the broker frozen, each for
+longer than the liveness timeout, while two nodes run under load and a third one is started in
+the middle of the outage.
+
+The suite's outage is ``OUTAGE_S`` (20 s: twice the liveness timeout of these nodes, 10 s, the
+shortest outage that proves liveness does not follow the dependency); ``CHRONOS_TEST_OUTAGE_S=120``
+runs the two minutes a managed database's failover takes.
+
+Pass (both):
+
+* liveness follows the process, not its dependency: ``/health/live`` of the running nodes
+  answers 200 at every probe during the outage;
+* a node started during the outage does not exit: it waits, and is ready within a minute of
+  the dependency's return;
+* one log line per outage state change: each running node logs the outage once
+  (``dependency_down``), its return once (``dependency_up``), and at most
+  ``MAX_WARNINGS`` WARNING-or-worse lines in all while it lasts (not two a second per loop);
+  ``chronos_dependency_up{dependency=...}`` reads 0 during the outage and 1 after;
+* lost 0, nothing early, and what came due during the outage fires within
+  ``RECOVERY_BOUND_S`` of the return.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from tests.support import Topics
+from tests.support.checker import Load, Report, ScenarioResult, expectations, record_result
+from tests.support.cluster import Cluster, NodeProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+OUTAGE_S = float(os.environ.get("CHRONOS_TEST_OUTAGE_S", "20"))
+LIVENESS_TIMEOUT_MS = 10_000
+# One line per change and kind, then reminders once a minute: 12 in the first minute, 6 more
+# for each further one (a 2-minute broker outage logs 14 per node).
+MAX_WARNINGS = 12 + 6 * max(0, math.ceil(OUTAGE_S / 60) - 1)
+READY_AFTER_RETURN_S = 60.0
+RECOVERY_BOUND_S = 15.0  # longest retry back-off (5 s) + hold (3 s) + client reconnects
+
+
+class LivenessProbe:
+    """Polls ``/health/live`` of some nodes twice a second, as a kubelet would; keeps every
+    answer that was not 200 (0: no answer within the probe's timeout)."""
+
+    def __init__(self, nodes: list[NodeProcess]) -> None:
+        self.nodes = nodes
+        self.probes = 0
+        self.failures: list[tuple[str, int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="liveness-probe", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            for node in self.nodes:
+                url = f"http://127.0.0.1:{node.settings.http_port}/health/live"
+                try:
+                    with urllib.request.urlopen(url, timeout=2) as answer:
+                        status, body = answer.status, answer.read().decode()
+                except urllib.error.HTTPError as exc:
+                    status, body = exc.code, exc.read().decode(errors="replace")
+                except OSError as exc:
+                    status, body = 0, str(exc)
+                self.probes += 1
+                if status != 200:
+                    self.failures.append((node.name, status, body[:200]))
+
+    @contextmanager
+    def running(self) -> Iterator[LivenessProbe]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join(5)
+
+
+def warnings_since(node: NodeProcess, start: int) -> list[dict[str, Any]]:
+    return [e for e in node.events()[start:] if e.get("level") in ("WARNING", "ERROR", "CRITICAL")]
+
+
+def dependency_gauge(node: NodeProcess, dependency: str) -> float:
+    return node.metric(f'chronos_dependency_up{{dependency="{dependency}"}}', -1.0)
+
+
+@dataclass
+class Outcome:
+    report: Report
+    claimed: int
+    liveness_probes: int
+    liveness_failures: list[tuple[str, int, str]]
+    late_alive_during_outage: bool
+    late_ready_after_return_s: float | None
+    warnings: dict[str, list[dict[str, Any]]]
+    downs: dict[str, int]
+    ups: dict[str, int]
+    gauges_down: dict[str, float]
+    gauges_up: dict[str, float]
+    recovery: float | None
+    due_in_outage: int
+    alive: dict[str, bool]
+
+
+def run_outage(
+    cluster: Cluster,
+    kafka_bootstrap: str,
+    topics: Topics,
+    dependency: str,
+    stop: Callable[[], object],
+    restart: Callable[[], object],
+) -> Outcome:
+    nodes = cluster.start_many(2)
+    cluster.wait_ready()
+    load = Load(kafka_bootstrap, topics.input, rate=50, delay=(1.0, 4.0)).start()
+    time.sleep(3)
+    claimed = cluster.table.claimed()
+    marks = {n.name: len(n.events()) for n in nodes}
+    probe = LivenessProbe(nodes)
+    with probe.running():
+        stop()
+        down_at = time.time()
+        time.sleep(min(3.0, OUTAGE_S / 4))
+        late = cluster.start("late")  # started while the dependency is away
+        time.sleep(max(0.0, OUTAGE_S - (time.time() - down_at) - 2))
+        gauges_down = {n.name: dependency_gauge(n, dependency) for n in nodes}
+        late_alive = late.alive()
+        time.sleep(max(0.0, OUTAGE_S - (time.time() - down_at)))
+        warnings = {n.name: warnings_since(n, marks[n.name]) for n in nodes}
+        restart()
+        back_at = time.time()
+        ready_after: float | None = None
+        with contextlib.suppress(AssertionError):
+            cluster.wait_started([late], timeout=READY_AFTER_RETURN_S)
+            ready_after = time.time() - back_at
+        time.sleep(2)
+    messages = load.stop(timeout=60)
+    report = cluster.check(expectations(messages), timeout=90, quiet=3.0)
+    due_in_outage = [
+        m.track
+        for m in messages
+        if m.expectation.deadline_ms is not None
+        and down_at <= m.expectation.deadline_ms / 1000 <= back_at
+        and m.track in report.fired_at
+    ]
+    return Outcome(
+        report=report,
+        claimed=claimed,
+        liveness_probes=probe.probes,
+        liveness_failures=probe.failures,
+        late_alive_during_outage=late_alive,
+        late_ready_after_return_s=ready_after,
+        warnings=warnings,
+        downs={n.name: len(n.events("dependency_down")) for n in nodes},
+        ups={n.name: len(n.events("dependency_up")) for n in nodes},
+        gauges_down=gauges_down,
+        gauges_up={n.name: dependency_gauge(n, dependency) for n in nodes},
+        recovery=max((report.fired_at[t] / 1000 - back_at for t in due_in_outage), default=None),
+        due_in_outage=len(due_in_outage),
+        alive={n.name: n.alive() for n in [*nodes, late]},
+    )
+
+
+def check_outage(name: str, fault: str, out: Outcome, cluster: Cluster) -> None:
+    report = out.report
+    record_result(
+        ScenarioResult.of(
+            name,
+            fault,
+            report,
+            out.recovery,
+            outage_s=OUTAGE_S,
+            liveness_probes=out.liveness_probes,
+            liveness_failures=len(out.liveness_failures),
+            late_node_ready_after_return_s=out.late_ready_after_return_s,
+            warnings_during_outage={k: len(v) for k, v in out.warnings.items()},
+            claimed_at_fault=out.claimed,
+            due_during_outage=out.due_in_outage,
+        )
+    )
+    assert out.liveness_failures == [], (
+        f"/health/live failed {len(out.liveness_failures)} times of {out.liveness_probes} "
+        f"during the outage: {out.liveness_failures[:3]}"
+    )
+    assert out.late_alive_during_outage, f"the node started meanwhile exited:\n{cluster.logs()}"
+    assert out.late_ready_after_return_s is not None, (
+        f"the node started during the outage was not ready {READY_AFTER_RETURN_S:.0f} s after "
+        f"the return:\n{cluster.logs()}"
+    )
+    assert all(out.alive.values()), f"nodes exited: {out.alive}\n{cluster.logs()}"
+    noisy = {
+        k: [str(e.get("message"))[:120] for e in v]
+        for k, v in out.warnings.items()
+        if len(v) > MAX_WARNINGS
+    }
+    assert not noisy, f"more than {MAX_WARNINGS} warnings during the outage: {noisy}"
+    assert all(v == 1 for v in out.downs.values()), f"dependency_down events: {out.downs}"
+    assert all(v >= 1 for v in out.ups.values()), f"dependency_up events: {out.ups}"
+    assert all(v == 0 for v in out.gauges_down.values()), f"gauge during: {out.gauges_down}"
+    assert all(v == 1 for v in out.gauges_up.values()), f"gauge after: {out.gauges_up}"
+    assert report.lost == [] and report.misrouted == [], report.summary()
+    assert report.early == {}, report.summary()
+    assert out.recovery is not None and out.recovery <= RECOVERY_BOUND_S, (
+        f"what came due during the outage fired {out.recovery} s after the return"
+    )
+
+
+def test_postgres_away_longer_than_the_liveness_timeout(
+    make_cluster: Callable[..., Cluster],
+    kafka_bootstrap: str,
+    topics: Topics,
+    embedded_postgres: EmbeddedPostgres,
+) -> None:
+    cluster = make_cluster(liveness_timeout_ms=LIVENESS_TIMEOUT_MS)
+    info = run_outage(
+        cluster,
+        kafka_bootstrap,
+        topics,
+        "postgres",
+        embedded_postgres.stop,
+        embedded_postgres.start,
+    )
+    check_outage(
+        "16-postgres-away",
+        f"Postgres stopped {OUTAGE_S:.0f} s (2x liveness timeout), a node started meanwhile",
+        info,
+        cluster,
+    )
+    assert info.report.duplicates <= info.claimed, info.report.summary()
+
+
+def test_broker_frozen_longer_than_the_liveness_timeout(
+    make_cluster: Callable[..., Cluster],
+    kafka_bootstrap: str,
+    topics: Topics,
+    embedded_broker: EmbeddedBroker,
+) -> None:
+    cluster = make_cluster(liveness_timeout_ms=LIVENESS_TIMEOUT_MS)
+    pid = embedded_broker.pid
+    assert pid is not None
+    info = run_outage(
+        cluster,
+        kafka_bootstrap,
+        topics,
+        "kafka",
+        lambda: os.kill(pid, signal.SIGSTOP),
+        lambda: os.kill(pid, signal.SIGCONT),
+    )
+    check_outage(
+        "16-broker-away",
+        f"broker SIGSTOPped {OUTAGE_S:.0f} s (2x liveness timeout), a node started meanwhile",
+        info,
+        cluster,
+    )
