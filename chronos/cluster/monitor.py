@@ -166,7 +166,7 @@ class Monitor:
             self._failed("tenant_backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("tenant_backlog").observe(time.perf_counter() - started)
-        self.tenant_gauges.publish(tenants.tenants)
+        self.tenant_gauges.publish(tenants.tenants, capped=tenants.tenants_capped)
         self.last_tenants = tenants
         return tenants
 

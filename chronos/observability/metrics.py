@@ -198,6 +198,11 @@ TENANT_OVERDUE = Gauge(
     "10000 per tenant)",
     ["tenant"],
 )
+TENANT_BACKLOG_CAPPED = Gauge(
+    "chronos_tenant_backlog_capped",
+    "1 when more tenants have waiting rows than the leader's per-tenant backlog looks at (the "
+    "first 1000 by name): the per-tenant overdue gauges may then miss a busy tenant (leader only)",
+)
 TENANT_OLDEST_OVERDUE = Gauge(
     "chronos_tenant_oldest_overdue_message_age_seconds",
     "Now minus the deadline of the tenant's oldest overdue unclaimed row, for the tenants with "

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from chronos.observability.metrics import (
+    TENANT_BACKLOG_CAPPED,
     TENANT_FIRED,
     TENANT_LATENESS,
     TENANT_OLDEST_OVERDUE,
@@ -180,8 +181,10 @@ class TenantGauges:
     def __init__(self) -> None:
         self.shown: set[str] = set()
 
-    def publish(self, tenants: Sequence[OverdueTenant]) -> None:
-        """Show ``tenants`` (the top N by overdue rows); remove the series of the others."""
+    def publish(self, tenants: Sequence[OverdueTenant], *, capped: bool = False) -> None:
+        """Show ``tenants`` (the top N by overdue rows); remove the series of the others.
+        ``capped``: the statement looked at only some of the tenants with waiting rows."""
+        TENANT_BACKLOG_CAPPED.set(1 if capped else 0)
         current = {t.tenant for t in tenants if t.overdue > 0}
         for tenant in self.shown - current:
             _remove_gauges(tenant)
@@ -192,6 +195,7 @@ class TenantGauges:
         self.shown = current
 
     def clear(self) -> None:
+        TENANT_BACKLOG_CAPPED.set(0)
         for tenant in self.shown:
             _remove_gauges(tenant)
         self.shown = set()

@@ -110,3 +110,23 @@ def test_the_leader_prunes_tenants_with_nothing_waiting_once_a_minute() -> None:
     assert h.store.several_tenants()  # not yet a minute later
     monitor.tick(1000.0 + monitor_module.TENANT_PRUNE_INTERVAL_S)
     assert not h.store.several_tenants()
+
+
+def test_a_capped_tenant_walk_is_visible_in_a_gauge() -> None:
+    """More tenants with waiting rows than the statement looks at: the per-tenant gauges may miss
+    a busy tenant, and chronos_tenant_backlog_capped says so."""
+    h = AdminHarness()
+    monitor = Monitor(h.settings, h.store)
+    later = h.clock.now() + timedelta(hours=1)
+    h.store.enqueue([ScheduledMessage("few", later, None, b"", [], tenant="a")], 0)
+    assert monitor.refresh_tenants() is not None
+    assert sample("chronos_tenant_backlog_capped") == 0
+    many = [
+        ScheduledMessage(f"m{i}", later, None, b"", [], tenant=f"t{i:05d}") for i in range(1_001)
+    ]
+    h.store.enqueue(many, 0)
+    result = monitor.refresh_tenants()
+    assert result is not None and result.tenants_capped
+    assert sample("chronos_tenant_backlog_capped") == 1
+    monitor.tenant_gauges.clear()  # as when the node stops leading
+    assert sample("chronos_tenant_backlog_capped") == 0
