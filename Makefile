@@ -37,18 +37,22 @@ dev: $(RUN_STAMP)
 test: check system-deps
 	$(BIN)/python -m pytest $(ARGS)
 
-# Debian binaries the suite runs: promtool (the alert rules' tests) and headless Chromium with
-# its driver (the console's browser test). Installed when missing and we are root; otherwise
-# those tests skip locally and fail in CI (tests/support/services.py unavailable()).
-SYSTEM_BINARIES := promtool chromium chromedriver
+# Debian binaries the suite runs: promtool (the alert rules' tests), headless Chromium with its
+# driver (the console's browser test), stunnel (the TLS terminator in front of the broker) and a
+# PostgreSQL server built with OpenSSL (the embedded one has none: the TLS tests). Installed when
+# missing and we are root; otherwise those tests skip locally and fail in CI
+# (tests/support/services.py unavailable()).
+SYSTEM_BINARIES := promtool chromium chromedriver stunnel4
+SYSTEM_PACKAGES := prometheus chromium chromium-driver stunnel4 postgresql-15
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgres(Debian)"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages for:$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus chromium chromium-driver; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES); \
 	  else \
-	    echo "missing:$$missing (apt-get install prometheus chromium chromium-driver)" >&2; \
+	    echo "missing:$$missing (apt-get install $(SYSTEM_PACKAGES))" >&2; \
 	  fi; \
 	fi
 

@@ -47,10 +47,11 @@ def broker_binary() -> str:
 class EmbeddedBroker:
     """A real Kafka-protocol broker on ``host:port`` with in-memory storage.
 
-    A restart keeps the port but loses every topic and record. Output goes to
-    ``log_dir/broker.log`` (or a temporary file); with a ``log_dir`` a pid file there lets the
-    next start stop a broker a killed session left behind. ``die_with_parent`` as for
-    ``EmbeddedPostgres``.
+        A restart keeps the port but loses every topic and record. Output goes to
+        ``log_dir/broker.log`` (or a temporary file); with a ``log_dir`` a pid file there lets the
+        next start stop a broker a killed session left behind. ``die_with_parent`` as for
+        ``EmbeddedPostgres``. ``advertised_port``: the port the broker tells clients to connect to
+    (a TLS terminator in front of it) instead of its own.
     """
 
     def __init__(
@@ -60,9 +61,11 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         log_dir: Path | None = None,
         die_with_parent: bool = True,
+        advertised_port: int | None = None,
     ) -> None:
         self.host = host
         self._port = port
+        self.advertised_port = advertised_port
         self.log_dir = Path(log_dir).absolute() if log_dir is not None else None
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
@@ -94,11 +97,12 @@ class EmbeddedBroker:
         if not self._port:
             self._port = free_port(self.host)
         url = f"tcp://{self.host}:{self._port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port or self._port}"
         command = [
             broker_binary(),
             "broker",
             "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--advertised-listener-url", advertised,
             "--storage-engine", "memory://tansu/",
         ]  # fmt: skip
         self.log_path = self._open_log_path()

@@ -109,6 +109,9 @@ class EmbeddedPostgres:
     full_page_writes off): for tests only. Data survives a clean ``stop()``/``restart()``.
     With ``die_with_parent`` (Linux) the server shuts down when the process that started it
     dies, even by SIGKILL; a server left behind anyway is stopped by the next ``start()``.
+    ``bin_dir``: other PostgreSQL binaries (a build with OpenSSL, for ``tls``). ``tls``: the
+    server's certificate and key files; the server then accepts TLS connections only
+    (``hostssl`` rules alone in ``pg_hba.conf``: a plaintext attempt is refused).
     """
 
     def __init__(
@@ -119,6 +122,8 @@ class EmbeddedPostgres:
         durable: bool = True,
         die_with_parent: bool = True,
         workspace: Path | None = None,
+        bin_dir: Path | None = None,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         # A directory of ours above data_dir (chronos dev's --data-dir): as root, it is made
@@ -129,7 +134,8 @@ class EmbeddedPostgres:
         self.durable = durable
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
-        self._bin = postgres_bin_dir()
+        self._bin = Path(bin_dir) if bin_dir is not None else postgres_bin_dir()
+        self.tls = tls
         self._user: pwd.struct_passwd | None = None
         self.log_path = self.data_dir / "chronos-postgres.log"
 
@@ -143,7 +149,8 @@ class EmbeddedPostgres:
     def url(self) -> str:
         if not self._port:
             raise ChronosError("EmbeddedPostgres has no port until start()")
-        return f"postgresql://postgres@127.0.0.1:{self._port}/postgres"
+        url = f"postgresql://postgres@127.0.0.1:{self._port}/postgres"
+        return url + "?sslmode=require" if self.tls is not None else url
 
     @property
     def pid(self) -> int | None:
@@ -176,6 +183,8 @@ class EmbeddedPostgres:
         if not self.durable:
             for name in ("fsync", "synchronous_commit", "full_page_writes"):
                 command += ["-c", f"{name}=off"]
+        if self.tls is not None:
+            command += self._tls_only()
         with self.log_path.open("ab") as log_file:
             self._proc = subprocess.Popen(
                 command,
@@ -241,6 +250,24 @@ class EmbeddedPostgres:
             for path in [self.data_dir, *self.data_dir.rglob("*")]:
                 os.chown(path, self._user.pw_uid, self._user.pw_gid, follow_symlinks=False)
         self.data_dir.chmod(0o700)
+
+    def _tls_only(self) -> list[str]:
+        """Install the certificate and key in the data directory (the server reads them as its
+        own user) and allow TLS connections only; the server options that turn TLS on."""
+        assert self.tls is not None
+        cert, key = self.tls
+        for source, name in ((cert, "server.crt"), (key, "server.key")):
+            target = self.data_dir / name
+            target.write_bytes(Path(source).read_bytes())
+            target.chmod(0o600)
+            if self._user is not None:
+                os.chown(target, self._user.pw_uid, self._user.pw_gid)
+        (self.data_dir / "pg_hba.conf").write_text(
+            "# TLS only: no 'host' rule, so a plaintext connection finds no entry\n"
+            "hostssl all all 127.0.0.1/32 trust\n"
+            "hostssl all all ::1/128 trust\n"
+        )
+        return ["-c", "ssl=on", "-c", "ssl_cert_file=server.crt", "-c", "ssl_key_file=server.key"]
 
     def _stop_stale_server(self) -> None:
         """A killed session may have left its postmaster running: stop it before starting."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -355,6 +357,13 @@ _REFUSALS = (
         "CHRONOS_KAFKA__SASL_USERNAME, CHRONOS_KAFKA__SASL_PASSWORD)",
     ),
     (
+        # TLS 1.3: the server checks the client's certificate after the handshake, and answers
+        # the first request with an alert (certificate required, unknown CA, bad certificate).
+        re.compile(r"alert (certificate required|unknown ca|bad certificate)", re.I),
+        "Kafka refused the client certificate (CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
+        "CHRONOS_KAFKA__SSL_KEY_LOCATION)",
+    ),
+    (
         re.compile(r"SSL handshake failed|certificate verify failed|ssl\.\w+\.location", re.I),
         "the TLS handshake with Kafka failed (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
         "CHRONOS_KAFKA__SSL_CA_LOCATION, CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
@@ -378,6 +387,30 @@ class _Collector(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def tls_reason(config: dict[str, Any], timeout: float = 5.0) -> str | None:
+    """Why the first bootstrap server's certificate is not trusted, in OpenSSL's words
+    ("certificate has expired", "Hostname mismatch ..."): librdkafka says only "certificate
+    verify failed". One handshake with the client's CA file, as librdkafka verifies (host name
+    included); None if it succeeds or the server cannot be reached."""
+    server = str(config.get("bootstrap.servers", "")).split(",")[0].strip()
+    host, _, port = server.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    context = ssl.create_default_context(cafile=config.get("ssl.ca.location") or None)
+    if str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        context.check_hostname = False
+    try:
+        with (
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host.strip("[]")),
+        ):
+            return None
+    except ssl.SSLCertVerificationError as exc:
+        return str(exc.verify_message)
+    except (OSError, ValueError):
+        return None
+
+
 def refusal(lines: list[str]) -> str | None:
     """The security refusal among librdkafka's log lines, as an operator's message."""
     for pattern, what in _REFUSALS:
@@ -395,17 +428,27 @@ def check_topics(settings: Settings, timeout: float = 15.0) -> None:
     STARTUP_LOG.addHandler(collector)
     config: dict[str, Any] = {**_common(settings), "logger": STARTUP_LOG}
     admin = AdminClient(config)
+    deadline = time.monotonic() + timeout
     try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        admin.poll(0.2)  # serve the client's log lines: they say why
-        refused = refusal(collector.lines)
-        if refused is not None:
-            raise ConfigError(refused) from None
-        raise BrokerUnreachableError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "
-            f"(CHRONOS_KAFKA_BOOTSTRAP_SERVERS): {exc}"
-        ) from exc
+        # Short attempts, the client's log read between them: a refusal (TLS, SASL) is named
+        # within a few seconds instead of after the whole timeout.
+        while True:
+            try:
+                metadata = admin.list_topics(
+                    timeout=min(2.0, max(0.1, deadline - time.monotonic()))
+                )
+                break
+            except KafkaException as exc:
+                admin.poll(0.2)  # serve the client's log lines: they say why
+                refused = refusal(collector.lines)
+                if refused is not None:
+                    reason = tls_reason(config) if "certificate verify failed" in refused else None
+                    raise ConfigError(refused + (f" ({reason})" if reason else "")) from None
+                if time.monotonic() >= deadline:
+                    raise BrokerUnreachableError(
+                        f"cannot reach Kafka at {settings.kafka_bootstrap_servers} "
+                        f"(CHRONOS_KAFKA_BOOTSTRAP_SERVERS): {exc}"
+                    ) from exc
     finally:
         STARTUP_LOG.removeHandler(collector)
     wanted = {

@@ -53,6 +53,10 @@ REFUSED_CONNECTION = (
     "does not exist",
     "permission denied",
     "certificate verify failed",
+    "does not match host name",
+    "root certificate file",
+    "does not support ssl",
+    "certificate file",
     "invalid connection option",
     "invalid sslmode",
 )

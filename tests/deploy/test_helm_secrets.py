@@ -200,6 +200,48 @@ def test_no_ca_bundle_by_default_and_never_two_sources() -> None:
     assert "postgresCA" in render_error({"postgresCA": {"bogus": "x"}})
 
 
+# ------------------------------------------------------------------------ Kafka TLS
+
+
+@pytest.mark.parametrize("mutual", [False, True])
+def test_kafka_tls_files_are_mounted_and_named_to_every_kafka_client(mutual: bool) -> None:
+    tls = {"secretName": "kafka-tls", "caKey": "ca.pem"}
+    if mutual:
+        tls |= {"certificateKey": "tls.crt", "keyKey": "tls.key"}
+    rendered = render({"kafkaTLS": tls, "preflight": {"enabled": True}})
+    (deployment,) = rendered.of_kind("Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    items = [i["key"] for i in volumes["kafka-tls"]["secret"]["items"]]
+    assert volumes["kafka-tls"]["secret"]["secretName"] == "kafka-tls"
+    assert items == (["ca.pem", "tls.crt", "tls.key"] if mutual else ["ca.pem"])
+    for container in spec["containers"] + spec["initContainers"]:  # the node and its preflight
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert env["CHRONOS_KAFKA__SSL_CA_LOCATION"] == "/etc/chronos/kafka-tls/ca.pem"
+        if mutual:
+            assert (
+                env["CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION"] == "/etc/chronos/kafka-tls/tls.crt"
+            )
+            assert env["CHRONOS_KAFKA__SSL_KEY_LOCATION"] == "/etc/chronos/kafka-tls/tls.key"
+        else:
+            assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" not in env
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["kafka-tls"] == {
+            "name": "kafka-tls",
+            "mountPath": "/etc/chronos/kafka-tls",
+            "readOnly": True,
+        }
+
+
+def test_no_kafka_tls_by_default_and_a_certificate_needs_its_key() -> None:
+    (deployment,) = render().of_kind("Deployment")
+    (container,) = containers(deployment)
+    assert not any(e["name"].startswith("CHRONOS_KAFKA__SSL") for e in container.get("env", []))
+    error = render_error({"kafkaTLS": {"secretName": "k", "certificateKey": "tls.crt"}})
+    assert "keyKey" in error
+    assert "kafkaTLS" in render_error({"kafkaTLS": {"bogus": "x"}})
+
+
 def test_the_migration_job_alone_gets_the_migration_url() -> None:
     owner = "postgresql://owner:pw@db:5432/chronos"
     rendered = render({"secrets": {"databaseUrl": DB_URL, "migrationDatabaseUrl": owner}})

@@ -298,3 +298,50 @@ read-only).
 - name: PGSSLROOTCERT
   value: {{ printf "%s/%s" .Values.postgresCA.mountPath .Values.postgresCA.key | quote }}
 {{- end }}
+
+{{/* Kafka TLS files (kafkaTLS): a volume of one Secret, its mount and the librdkafka
+settings pointing at the files. */}}
+{{- define "chronos.kafkaTLS.enabled" -}}
+{{- $tls := .Values.kafkaTLS | default dict -}}
+{{- if and $tls.certificateKey (not $tls.keyKey) -}}
+{{- fail "kafkaTLS: certificateKey needs keyKey (the client certificate's private key)" -}}
+{{- end -}}
+{{- if and $tls.keyKey (not $tls.certificateKey) -}}
+{{- fail "kafkaTLS: keyKey needs certificateKey" -}}
+{{- end -}}
+{{- if $tls.secretName }}true{{ end -}}
+{{- end }}
+
+{{- define "chronos.kafkaTLS.volume" -}}
+{{- $tls := .Values.kafkaTLS -}}
+- name: kafka-tls
+  secret:
+    secretName: {{ $tls.secretName }}
+    items:
+      {{- range $key := list $tls.caKey $tls.certificateKey $tls.keyKey }}
+      {{- if $key }}
+      - key: {{ $key }}
+        path: {{ $key }}
+      {{- end }}
+      {{- end }}
+{{- end }}
+
+{{- define "chronos.kafkaTLS.mount" -}}
+- name: kafka-tls
+  mountPath: {{ .Values.kafkaTLS.mountPath }}
+  readOnly: true
+{{- end }}
+
+{{- define "chronos.kafkaTLS.env" -}}
+{{- $tls := .Values.kafkaTLS -}}
+{{- if $tls.caKey }}
+- name: CHRONOS_KAFKA__SSL_CA_LOCATION
+  value: {{ printf "%s/%s" $tls.mountPath $tls.caKey | quote }}
+{{- end }}
+{{- if $tls.certificateKey }}
+- name: CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION
+  value: {{ printf "%s/%s" $tls.mountPath $tls.certificateKey | quote }}
+- name: CHRONOS_KAFKA__SSL_KEY_LOCATION
+  value: {{ printf "%s/%s" $tls.mountPath $tls.keyKey | quote }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,260 @@
+"""Chronos over encrypted connections only, every client a real process: the broker behind a TLS
+terminator that requires a client certificate (it advertises the terminator's port, so a
+client without the TLS settings reaches nothing), and Postgres accepting TLS connections only
+(``hostssl`` rules alone), verified with ``sslmode=verify-full``.
+
+``chronos migrate``, ``chronos check``, two ``chronos run`` nodes, ``chronos schedule``,
+``chronos import``, ``chronos tail`` and ``chronos admin`` run through them; a wrong CA, a
+certificate for another host, an expired certificate and a missing client certificate stop
+start-up with exit 2 naming the setting.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from tests.e2e.test_cli_e2e import NodeProcess, chronos
+from tests.support import Topics
+from tests.support.polling import eventually
+from tests.support.tls import (
+    Pki,
+    TlsBroker,
+    terminator,
+    tls_broker,
+    tls_postgres,
+    verify_full_url,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+TOKEN = "tls-admin-token"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki.create(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def mutual_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    with tls_broker(pki, tmp_path_factory.mktemp("mtls-broker"), mutual=True) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def tls_server(pki: Pki) -> Iterator[str]:
+    with tls_postgres(pki) as url:
+        yield url
+
+
+@pytest.fixture
+def tls_database(tls_server: str, pki: Pki) -> str:
+    """A fresh database on the TLS-only server; its verify-full URL."""
+    name = f"tls_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(tls_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # the test's own name
+    return verify_full_url(tls_server, pki, name)
+
+
+@pytest.fixture
+def tls_topics(mutual_broker: TlsBroker) -> Topics:
+    suffix = uuid.uuid4().hex[:8]
+    topics = Topics(f"tls-in-{suffix}", f"tls-out-{suffix}", f"tls-dlq-{suffix}")
+    mutual_broker.create_topics({topics.input: 2, topics.output: 1, topics.dead_letter: 1})
+    return topics
+
+
+def tls_env(database_url: str, broker: TlsBroker, topics: Topics) -> dict[str, str]:
+    return {
+        "CHRONOS_DATABASE_URL": database_url,
+        **broker.env(),
+        "CHRONOS_INPUT_TOPIC": topics.input,
+        "CHRONOS_OUTPUT_TOPIC": topics.output,
+        "CHRONOS_DEAD_LETTER_TOPIC": topics.dead_letter,
+        "CHRONOS_CONSUMER_GROUP": f"{topics.input}-group",
+        "CHRONOS_CONSUMER__SESSION_TIMEOUT_MS": "6000",
+        "CHRONOS_HTTP_PORT": "0",
+        "CHRONOS_LOG_FORMAT": "json",
+        "CHRONOS_POLL_INTERVAL_MS": "50",
+        "CHRONOS_HOLD_TIME_MS": "6000",
+        "CHRONOS_SHUTDOWN_TIMEOUT_MS": "8000",
+        "CHRONOS_ADMIN_TOKEN": TOKEN,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------ nothing falls back
+
+
+def test_the_broker_and_postgres_refuse_plaintext(
+    mutual_broker: TlsBroker, tls_server: str, pki: Pki
+) -> None:
+    """The proof that the other tests carry their bytes over TLS: without the settings, a
+    client reaches neither server (no silent fallback to plaintext)."""
+    plain_settings: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": mutual_broker.bootstrap,
+        "socket.connection.setup.timeout.ms": 3000,
+    }
+    plain = AdminClient(plain_settings)
+    with pytest.raises(KafkaException):
+        plain.list_topics(timeout=5)
+    no_client_cert = {
+        k: v for k, v in mutual_broker.client_settings().items() if "certificate" not in k
+    }
+    no_client_cert = {k: v for k, v in no_client_cert.items() if k != "ssl.key.location"}
+    with pytest.raises(KafkaException):
+        AdminClient(no_client_cert).list_topics(timeout=5)
+    assert AdminClient(mutual_broker.client_settings()).list_topics(timeout=10).brokers
+    url = verify_full_url(tls_server, pki)
+    with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
+        psycopg.connect(url.replace("sslmode=verify-full", "sslmode=disable"), connect_timeout=5)
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+    assert row == (True,)
+
+
+# ------------------------------------------------------------------ the whole system
+
+
+def test_nodes_and_the_cli_run_over_mutual_tls_and_verify_full(
+    tls_database: str,
+    mutual_broker: TlsBroker,
+    tls_topics: Topics,
+    tmp_path: Path,
+    run_node: Callable[..., NodeProcess],
+) -> None:
+    env = tls_env(tls_database, mutual_broker, tls_topics)
+    migrated = chronos("migrate", env=env, timeout=120)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
+    checked = chronos("check", "--json", env=env, timeout=120)
+    assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+    assert {c["status"] for c in json.loads(checked.stdout)} == {"ok"}, checked.stdout
+
+    ports = [free_port(), free_port()]
+    nodes: list[NodeProcess] = [
+        run_node(env={**env, "CHRONOS_HTTP_PORT": str(port)}) for port in ports
+    ]
+    for node in nodes:
+        assert node.wait_for_event("node_started", 60), node.output()
+
+    scheduled = chronos("schedule", "--in", "3", "--count", "5", "--key", "k", env=env)
+    assert scheduled.returncode == 0, scheduled.stderr[-2000:]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"id": f"imported-{i}", "delay": 3, "value": f"imported-{i}"}) + "\n"
+            for i in range(5)
+        )
+    )
+    imported = chronos("import", str(rows), env=env, timeout=120)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+
+    tailed = chronos("tail", "--from-beginning", "--max", "10", env=env, timeout=120)
+    assert tailed.returncode == 0, tailed.stderr[-2000:]
+    fired = tailed.stdout.splitlines()
+    assert sum("value=imported-" in line for line in fired) == 5, tailed.stdout
+    assert sum("key=k value=hello from chronos" in line for line in fired) == 5, tailed.stdout
+
+    admin_env = {"CHRONOS_ADMIN_URL": f"http://127.0.0.1:{ports[0]}", "CHRONOS_ADMIN_TOKEN": TOKEN}
+    stats = chronos("admin", "stats", "--json", env=admin_env)
+    assert stats.returncode == 0, stats.stderr[-2000:]
+    assert eventually(
+        lambda: (
+            json.loads(chronos("admin", "stats", "--json", env=admin_env).stdout)["waiting"] == 0
+        ),
+        timeout=30,
+    ), stats.stdout
+    for node in nodes:
+        assert node.proc.poll() is None, node.output()
+        assert "Traceback" not in node.output()
+
+
+# ------------------------------------------------------------------ what the operator must fix
+
+
+def refused(env: dict[str, str]) -> tuple[int, str]:
+    result = chronos("run", env=env, timeout=120)
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "setting", "error"),
+    [
+        ("wrong CA", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
+        (
+            "missing client certificate",
+            "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION",
+            "alert certificate required",
+        ),
+        (
+            "another host's certificate",
+            "CHRONOS_KAFKA__SSL_CA_LOCATION",
+            "mismatch, certificate is not valid",
+        ),
+        ("expired certificate", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate has expired"),
+    ],
+)
+def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
+    case: str,
+    setting: str,
+    error: str,
+    tls_database: str,
+    mutual_broker: TlsBroker,
+    tls_topics: Topics,
+    pki: Pki,
+) -> None:
+    """Fast (no retry loop), exit 2, the setting and the TLS error named, no secret printed."""
+    env = tls_env(tls_database, mutual_broker, tls_topics)
+    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    if case == "wrong CA":
+        env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
+        code, stderr = refused(env)
+    elif case == "missing client certificate":
+        del env["CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION"]
+        del env["CHRONOS_KAFKA__SSL_KEY_LOCATION"]
+        code, stderr = refused(env)
+    else:
+        name = "wrong-host" if case == "another host's certificate" else "expired"
+        with terminator(mutual_broker, name) as bootstrap:
+            env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+            code, stderr = refused(env)
+    assert code == 2, stderr[-3000:]
+    assert setting in stderr, stderr[-3000:]
+    assert error.lower() in stderr.lower(), stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        ("wrong CA", "certificate verify failed"),
+        ("plaintext", "no pg_hba.conf entry"),
+    ],
+)
+def test_a_postgres_tls_setting_the_server_refuses_stops_start_up(
+    case: str, error: str, tls_database: str, mutual_broker: TlsBroker, tls_topics: Topics, pki: Pki
+) -> None:
+    env = tls_env(tls_database, mutual_broker, tls_topics)
+    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    if case == "wrong CA":
+        env["CHRONOS_DATABASE_URL"] = tls_database.replace(str(pki.ca), str(pki.other_ca))
+    else:
+        env["CHRONOS_DATABASE_URL"] = tls_database.replace("sslmode=verify-full", "sslmode=disable")
+    code, stderr = refused(env)
+    assert code == 2, stderr[-3000:]
+    assert "CHRONOS_DATABASE_URL" in stderr, stderr[-3000:]
+    assert error in stderr, stderr[-3000:]
