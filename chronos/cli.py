@@ -107,11 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from chronos.admin import cli as admin_cli
 
         return admin_cli.run(args)
+    secrets: list[str] = []
     try:
         config = settings.load(args)
+        secrets = settings.secret_values(config)
         # A node's records carry its node id, as its intake process's do.
         node = config.node_id if args.command == "run" else None
-        logs.configure(config.log_level, config.log_format, node=node)
+        logs.configure(config.log_level, config.log_format, node=node, secrets=secrets)
         if args.command == "run":
             from chronos.node.supervisor import run_node
 
@@ -142,10 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "tail":
             return _tail(config.validate(require_database=False), args)
     except ConfigError as exc:
-        print(f"chronos: configuration error: {exc}", file=sys.stderr)
+        print(f"chronos: configuration error: {logs.redact(str(exc), secrets)}", file=sys.stderr)
         return 2
     except ChronosError as exc:
-        print(f"chronos: {exc}", file=sys.stderr)
+        print(f"chronos: {logs.redact(str(exc), secrets)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -221,15 +223,9 @@ def _tail(config: settings.Settings, args: argparse.Namespace) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
     topic = config.dead_letter_topic if args.dead_letter else config.output_topic
-    consumer = Consumer(
-        {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
-            "group.id": f"chronos-tail-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            **settings.reveal_properties(config.kafka_properties),
-            **settings.reveal_properties(config.consumer_properties),
-        }
-    )
+    from chronos.kafka import tail_consumer_config
+
+    consumer = Consumer(tail_consumer_config(config, f"chronos-tail-{uuid.uuid4()}"))
     metadata = consumer.list_topics(topic, timeout=10)
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         raise ConfigError(f"topic {topic!r} does not exist")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chronos import client
-from chronos.config.settings import Settings, reveal_properties
+from chronos.config.settings import Settings
 from chronos.errors import ChronosError, ConfigError
 from chronos.protocol import parse_deadline
 
@@ -128,17 +128,10 @@ def _headers(raw: object) -> list[tuple[str, Any]]:
 def run_import(config: Settings, path: Path, out: TextIO | None = None) -> ImportResult:
     from confluent_kafka import KafkaError, Producer
 
+    from chronos.kafka import import_producer_config
+
     stream = out or sys.stderr
-    real = Producer(
-        {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
-            "linger.ms": 20,
-            "batch.size": 1_000_000,
-            "enable.idempotence": True,
-            **reveal_properties(config.kafka_properties),
-            **reveal_properties(config.producer_properties),
-        }
-    )
+    real = Producer(import_producer_config(config))
     failures: list[KafkaError] = []
     delivered = [0]
 

@@ -18,6 +18,7 @@ See docs/configuration.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -167,6 +168,29 @@ def load(
             + ", ".join(o.env for o in OPTIONS)
         )
     return Settings(**values)
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every secret a node holds, revealed, longest first: the database URLs and their
+    passwords, the admin token, the secret pass-through properties. Log output replaces them
+    with ``***`` wherever they appear, even inside a client library's error text."""
+    from urllib.parse import unquote, urlsplit
+
+    found: set[str] = set()
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        secrets = value.values() if isinstance(value, Mapping) else [value]
+        for secret in secrets:
+            if isinstance(secret, Secret) and secret.reveal():
+                found.add(secret.reveal())
+                if field.name.endswith("database_url"):
+                    try:
+                        password = urlsplit(secret.reveal()).password
+                    except ValueError:
+                        password = None
+                    if password:
+                        found |= {password, unquote(password)}
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
 
 
 def as_environment(settings: Settings) -> dict[str, str]:

@@ -174,7 +174,12 @@ def main(argv: list[str]) -> int:
     from chronos.store import PostgresStore
 
     config = settings.load().validate(require_database=True)
-    logs.configure(config.log_level, config.log_format, node=config.node_id)
+    logs.configure(
+        config.log_level,
+        config.log_format,
+        node=config.node_id,
+        secrets=settings.secret_values(config),
+    )
     dependencies.quiet()  # the node process reports the dependencies' outages
     threading.current_thread().name = "chronos-intake"
     faults.kill_also(parent)

@@ -11,11 +11,13 @@ from chronos.kafka.clients import (
     check_topics,
     consumer_config,
     failover_config,
+    import_producer_config,
     is_permanent,
     make_consumer,
     make_publisher,
     missing_operation,
     producer_config,
+    tail_consumer_config,
 )
 
 __all__ = [
@@ -27,9 +29,11 @@ __all__ = [
     "check_topics",
     "consumer_config",
     "failover_config",
+    "import_producer_config",
     "is_permanent",
     "make_consumer",
     "make_publisher",
     "missing_operation",
     "producer_config",
+    "tail_consumer_config",
 ]

@@ -100,7 +100,7 @@ def _common(settings: Settings) -> dict[str, Any]:
 # published directly or dead-lettered, off the precision path) batches more. Every value can be
 # overridden by the pass-through properties (CHRONOS_PRODUCER__LINGER_MS=...,
 # CHRONOS_CONSUMER__FETCH_MIN_BYTES=...).
-PRODUCER_LINGER_MS = {"firing": 2, "intake": 20}
+PRODUCER_LINGER_MS = {"firing": 2, "intake": 20, "import": 20}
 DEFAULT_LINGER_MS = 5
 # The consumer keeps librdkafka's fetch.min.bytes (1): a fetch returns as soon as a record is
 # there, so a message with a short delay is never held by the broker waiting for more bytes
@@ -129,6 +129,25 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
         }
     )
     conf.update(reveal_properties(settings.producer_properties))
+    return conf
+
+
+def import_producer_config(settings: Settings) -> dict[str, Any]:
+    """``chronos import``'s producer: a node's producer settings, but a file's records may wait
+    for a slow broker as long as librdkafka's default allows (nothing is held meanwhile)."""
+    conf = producer_config(settings, "import")
+    conf["delivery.timeout.ms"] = 300_000
+    conf["request.timeout.ms"] = 30_000
+    conf.update(reveal_properties(settings.producer_properties))
+    return conf
+
+
+def tail_consumer_config(settings: Settings, group: str) -> dict[str, Any]:
+    """``chronos tail``'s consumer: assigned partitions, nothing committed."""
+    conf = _common(settings)
+    conf.update({"client.id": f"chronos-{settings.node_id[:8]}-tail", "group.id": group})
+    conf.update(reveal_properties(settings.consumer_properties))
+    conf["enable.auto.commit"] = False
     return conf
 
 

@@ -104,25 +104,10 @@ class Health:
 def broker_reachable(settings: Settings) -> tuple[bool, str]:
     from confluent_kafka.admin import AdminClient
 
-    from chronos.kafka import producer_config
+    from chronos.kafka import admin_config
 
     try:
-        conf = {
-            k: v
-            for k, v in producer_config(settings, "health").items()
-            if not k.startswith(
-                (
-                    "enable.idempotence",
-                    "acks",
-                    "delivery",
-                    "partitioner",
-                    "linger",
-                    "batch",
-                    "queue",
-                    "request",
-                )
-            )
-        }
+        conf = admin_config(settings)
         metadata = AdminClient(conf).list_topics(topic=settings.output_topic, timeout=2)
         topic = metadata.topics.get(settings.output_topic)
         if topic is None or topic.error is not None:

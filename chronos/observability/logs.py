@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -63,19 +63,46 @@ class _NodeFilter(logging.Filter):
         return True
 
 
-def configure(level: str = "INFO", fmt: str = "text", node: str | None = None) -> None:
+class RedactingFormatter(logging.Formatter):
+    """Another formatter's lines with every secret replaced by ``***``: a secret that reaches a
+    message through a library's error text (a URL in a driver's exception, a property echoed
+    by the Kafka client) never reaches the log."""
+
+    def __init__(self, inner: logging.Formatter, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.inner = inner
+        # As written, and as JSON writes them (a quote or backslash in a password is escaped).
+        forms = {form for s in secrets for form in (s, json.dumps(s)[1:-1])}
+        self.secrets = sorted(forms, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record), self.secrets)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def configure(
+    level: str = "INFO",
+    fmt: str = "text",
+    node: str | None = None,
+    secrets: Sequence[str] = (),
+) -> None:
     """Log to stderr; with ``node``, every record carries that node id (the JSON field
-    ``node``; in text, after the thread name)."""
+    ``node``; in text, after the thread name); ``secrets`` never appear (``***``)."""
     handler = logging.StreamHandler(sys.stderr)
     if node is not None:
         handler.addFilter(_NodeFilter(node))
+    formatter: logging.Formatter
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        formatter = JsonFormatter()
     else:
         where = "[%(threadName)s node=%(node)s]" if node is not None else "[%(threadName)s]"
-        handler.setFormatter(
-            TextFormatter(f"%(asctime)s %(levelname)-7s %(name)s {where} %(message)s")
-        )
+        formatter = TextFormatter(f"%(asctime)s %(levelname)-7s %(name)s {where} %(message)s")
+    handler.setFormatter(RedactingFormatter(formatter, secrets) if secrets else formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

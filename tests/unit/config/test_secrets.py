@@ -11,7 +11,7 @@ import pytest
 
 from chronos.config.settings import OPTIONS, Secret, Settings, load, reveal_properties
 
-PASSWORD = "hunter2-sasl"
+PASSWORD = "hunter2-\"sasl\\"
 URL = "postgresql://chronos:s3cret-db@db.example:5432/chronos"
 
 
@@ -51,3 +51,45 @@ def test_every_setting_is_declared_once_as_a_field() -> None:
         "migration_database_url",
         "admin_token",
     }
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_secret_inside_a_library_error_is_redacted_from_every_log_line(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver or the Kafka client may echo a URL or a property in its own error text: the
+    log output replaces every secret the node holds with ***, tracebacks included."""
+    import io
+
+    from chronos.config.settings import secret_values
+    from chronos.observability import logs
+
+    settings = load(
+        environ={
+            "CHRONOS_DATABASE_URL": URL,
+            "CHRONOS_KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+            "CHRONOS_KAFKA__SASL_PASSWORD": PASSWORD,
+            "CHRONOS_ADMIN_TOKEN": "token-abcdef",
+        }
+    )
+    secrets = secret_values(settings)
+    assert {URL, "s3cret-db", PASSWORD, "token-abcdef"} <= set(secrets)
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.configure("INFO", fmt, secrets=secrets)
+        log = logging.getLogger(f"chronos.test_redaction.{fmt}")
+        log.error("SASL authentication error: bad password %s for chronos", PASSWORD)
+        try:
+            raise RuntimeError(f"connection to server failed: password 's3cret-db' rejected ({URL})")
+        except RuntimeError:
+            log.exception("cannot connect")
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    out = stream.getvalue()
+    assert "***" in out
+    for secret in (PASSWORD, "s3cret-db", "token-abcdef"):
+        assert secret not in out, out
