@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from chronos.config.settings import Settings
-from chronos.errors import ChronosError
+from chronos.errors import ChronosError, ConfigError
 
 TABLES = ("chronos_messages", "chronos_nodes", "chronos_cancels", "chronos_tenants")
 PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
@@ -36,9 +36,9 @@ class Check:
         return self.status == "ok"
 
 
-def _short(error: object) -> str:
+def _short(error: object, limit: int = 300) -> str:
     lines = str(error).strip().splitlines()
-    return (lines[0] if lines else type(error).__name__)[:300]
+    return (lines[0] if lines else type(error).__name__)[:limit]
 
 
 # ------------------------------------------------------------------------------ Postgres
@@ -113,23 +113,15 @@ def _grants(conn: Any) -> Check:
 
 
 def check_kafka(settings: Settings) -> list[Check]:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+    from chronos.errors import BrokerUnreachableError
+    from chronos.kafka import admin_config, reach_broker
 
-    from chronos.kafka import admin_config
-
-    config = admin_config(settings)
-    protocol = str(config.get("security.protocol", "plaintext")).upper()
-    admin = AdminClient(config)
+    protocol = str(admin_config(settings).get("security.protocol", "plaintext")).upper()
     try:
-        metadata = admin.list_topics(timeout=TIMEOUT_S)
-    except KafkaException as exc:
-        failed = Check(
-            "kafka",
-            "FAIL",
-            f"cannot reach {settings.kafka_bootstrap_servers} (CHRONOS_KAFKA_BOOTSTRAP_SERVERS, "
-            f"{protocol}): {_short(exc)}",
-        )
+        admin, metadata = reach_broker(settings, TIMEOUT_S)
+    except (ConfigError, BrokerUnreachableError) as exc:
+        # A refusal names the setting and the TLS or SASL error; silence is "cannot reach".
+        failed = Check("kafka", "FAIL", f"{protocol}: {_short(exc, 800)}")
         skipped = [*_topic_checks(settings), "consumer group"]
         return [failed, *(Check(name, "skip", "needs the broker") for name in skipped)]
     checks = [

@@ -185,6 +185,19 @@ class Settings:
         "publish attempts of one message before it is dead-lettered",
         _positive_int,
     )
+    max_lateness_ms: int = setting(
+        0,
+        "a message that would fire more than this late is never fired stale: it is "
+        "dead-lettered with reason 'expired' (or dropped, CHRONOS_EXPIRED_ACTION); 0: off",
+        _non_negative_int,
+    )
+    expired_action: str = setting(
+        "dead-letter",
+        "what happens to a message past CHRONOS_MAX_LATENESS_MS: 'dead-letter' (reason "
+        "'expired'; dropped when there is no dead-letter topic) or 'drop' (counted and logged)",
+        str.lower,
+        choices=("dead-letter", "drop"),
+    )
     dead_letter_timeout_ms: int = setting(
         60_000,
         "how long intake retries a dead letter the broker refuses before it parks the input "

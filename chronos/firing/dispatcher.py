@@ -31,8 +31,9 @@ class Timer:
 
     row: ClaimedRow
     size: int  # the row's bytes as the byte budget counts them (row_bytes), taken at claim
-    dead_letter: bool = False  # sent to the dead-letter topic
+    dead_letter: bool = False  # sent to the dead-letter topic (or dropped): never "fired"
     lateness: float = 0.0  # seconds, taken when produced
+    reason: str = ""  # why it was dead-lettered: "publish_failed" or "expired"
 
 
 Entry = tuple[float, int, Timer]
@@ -56,6 +57,7 @@ class Dispatcher:
         self.monotonic = monotonic
         self.hold = settings.hold_time_ms / 1000
         self.output_topic = settings.output_topic
+        self.max_lateness = settings.max_lateness_ms / 1000 if settings.max_lateness_ms else None
         self.cond = threading.Condition()
         self.timers: list[Entry] = []  # a heap, guarded by cond
         self.in_flight = 0  # produced, report pending (dispatcher thread only)
@@ -165,13 +167,31 @@ class Dispatcher:
         row = timer.row
         topic = row.target_topic or self.output_topic
         headers = row.headers
+        # Lateness on the database clock, as the timers are: the time since the claim result
+        # arrived minus the time that was left until the deadline then (never this node's wall
+        # clock, which may be off), taken when the record is handed to the producer (the
+        # record's timestamp), counted by the firing loop once its delivery is confirmed.
+        timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
+        reason = ""
+        if self.max_lateness is not None and timer.lateness > self.max_lateness:
+            # Stale (the cluster was away, or the backlog too deep): never fired late.
+            reason = (
+                f"expired: due {timer.lateness * 1000:.0f} ms ago, later than "
+                f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
+            )
+            timer.reason = "expired"
+            if self.settings.expired_action == "drop" or not self.settings.dead_letter_topic:
+                self._drop(timer, reason)
+                return
         # A row never refused (nearly every row) is never dead-lettered: max_publish_attempts
         # is at least 1, so the policy is asked only about rows refused before.
-        if row.attempts and should_dead_letter(row.attempts, self.settings):
+        elif row.attempts and should_dead_letter(row.attempts, self.settings):
             # The broker refused it max_publish_attempts times: dead-letter it with the reason.
             reason = (
                 f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
             )
+            timer.reason = "publish_failed"
+        if reason:
             headers = [
                 *row.headers,
                 (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
@@ -179,13 +199,23 @@ class Dispatcher:
             ]
             topic = self.settings.dead_letter_topic
             timer.dead_letter = True
-        # Lateness on the database clock, as the timers are: the time since the claim result
-        # arrived minus the time that was left until the deadline then (never this node's wall
-        # clock, which may be off), taken when the record is handed to the producer (the
-        # record's timestamp), counted by the firing loop once its delivery is confirmed.
-        timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
         self.in_flight += 1
         self.publisher.produce(topic, row.key, row.value, headers, partial(self._report, timer))
+
+    def _drop(self, timer: Timer, reason: str) -> None:
+        """Not fired and not dead-lettered: deleted as if delivered, counted and logged."""
+        timer.dead_letter = True
+        metrics.DROPPED.labels(timer.reason).inc()
+        log.warning(
+            "message %s dropped: %s",
+            timer.row.id,
+            reason,
+            extra={"event": "dropped", "reason": timer.reason},
+        )
+        with self.cond:
+            self.delivered.append(timer)
+        if not self.outcome_ready.is_set():
+            self.outcome_ready.set()
 
     def _report(self, timer: Timer, err: KafkaError | None) -> None:
         """A delivery report (served by the publisher's poll, on the thread that polls)."""
@@ -199,10 +229,18 @@ class Dispatcher:
             self.outcome_ready.set()
         if err is None and timer.dead_letter:
             row = timer.row
-            metrics.DEAD_LETTERED.labels("publish_failed").inc()
-            log.error(
-                "message %s dead-lettered after %d failed publishes",
-                row.id,
-                row.attempts,
-                extra={"event": "dead_lettered", "reason": "publish_failed"},
-            )
+            metrics.DEAD_LETTERED.labels(timer.reason).inc()
+            if timer.reason == "expired":
+                log.warning(
+                    "message %s dead-lettered: %.0f ms late, past CHRONOS_MAX_LATENESS_MS",
+                    row.id,
+                    timer.lateness * 1000,
+                    extra={"event": "dead_lettered", "reason": "expired"},
+                )
+            else:
+                log.error(
+                    "message %s dead-lettered after %d failed publishes",
+                    row.id,
+                    row.attempts,
+                    extra={"event": "dead_lettered", "reason": "publish_failed"},
+                )

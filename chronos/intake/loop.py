@@ -52,6 +52,7 @@ from chronos.protocol import (
     Headers,
     Rejection,
     ScheduledMessage,
+    dead_letter_headers,
     parse_record,
     topic_policy,
 )
@@ -84,6 +85,9 @@ class IntakeLoop(Loop):
         self.consumer: Consumer | None = None
         self.max_delay = (
             timedelta(milliseconds=settings.max_delay_ms) if settings.max_delay_ms else None
+        )
+        self.max_lateness = (
+            timedelta(milliseconds=settings.max_lateness_ms) if settings.max_lateness_ms else None
         )
         self.assigned: set[tuple[str, int]] = set()
         self.settlement = Settlement(settings, publisher, self.wait)
@@ -171,10 +175,10 @@ class IntakeLoop(Loop):
 
     def database_now(self) -> datetime:
         """This node's clock corrected to the database clock (the one clock of Chronos), for the
-        maximum-delay check. The offset is measured with one cheap query at most every
-        CLOCK_SYNC_S, and only when a maximum delay is configured."""
+        maximum-delay and maximum-lateness checks. The offset is measured with one cheap query
+        at most every CLOCK_SYNC_S, and only when either maximum is configured."""
         local = self.clock()
-        if self.max_delay is None:
+        if self.max_delay is None and self.max_lateness is None:
             return local
         if self.clock_synced_at is None or time.monotonic() - self.clock_synced_at > CLOCK_SYNC_S:
             try:
@@ -370,6 +374,11 @@ class IntakeLoop(Loop):
                     continue  # counted and logged by report()
                 elif outcome is Outcome.FIRE_NOW:
                     record = source[0]
+                    stale, expired = self._stale(message, record)
+                    if stale:
+                        if expired is not None:
+                            pending.append(expired)
+                        continue
                     pending.append(
                         Pending(
                             message.target_topic or self.settings.output_topic,
@@ -389,6 +398,47 @@ class IntakeLoop(Loop):
             metrics.DUPLICATES.inc(duplicates)
 
         self.settlement.add(consumer, pending, offsets)
+
+    def _stale(self, message: ScheduledMessage, record: Message) -> tuple[bool, Pending | None]:
+        """Whether a record that arrives already due is past CHRONOS_MAX_LATENESS_MS (then it is
+        never published late), and its dead letter (reason "expired"; None when it is dropped,
+        counted and logged)."""
+        if self.max_lateness is None:
+            return False, None
+        late = self.database_now() - message.deadline
+        if late <= self.max_lateness:
+            return False, None
+        where = f"{record.topic()}/{record.partition()}/{record.offset()}"
+        reason = (
+            f"expired: due {late.total_seconds() * 1000:.0f} ms before it arrived, later than "
+            f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
+        )
+        if self.settings.expired_action == "dead-letter" and self.settings.dead_letter_topic:
+            log.warning(
+                "record %s (%s) dead-lettered: %s",
+                message.id,
+                where,
+                reason,
+                extra={"event": "dead_lettered", "reason": "expired", "source": where},
+            )
+            headers = cast(Headers | None, record.headers())
+            return True, Pending(
+                self.settings.dead_letter_topic,
+                record.key(),
+                record.value(),
+                dead_letter_headers(headers, reason, where),
+                "dead_letter:expired",
+                source=where,
+            )
+        metrics.DROPPED.labels("expired").inc()
+        log.warning(
+            "record %s (%s) dropped: %s",
+            message.id,
+            where,
+            reason,
+            extra={"event": "dropped", "reason": "expired", "source": where},
+        )
+        return True, None
 
     def settle(self, consumer: Consumer | None, *, block: bool) -> bool:
         """Store the offsets of the oldest batches whose publishes are all confirmed (see

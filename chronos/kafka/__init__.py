@@ -17,6 +17,7 @@ from chronos.kafka.clients import (
     make_publisher,
     missing_operation,
     producer_config,
+    reach_broker,
     tail_consumer_config,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "make_publisher",
     "missing_operation",
     "producer_config",
+    "reach_broker",
     "tail_consumer_config",
 ]

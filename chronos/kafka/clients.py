@@ -439,10 +439,10 @@ def refusal(lines: list[str]) -> str | None:
     return None
 
 
-def check_topics(settings: Settings, timeout: float = 15.0) -> None:
-    """Fail start-up with a clear message if a configured topic does not exist, or if the
-    broker refuses the client's TLS or SASL settings (ConfigError); BrokerUnreachableError if
-    the broker does not answer (start-up waits for it)."""
+def reach_broker(settings: Settings, timeout: float = 15.0) -> tuple[AdminClient, Any]:
+    """An admin client and the cluster's metadata. ConfigError naming the setting (and
+    OpenSSL's reason) if the broker refuses the client's TLS or SASL settings;
+    BrokerUnreachableError if it does not answer within ``timeout``."""
     collector = _Collector()
     STARTUP_LOG.addHandler(collector)
     config: dict[str, Any] = {**_common(settings), "logger": STARTUP_LOG}
@@ -453,10 +453,8 @@ def check_topics(settings: Settings, timeout: float = 15.0) -> None:
         # within a few seconds instead of after the whole timeout.
         while True:
             try:
-                metadata = admin.list_topics(
-                    timeout=min(2.0, max(0.1, deadline - time.monotonic()))
-                )
-                break
+                left = deadline - time.monotonic()
+                return admin, admin.list_topics(timeout=min(2.0, max(0.1, left)))
             except KafkaException as exc:
                 admin.poll(0.2)  # serve the client's log lines: they say why
                 refused = refusal(collector.lines)
@@ -470,6 +468,13 @@ def check_topics(settings: Settings, timeout: float = 15.0) -> None:
                     ) from exc
     finally:
         STARTUP_LOG.removeHandler(collector)
+
+
+def check_topics(settings: Settings, timeout: float = 15.0) -> None:
+    """Fail start-up with a clear message if a configured topic does not exist, or if the
+    broker refuses the client's TLS or SASL settings (ConfigError); BrokerUnreachableError if
+    the broker does not answer (start-up waits for it)."""
+    admin, metadata = reach_broker(settings, timeout)
     wanted = {
         "CHRONOS_INPUT_TOPIC": settings.input_topic,
         "CHRONOS_OUTPUT_TOPIC": settings.output_topic,

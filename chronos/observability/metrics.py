@@ -20,7 +20,8 @@ DEAD_LETTERED = Counter(
 )
 DROPPED = Counter(
     "chronos_dropped_messages_total",
-    "Malformed records dropped because the dead-letter topic is disabled",
+    "Records dropped: malformed ones when the dead-letter topic is disabled, and messages past "
+    "CHRONOS_MAX_LATENESS_MS with CHRONOS_EXPIRED_ACTION=drop (reason expired)",
     ["reason"],
 )
 DUPLICATES = Counter(

@@ -55,10 +55,11 @@ class StuckRow:
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
 
 UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
-FAIR_TENANTS_PER_CLAIM = 500
-"""A fair claim visits at most this many known tenants (two index probes each), the next ones
-in name order after the previous fair claim's (a rotating window): with more tenants, each is
-visited every ``tenants / FAIR_TENANTS_PER_CLAIM`` claims (rounded up)."""
+FAIR_TENANTS_PER_CLAIM = 10_000
+"""A fair claim visits as many known tenants as it claims rows (each visited tenant with due
+rows gets at least one), at most this many (two index probes each), the next ones in name order
+after the previous fair claim's (a rotating window): with more tenants than the claim's batch,
+each is visited every ``tenants / batch`` claims (rounded up)."""
 KNOWN_TENANTS_MEMORY = 100_000  # tenants a store remembers having written (then it forgets all)
 KNOWN_TENANTS_TTL_S = 30.0  # ... and it forgets them this often (the leader prunes tenants)
 

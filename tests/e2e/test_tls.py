@@ -258,3 +258,46 @@ def test_a_postgres_tls_setting_the_server_refuses_stops_start_up(
     assert code == 2, stderr[-3000:]
     assert "CHRONOS_DATABASE_URL" in stderr, stderr[-3000:]
     assert error in stderr, stderr[-3000:]
+
+
+def test_chronos_check_names_what_tls_refuses(
+    tls_database: str, mutual_broker: TlsBroker, tls_topics: Topics, pki: Pki
+) -> None:
+    """The preflight's lines say "TLS" for Postgres and name the Kafka setting with OpenSSL's
+    reason when the broker's certificate does not verify."""
+    env = tls_env(tls_database, mutual_broker, tls_topics)
+    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
+    result = chronos("check", "--json", env=env, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr[-2000:]
+    lines = {c["name"]: c for c in json.loads(result.stdout)}
+    assert lines["postgres"]["status"] == "ok" and "(TLS)" in lines["postgres"]["detail"]
+    kafka = lines["kafka"]
+    assert kafka["status"] == "FAIL", kafka
+    assert "CHRONOS_KAFKA__SSL_CA_LOCATION" in kafka["detail"], kafka
+    assert "self-signed certificate in certificate chain" in kafka["detail"], kafka
+
+
+def test_a_node_runs_over_tls_without_client_certificates(
+    pki: Pki,
+    tls_database: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    run_node: Callable[..., NodeProcess],
+) -> None:
+    """Server-authenticated TLS only (most managed brokers with SASL): no client certificate
+    configured, and none asked for."""
+    with tls_broker(pki, tmp_path_factory.mktemp("tls-broker"), mutual=False) as broker:
+        suffix = uuid.uuid4().hex[:8]
+        topics = Topics(f"tls1-in-{suffix}", f"tls1-out-{suffix}", f"tls1-dlq-{suffix}")
+        broker.create_topics({topics.input: 2, topics.output: 1, topics.dead_letter: 1})
+        env = tls_env(tls_database, broker, topics)
+        assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" not in env
+        assert chronos("migrate", env=env, timeout=120).returncode == 0
+        node = run_node(env=env)
+        assert node.wait_for_event("node_started", 60), node.output()
+        scheduled = chronos("schedule", "--in", "2", "--count", "3", "--value", "one-way", env=env)
+        assert scheduled.returncode == 0, scheduled.stderr[-2000:]
+        tailed = chronos("tail", "--from-beginning", "--max", "3", env=env, timeout=120)
+        assert tailed.returncode == 0, tailed.stderr[-2000:]
+        assert tailed.stdout.count("value=one-way") == 3, tailed.stdout
+        assert node.proc.poll() is None, node.output()

@@ -11,7 +11,7 @@ import pytest
 
 from chronos.config.settings import OPTIONS, Secret, Settings, load, reveal_properties
 
-PASSWORD = "hunter2-\"sasl\\"
+PASSWORD = 'hunter2-"sasl\\'
 URL = "postgresql://chronos:s3cret-db@db.example:5432/chronos"
 
 
@@ -83,7 +83,9 @@ def test_a_secret_inside_a_library_error_is_redacted_from_every_log_line(
         log = logging.getLogger(f"chronos.test_redaction.{fmt}")
         log.error("SASL authentication error: bad password %s for chronos", PASSWORD)
         try:
-            raise RuntimeError(f"connection to server failed: password 's3cret-db' rejected ({URL})")
+            raise RuntimeError(
+                f"connection to server failed: password 's3cret-db' rejected ({URL})"
+            )
         except RuntimeError:
             log.exception("cannot connect")
     finally:

@@ -84,13 +84,12 @@ def client_constructions() -> list[tuple[str, int, str, str]]:
 def test_every_kafka_client_takes_its_configuration_from_the_one_place() -> None:
     constructions = client_constructions()
     modules = {module for module, *_ in constructions}
-    # The node (publishers, consumer, start-up check, broker probe, readiness), the preflight,
+    # The node (publishers, consumer, start-up check and preflight, broker probe, readiness),
     # chronos import and chronos tail: if this set shrinks, the scan has gone blind.
     assert {
         "kafka/clients.py",
         "kafka/probe.py",
         "node/http.py",
-        "preflight.py",
         "importer.py",
         "cli.py",
     } <= modules, modules
