@@ -147,6 +147,21 @@ def format_deadline(deadline: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
+def relay_headers(
+    headers: Headers, message_id: str, deadline: datetime, id_header: str, deadline_header: str
+) -> Headers:
+    """A fired record's headers: its own, then (opt-in) its id and scheduled instant under the
+    configured names, for consumers that deduplicate."""
+    if not id_header and not deadline_header:
+        return headers
+    extra: Headers = []
+    if id_header:
+        extra.append((id_header, message_id.encode()))
+    if deadline_header:
+        extra.append((deadline_header, format_deadline(deadline).encode()))
+    return [*headers, *extra]
+
+
 def parse_record(
     key: bytes | None,
     value: bytes | None,

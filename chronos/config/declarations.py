@@ -180,6 +180,17 @@ class Settings:
         "separator ending the key prefix that names a message's tenant when it has no "
         "chronosTenant header (e.g. ':'); empty: such messages belong to the default tenant",
     )
+    relay_id_header: str = setting(
+        "",
+        "name of a header added to every fired record with its chronosMessageId, so that a "
+        "consumer can drop the duplicates at-least-once allows (e.g. chronosMessageId); empty: "
+        "none, the output stays byte-exact",
+    )
+    relay_deadline_header: str = setting(
+        "",
+        "name of a header added to every fired record with the instant it was scheduled for "
+        "(ISO-8601 UTC, ms; e.g. chronosScheduledFor); empty: none",
+    )
     max_publish_attempts: int = setting(
         5,
         "publish attempts of one message before it is dead-lettered",

@@ -44,6 +44,18 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
             "writes its heartbeat every second and stops firing a second before the window "
             "ends, so a shorter window would take healthy nodes for dead"
         )
+    relayed = [h for h in (settings.relay_id_header, settings.relay_deadline_header) if h]
+    if len(set(relayed)) < len(relayed):
+        raise ConfigError(
+            "CHRONOS_RELAY_ID_HEADER and CHRONOS_RELAY_DEADLINE_HEADER name the same header "
+            f"({relayed[0]!r}): give them two names"
+        )
+    for env, name in (
+        ("CHRONOS_RELAY_ID_HEADER", settings.relay_id_header),
+        ("CHRONOS_RELAY_DEADLINE_HEADER", settings.relay_deadline_header),
+    ):
+        if name and (name != name.strip() or not name.isprintable()):
+            raise ConfigError(f"{env} ({name!r}) must be a header name without spaces around it")
     if settings.statement_timeout_ms >= settings.hold_time_ms:
         raise ConfigError(
             "CHRONOS_STATEMENT_TIMEOUT_MS / --statement-timeout-ms "

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 
 from confluent_kafka import KafkaError
@@ -18,7 +19,11 @@ from chronos.config.policy import should_dead_letter
 from chronos.config.settings import Settings
 from chronos.kafka import Publisher
 from chronos.observability import metrics
-from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
+from chronos.protocol import (
+    DEAD_LETTER_REASON_HEADER,
+    DEAD_LETTER_SOURCE_HEADER,
+    relay_headers,
+)
 from chronos.runtime.faults import fault_point
 from chronos.store import ClaimedRow, row_bytes
 
@@ -191,6 +196,14 @@ class Dispatcher:
                 f"publishing to {topic} failed {row.attempts} times: {row.last_error or 'unknown'}"
             )
             timer.reason = "publish_failed"
+        if not reason and (self.settings.relay_id_header or self.settings.relay_deadline_header):
+            headers = relay_headers(
+                headers,
+                row.id,
+                datetime.fromtimestamp(row.deadline, UTC),
+                self.settings.relay_id_header,
+                self.settings.relay_deadline_header,
+            )
         if reason:
             headers = [
                 *row.headers,

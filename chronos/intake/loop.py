@@ -54,6 +54,7 @@ from chronos.protocol import (
     ScheduledMessage,
     dead_letter_headers,
     parse_record,
+    relay_headers,
     topic_policy,
 )
 from chronos.runtime.faults import fault_point
@@ -384,7 +385,13 @@ class IntakeLoop(Loop):
                             message.target_topic or self.settings.output_topic,
                             message.key,
                             message.value,
-                            message.headers,
+                            relay_headers(
+                                message.headers,
+                                message.id,
+                                message.deadline,
+                                self.settings.relay_id_header,
+                                self.settings.relay_deadline_header,
+                            ),
                             "direct",
                             source=f"{record.topic()}/{record.partition()}/{record.offset()}",
                         )

@@ -1,6 +1,7 @@
 """CHRONOS_MAX_LATENESS_MS against the real Postgres and broker: messages the cluster could not
 fire in time (it was away) are dead-lettered with reason "expired" instead of fired stale, and so
-are records that arrive already past the limit; messages within the limit fire as before."""
+are records that arrive already past the limit; messages within the limit fire as before.
+And the opt-in headers a consumer deduplicates with (CHRONOS_RELAY_*_HEADER)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from chronos.protocol import DEAD_LETTER_REASON_HEADER, MESSAGE_ID_HEADER
-from tests.integration.nodes import Nodes, chronos_record, now, produce, read, rows
+from chronos.protocol import DEAD_LETTER_REASON_HEADER, MESSAGE_ID_HEADER, format_deadline
+from tests.integration.nodes import (
+    Nodes,
+    chronos_record,
+    headers_of,
+    now,
+    produce,
+    read,
+    rows,
+)
 from tests.support import Topics
 
 pytestmark = pytest.mark.integration
@@ -52,3 +61,22 @@ def test_messages_past_the_limit_are_dead_lettered_not_fired_stale(
     late = [r for r in dead if _header(r, MESSAGE_ID_HEADER) == b"arrived-late"]
     assert len(late) == 1  # the input record itself, its headers kept
     assert rows(nodes.database_url) == []
+
+
+def test_the_id_and_scheduled_instant_reach_the_consumer_when_asked(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics
+) -> None:
+    nodes.start(relay_id_header="x-chronos-id", relay_deadline_header="x-chronos-scheduled-for")
+    due = now() + timedelta(seconds=2)
+    sent = [
+        chronos_record("stored", due, after=[("h", b"1")]),
+        chronos_record("on-arrival", now() - timedelta(seconds=1), after=[("h", b"2")]),
+    ]
+    produce(kafka_bootstrap, topics.input, sent)
+    out = read(kafka_bootstrap, topics.output, topics.partitions, 2)
+    by_id = {_header(r, "x-chronos-id"): r for r in out}
+    assert set(by_id) == {b"stored", b"on-arrival"}
+    stored = by_id[b"stored"]
+    names = [pair[0] for pair in headers_of(stored)]
+    assert names[-2:] == ["x-chronos-id", "x-chronos-scheduled-for"]  # after the message's own
+    assert _header(stored, "x-chronos-scheduled-for") == format_deadline(due).encode()
