@@ -5,27 +5,33 @@ claim batch) against a test publisher, for the probes that leave the broker out
 from __future__ import annotations
 
 import threading
+from typing import Any
 
-from chronos.config.settings import Secret, load
+from chronos.config.settings import Secret, Settings, load
 from chronos.firing.loop import FiringLoop
 from chronos.kafka import Publisher
 from chronos.store import PostgresStore
 from chronos.testing import unfenced
 
 
-def firing_loop(
-    url: str, claim_batch_size: int, publisher: Publisher
-) -> tuple[FiringLoop, PostgresStore, threading.Thread]:
-    """The loop, its store and the (not yet started) thread that runs it."""
-    settings = load(
+def probe_settings(url: str = "postgresql://unused", **overrides: Any) -> Settings:
+    """A node's default settings on ``url`` (the topics are never used by the probes)."""
+    return load(
         environ={},
         database_url=Secret(url),
         input_topic="in",
         output_topic="out",
         dead_letter_topic="dlq",
         http_port=0,
-        claim_batch_size=claim_batch_size,
+        **overrides,
     ).validate()
+
+
+def firing_loop(
+    url: str, claim_batch_size: int, publisher: Publisher
+) -> tuple[FiringLoop, PostgresStore, threading.Thread]:
+    """The loop, its store and the (not yet started) thread that runs it."""
+    settings = probe_settings(url, claim_batch_size=claim_batch_size)
     store = PostgresStore(url)
     loop = FiringLoop(settings, store, publisher, unfenced(settings.node_id))
     return loop, store, threading.Thread(target=loop.run, daemon=True)

@@ -21,8 +21,8 @@ import statistics
 import time
 
 from chronos.admin.api import TENANT_WALK_LIMIT
-from chronos.config.settings import Secret, load
 from chronos.store import COUNT_LIMIT, PostgresStore
+from loadtest.probes.firing_loop import probe_settings
 from loadtest.probes.scratch import KNOWN_TENANTS, row_count, run_sql, scratch_postgres
 
 FILL = """
@@ -57,14 +57,7 @@ def main() -> None:
     parser.add_argument("--overdue", type=float, default=0.5)
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    settings = load(
-        environ={},
-        database_url=Secret("postgresql://unused"),
-        input_topic="in",
-        output_topic="out",
-        dead_letter_topic="dlq",
-        http_port=0,
-    ).validate()
+    settings = probe_settings()
     timeout_ms = settings.effective_statement_timeout_ms
     sizes = {
         "rows": args.rows,

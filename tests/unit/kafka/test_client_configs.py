@@ -10,8 +10,9 @@ import ast
 from pathlib import Path
 
 import chronos
-from chronos.config.settings import Secret, load
+from chronos.config.settings import Secret
 from chronos.kafka import clients
+from tests.unit.helpers import settings as unit_settings
 
 PACKAGE = Path(chronos.__file__).parent
 CLIENT_CLASSES = {"Producer", "Consumer", "AdminClient"}
@@ -105,15 +106,7 @@ def test_every_kafka_client_takes_its_configuration_from_the_one_place() -> None
 
 def test_every_builder_carries_the_security_settings() -> None:
     properties: dict[str, str | Secret] = {**SECURITY, "sasl.password": Secret(PASSWORD)}
-    settings = load(
-        environ={},
-        database_url=Secret("postgresql://unused"),
-        input_topic="in",
-        output_topic="out",
-        dead_letter_topic="dlq",
-        http_port=0,
-        kafka_properties=properties,
-    ).validate()
+    settings = unit_settings(kafka_properties=properties)
     configs = {
         "admin": clients.admin_config(settings),
         "firing producer": clients.producer_config(settings, "firing"),
