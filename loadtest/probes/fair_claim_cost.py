@@ -142,7 +142,7 @@ def main() -> None:
         )
         store = PostgresStore(url)
         try:
-            t = args.tenants
+            t = min(args.tenants, args.batch)  # the store visits at most a batch of tenants
             kinds = [
                 Kind("plain (oldest first)", 500),
                 Kind("fair (window 500)", 500, fair=True),
