@@ -97,6 +97,14 @@ class ScenarioRecord:
     loss_location: LossLocation | None = None
     output_holes: int | None = None  # missing offsets in the recorded output
     tenants: TenantFigures | None = None  # a multi-tenant load's fairness figures
+    background_sent: int | None = None  # the intake load beside the measured one...
+    background_stored: int | None = None  # ...and how much of it is in the table at the end
+
+    @property
+    def background_missing(self) -> int | None:
+        if self.background_sent is None or self.background_stored is None:
+            return None
+        return max(0, self.background_sent - self.background_stored)
 
     @property
     def ok(self) -> bool:
@@ -150,6 +158,8 @@ class ScenarioRecord:
             loss_location=LossLocation.from_dict(data.get("loss_location")),
             output_holes=json_int(json_map(data, "output_gaps"), "missing"),
             tenants=TenantFigures.from_dict(summary.get("tenants")),
+            background_sent=json_int(json_map(data, "background"), "sent"),
+            background_stored=json_int(json_map(data, "background"), "stored"),
         )
 
 

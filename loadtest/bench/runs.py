@@ -17,9 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from loadtest.analysis.delivery import locate_loss
+from loadtest.analysis.delivery import STORED_COUNT_SQL, locate_loss
 from loadtest.bench import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
+from loadtest.bench.input_audit import audit_input
 from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_per_message, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
@@ -159,8 +160,12 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         bg_run = json.loads((sdir / "background" / "run.json").read_text())
         rec["background"] = bg_run.get("producer", {})
         handled += int(rec["background"].get("sent") or 0)
+        # The background's messages are due long after the run: every one must be in the table
+        # (intake loses none), counted by its run id.
+        rec["background"]["stored"] = _stored(ctx.stack, str(bg_run.get("run_id")))
     rec["cpu_per_message"] = cpu_per_message(load.cpu, handled).as_dict()
     _locate_loss(rec, ctx.stack, run, events)
+    _audit_input(rec, ctx.stack, topics, summary, run, sdir)
     rec["files"] = _files(scenario.name, sdir)
     _plot_stack(sdir / "stack.png", load.sampler.samples, run, scenario)
     if (sdir / "stack.png").exists():
@@ -364,6 +369,47 @@ def _analyse(
     summary = json.loads((sdir / "summary.json").read_text())
     run = json.loads((events / "run.json").read_text())
     return summary, run
+
+
+def _stored(stack: Stack, run_id: str) -> int | None:
+    """Rows of run ``run_id`` in the table (None if the count failed)."""
+    try:
+        return int(stack.sql(STORED_COUNT_SQL, {"prefix": f"{run_id}-"})[0][0])
+    except Exception:  # noqa: BLE001 - a diagnostic; the other figures stand without it
+        return None
+
+
+STORED_IDS_SQL = "SELECT id FROM chronos_messages WHERE starts_with(id, %(prefix)s)"
+
+
+def _audit_input(
+    rec: dict[str, Any],
+    stack: Stack,
+    topics: Topics,
+    summary: dict[str, Any],
+    run: dict[str, Any],
+    sdir: Path,
+) -> None:
+    """When messages are missing (lost, or the intake load's rows absent from the table): does
+    the input topic hold them, and where (``input_audit``)."""
+    missing = [str(i) for i in (summary.get("counts") or {}).get("lost_sample") or []]
+    runs = {str(run.get("run_id")): int(run.get("producer", {}).get("sent") or 0)}
+    background = rec.get("background") or {}
+    sent, stored = int(background.get("sent") or 0), background.get("stored")
+    if sent and stored is not None and stored < sent:
+        bg_id = str(json.loads((sdir / "background" / "run.json").read_text()).get("run_id"))
+        runs[bg_id] = sent
+        held = {str(r[0]) for r in stack.sql(STORED_IDS_SQL, {"prefix": f"{bg_id}-"})}
+        missing += [i for i in (f"{bg_id}-{n}" for n in range(sent)) if i not in held][:1000]
+    if missing:
+        rec["input_audit"] = audit_input(
+            stack.bootstrap, topics.input, stack.partitions, runs, missing
+        )
+        say(
+            f"[{rec.get('name')}] input audit: {rec['input_audit']['missing_held']} of the "
+            f"missing messages are in the input topic, "
+            f"{rec['input_audit']['missing_not_held']} are not"
+        )
 
 
 def _locate_loss(rec: dict[str, Any], stack: Stack, run: dict[str, Any], events: Path) -> None:

@@ -127,3 +127,21 @@ def test_precision_notes_blame_the_stack_when_the_relay_misses_too(canned_bench:
         "15,786 messages reached Chronos after their deadline; "
         "the stack without Chronos: 15,051.0 ms"
     )
+
+
+def test_an_intake_record_missing_from_the_table_is_a_loss(canned_bench: Bench) -> None:
+    """The intake scenario's own load is stored, never fired: one record missing from the table
+    fails the loss verdict as a lost fired message does."""
+    intake = scenario_record("intake", "intake")
+    intake["background"] = {"sent": 90_000, "stored": 90_000}
+    canned_bench["scenarios"].append(intake)
+
+    def row(data: Bench) -> dict[str, Any]:
+        rows = target_rows(data)
+        return next(r for r in rows if r["scenario"] == "intake" and "lost" in r["target"])
+
+    whole = row(canned_bench)
+    assert whole["pass"] is True and "90,000 of 90,000 stored" in whole["measured"], whole
+    intake["background"]["stored"] = 89_999
+    short = row(canned_bench)
+    assert short["pass"] is False and "89,999 of 90,000 stored" in short["measured"], short
