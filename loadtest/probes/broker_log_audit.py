@@ -17,6 +17,7 @@ what the log holds at that offset (another record: overwritten; nothing: a gap).
 from __future__ import annotations
 
 import argparse
+import logging
 import threading
 import time
 
@@ -30,7 +31,9 @@ from confluent_kafka import (
 )
 
 from chronos.embedded.broker import EmbeddedBroker, create_topics
+from chronos.kafka import consumer_config
 from loadtest.harness.producer import PRODUCER_DEFAULTS
+from loadtest.probes.firing_loop import probe_settings
 
 PARTITIONS = 6
 PRECISION_SHARE = 10  # one record in ten comes from the second producer
@@ -62,7 +65,13 @@ def produce(
         key = f"r{i:09d}"
         while True:
             try:
-                producer.produce(topic, key=key.encode(), value=b"v" * 100, on_delivery=report)
+                producer.produce(
+                    topic,
+                    key=key.encode(),
+                    value=b"v" * 100,
+                    headers=_headers(key),
+                    on_delivery=report,
+                )
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -76,21 +85,50 @@ def produce(
         failed.append(f"{left} records never acknowledged")
 
 
-def read_back(bootstrap: str, topic: str, expected: int) -> dict[tuple[int, int], str]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-audit",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+def _headers(key: str) -> list[tuple[str, str | bytes | None]]:
+    """Headers the size and number of the load generator's."""
+    now = str(int(time.time() * 1000)).encode()
+    return [
+        ("chronosMessageId", key.encode()),
+        ("chronosDeadline", b"2026-01-01T00:00:00.000Z"),
+        ("loadtestRun", b"audit"),
+        ("loadtestId", key.encode()),
+        ("loadtestDeadlineMs", now),
+        ("loadtestSentMs", now),
+    ]
+
+
+def read_back(
+    bootstrap: str, topic: str, expected: int, ready: threading.Event, as_node: bool
+) -> dict[tuple[int, int], str]:
+    if as_node:
+        # A node's consumer exactly (its librdkafka settings, a group subscription, its batch
+        # size), without the rest of Chronos.
+        settings = probe_settings(
+            kafka_bootstrap_servers=bootstrap, input_topic=topic, consumer_group=f"{topic}-node"
+        )
+        consumer = Consumer({**consumer_config(settings), "logger": logging.getLogger("audit")})
+        consumer.subscribe([topic])
+        batch_size = settings.consume_batch_size
+        while not consumer.assignment():
+            consumer.consume(batch_size, 0.2)
+    else:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"{topic}-audit",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        batch_size = 10_000
+    ready.set()
     log: dict[tuple[int, int], str] = {}
     quiet_since = time.monotonic()
     try:
         while time.monotonic() - quiet_since < 10 and len(log) < expected + 1:
-            batch = consumer.consume(10_000, 0.5)
+            batch = consumer.consume(batch_size, 0.5)
             for m in batch:
                 if m.error() is None:
                     log[(int(m.partition() or 0), int(m.offset() or 0))] = (m.key() or b"").decode()
@@ -101,7 +139,7 @@ def read_back(bootstrap: str, topic: str, expected: int) -> dict[tuple[int, int]
     return log
 
 
-def audit(bootstrap: str, topic: str, records: int, rate: float) -> str:
+def audit(bootstrap: str, topic: str, records: int, rate: float, as_node: bool = False) -> str:
     create_topics(bootstrap, {topic: PARTITIONS})
     acked: dict[str, tuple[int, int]] = {}
     failed: list[str] = []
@@ -118,11 +156,14 @@ def audit(bootstrap: str, topic: str, records: int, rate: float) -> str:
     # The reader fetches while the producers append, as intake does (a fetch served during an
     # append is where a broker could skip a batch).
     logs: list[dict[tuple[int, int], str]] = []
+    ready = threading.Event()
     reader = threading.Thread(
-        target=lambda: logs.append(read_back(bootstrap, topic, records)), name="reader"
+        target=lambda: logs.append(read_back(bootstrap, topic, records, ready, as_node)),
+        name="reader",
     )
     reader.start()
-    time.sleep(2)  # the reader has its assignment and fetches at the log's end
+    ready.wait(60)
+    time.sleep(1)  # the reader has its assignment and fetches at the log's end
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -153,12 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         "--rate", type=float, default=9_000.0, help="records/s of the first producer"
     )
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--as-node",
+        action="store_true",
+        help="read with a node's consumer (its settings, a group subscription, its batch size)",
+    )
     args = parser.parse_args(argv)
     broker = EmbeddedBroker(0)
     bootstrap = broker.start()
     try:
         for run in range(args.runs):
-            print(audit(bootstrap, f"audit-{run}", args.records, args.rate), flush=True)
+            topic = f"audit-{run}"
+            print(audit(bootstrap, topic, args.records, args.rate, args.as_node), flush=True)
     finally:
         broker.stop()
     return 0

@@ -16,15 +16,14 @@ from chronos.testing import unfenced
 
 def probe_settings(url: str = "postgresql://unused", **overrides: Any) -> Settings:
     """A node's default settings on ``url`` (the topics are never used by the probes)."""
-    return load(
-        environ={},
-        database_url=Secret(url),
-        input_topic="in",
-        output_topic="out",
-        dead_letter_topic="dlq",
-        http_port=0,
-        **overrides,
-    ).validate()
+    values: dict[str, Any] = {
+        "database_url": Secret(url),
+        "input_topic": "in",
+        "output_topic": "out",
+        "dead_letter_topic": "dlq",
+        "http_port": 0,
+    }
+    return load(environ={}, **{**values, **overrides}).validate()
 
 
 def firing_loop(
