@@ -57,6 +57,13 @@ class Settings:
         "localhost:9092",
         "Kafka bootstrap servers (host:port,...)",
     )
+    kafka_oauth_provider: str = setting(
+        "",
+        "OAUTHBEARER tokens for every Kafka client: 'aws-msk-iam' (AWS MSK IAM; pip install "
+        "aws-msk-iam-sasl-signer-python; the region from AWS_REGION) or a Python callable "
+        "'module:function' taking sasl.oauthbearer.config and returning (token, expiry in epoch "
+        "seconds); empty: librdkafka's own (sasl.oauthbearer.method=oidc, or none)",
+    )
     input_topic: str = setting(
         "chronos-input",
         "topic applications publish delayed messages to",

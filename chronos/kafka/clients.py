@@ -8,7 +8,9 @@ a batch is durable, never before.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 import re
 import socket
 import ssl
@@ -79,6 +81,55 @@ def admin_config(settings: Settings) -> dict[str, Any]:
     return _common(settings)
 
 
+AWS_MSK_IAM = "aws-msk-iam"
+
+
+def oauth_callback(spec: str) -> Callable[[str], tuple[str, float]]:
+    """The ``oauth_cb`` of CHRONOS_KAFKA_OAUTH_PROVIDER: AWS MSK IAM's signer, or a callable
+    named ``module:function``. ConfigError naming the setting when it cannot be had."""
+    if spec == AWS_MSK_IAM:
+        return _aws_msk_iam()
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER ({spec!r}) must be {AWS_MSK_IAM!r} or 'module:function'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER ({spec!r}): cannot import {module_name!r}: {exc}"
+        ) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER ({spec!r}): {module_name} has no callable "
+            f"{function_name!r}"
+        )
+    return cast(Callable[[str], tuple[str, float]], function)
+
+
+def _aws_msk_iam() -> Callable[[str], tuple[str, float]]:
+    try:
+        signer = importlib.import_module("aws_msk_iam_sasl_signer")
+    except ImportError:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER={AWS_MSK_IAM} needs the package "
+            "aws-msk-iam-sasl-signer-python (pip install aws-msk-iam-sasl-signer-python)"
+        ) from None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER={AWS_MSK_IAM} needs the cluster's region in AWS_REGION"
+        )
+
+    def token(_config: str) -> tuple[str, float]:
+        value, expiry_ms = signer.MSKAuthTokenProvider.generate_auth_token(region)
+        return value, expiry_ms / 1000
+
+    return token
+
+
 def _common(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": settings.kafka_bootstrap_servers,
@@ -90,6 +141,8 @@ def _common(settings: Settings) -> dict[str, Any]:
         "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
     }
     conf.update(reveal_properties(settings.kafka_properties))
+    if settings.kafka_oauth_provider:
+        conf["oauth_cb"] = oauth_callback(settings.kafka_oauth_provider)
     return conf
 
 
