@@ -1,4 +1,5 @@
-"""Kafka: client configuration and construction, the publisher, consumer lag."""
+"""Kafka: client configuration (one place), the publisher and consumer, start-up checks,
+consumer lag."""
 
 from __future__ import annotations
 
@@ -6,20 +7,19 @@ from chronos.kafka.clients import (
     DeliveryCallback,
     KafkaPublisher,
     Publisher,
-    admin_config,
-    check_access,
-    check_topics,
-    consumer_config,
-    failover_config,
-    import_producer_config,
     is_permanent,
     make_consumer,
     make_publisher,
-    missing_operation,
+)
+from chronos.kafka.config import (
+    admin_config,
+    consumer_config,
+    failover_config,
+    import_producer_config,
     producer_config,
-    reach_broker,
     tail_consumer_config,
 )
+from chronos.kafka.startup import check_access, check_topics, missing_operation, reach_broker
 
 __all__ = [
     "DeliveryCallback",

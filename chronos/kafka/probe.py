@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from chronos.config.settings import Settings
-from chronos.kafka.clients import admin_config
+from chronos.kafka.config import admin_config
 from chronos.observability.dependencies import KAFKA
 
 PROBE_INTERVAL_S = 2.0

@@ -1,4 +1,4 @@
-"""One place builds every Kafka client's configuration (``chronos.kafka.clients``), so a security
+"""One place builds every Kafka client's configuration (``chronos.kafka.config``), so a security
 setting (``security.protocol``, ``sasl.*``, ``ssl.*``) given once reaches every client a node and
 the command line create. The first test finds every construction of a confluent-kafka client in
 the package's source and checks where its configuration comes from; the second that every builder
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import chronos
 from chronos.config.settings import Secret
-from chronos.kafka import clients
+from chronos.kafka import config as clients
 from tests.unit.helpers import settings as unit_settings
 
 PACKAGE = Path(chronos.__file__).parent
@@ -89,6 +89,7 @@ def test_every_kafka_client_takes_its_configuration_from_the_one_place() -> None
     # chronos import and chronos tail: if this set shrinks, the scan has gone blind.
     assert {
         "kafka/clients.py",
+        "kafka/startup.py",
         "kafka/probe.py",
         "node/http.py",
         "importer.py",
@@ -100,7 +101,7 @@ def test_every_kafka_client_takes_its_configuration_from_the_one_place() -> None
         tree = ast.parse((PACKAGE / module).read_text())
         sources = [argument, *_assigned(tree).get(argument, [])]
         assert any(_from_builder(text) for text in sources), (
-            f"{module}:{line}: {kind}({argument}) is not configured by chronos.kafka.clients"
+            f"{module}:{line}: {kind}({argument}) is not configured by chronos.kafka.config"
         )
 
 

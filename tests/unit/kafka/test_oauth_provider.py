@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from chronos.errors import ConfigError
-from chronos.kafka import clients
+from chronos.kafka import config as clients
 from tests.unit.helpers import settings
 
 

@@ -56,7 +56,7 @@ def test_full_access_or_no_report_starts() -> None:
 
 
 def test_librdkafka_s_security_refusals_name_the_settings() -> None:
-    from chronos.kafka.clients import refusal
+    from chronos.kafka.startup import refusal
 
     sasl = (
         "FAIL [rdkafka#producer-3] [thrd:sasl_plaintext://b:9092/bootstrap]: sasl_plaintext://"

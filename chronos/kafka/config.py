@@ -1,0 +1,205 @@
+"""Kafka client configuration: the one place every client's settings are built, so a security
+setting (``security.protocol``, ``sasl.*``, ``ssl.*``, the OAUTHBEARER token provider) given once
+reaches every client a node and the command line create.
+
+Producers are idempotent with ``acks=all`` and a delivery timeout shorter than the hold time, and
+pick partitions like the Java client (murmur2), so same-key records keep their partition affinity.
+Consumers store offsets only when told to (``enable.auto.offset.store=false``): offsets move once
+a batch is durable, never before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, cast
+
+from chronos.config.settings import Settings, reveal_properties
+from chronos.errors import ConfigError
+from chronos.observability.logs import ThrottleFilter
+
+# librdkafka's own log lines go through Python logging (and so the JSON format when it is
+# chosen) instead of straight to stderr; they are served by the clients' poll/consume calls.
+LIBRDKAFKA_LOG = logging.getLogger("chronos.librdkafka")
+# A broker away makes every client log each failed reconnect: one line a minute per kind.
+LIBRDKAFKA_LOG.addFilter(ThrottleFilter())
+
+
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    """The configuration of an admin client (start-up checks, the broker probe)."""
+    return _common(settings)
+
+
+AWS_MSK_IAM = "aws-msk-iam"
+
+
+def oauth_callback(spec: str) -> Callable[[str], tuple[str, float]]:
+    """The ``oauth_cb`` of CHRONOS_KAFKA_OAUTH_PROVIDER: AWS MSK IAM's signer, or a callable
+    named ``module:function``. ConfigError naming the setting when it cannot be had."""
+    if spec == AWS_MSK_IAM:
+        return _aws_msk_iam()
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER ({spec!r}) must be {AWS_MSK_IAM!r} or 'module:function'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER ({spec!r}): cannot import {module_name!r}: {exc}"
+        ) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER ({spec!r}): {module_name} has no callable "
+            f"{function_name!r}"
+        )
+    return cast(Callable[[str], tuple[str, float]], function)
+
+
+def _aws_msk_iam() -> Callable[[str], tuple[str, float]]:
+    try:
+        signer = importlib.import_module("aws_msk_iam_sasl_signer")
+    except ImportError:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER={AWS_MSK_IAM} needs the package "
+            "aws-msk-iam-sasl-signer-python (pip install aws-msk-iam-sasl-signer-python)"
+        ) from None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ConfigError(
+            f"CHRONOS_KAFKA_OAUTH_PROVIDER={AWS_MSK_IAM} needs the cluster's region in AWS_REGION"
+        )
+
+    def token(_config: str) -> tuple[str, float]:
+        value, expiry_ms = signer.MSKAuthTokenProvider.generate_auth_token(region)
+        return value, expiry_ms / 1000
+
+    return token
+
+
+def _common(settings: Settings) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": settings.kafka_bootstrap_servers,
+        "client.id": f"chronos-{settings.node_id[:8]}",
+        "logger": LIBRDKAFKA_LOG,
+        # librdkafka backs off reconnects up to 10 s: a broker back from an outage would wait
+        # that long for the clients to notice. Up to 1 s instead (a reconnect attempt a second
+        # per client while it is away is nothing to a broker).
+        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+    }
+    conf.update(reveal_properties(settings.kafka_properties))
+    if settings.kafka_oauth_provider:
+        conf["oauth_cb"] = oauth_callback(settings.kafka_oauth_provider)
+    return conf
+
+
+# A Kafka broker's cost grows with the number of requests more than with their size, so the
+# clients default to fewer, larger requests. The firing producer waits little: its linger adds
+# to when a fired record reaches the broker (the record's timestamp is taken when it is
+# produced, and the timing advance covers a few milliseconds); the intake's producer (records
+# published directly or dead-lettered, off the precision path) batches more. Every value can be
+# overridden by the pass-through properties (CHRONOS_PRODUCER__LINGER_MS=...,
+# CHRONOS_CONSUMER__FETCH_MIN_BYTES=...).
+PRODUCER_LINGER_MS = {"firing": 2, "intake": 20, "import": 20}
+DEFAULT_LINGER_MS = 5
+# The consumer keeps librdkafka's fetch.min.bytes (1): a fetch returns as soon as a record is
+# there, so a message with a short delay is never held by the broker waiting for more bytes
+# (measured: the broker's cost here is per second of idle fetching, not per record). An idle
+# fetch waits at most fetch.wait.max.ms: short delays and the late fast path depend on it.
+FETCH_WAIT_MAX_MS = 100
+
+
+def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
+    conf = _common(settings)
+    conf.update(
+        {
+            "client.id": f"chronos-{settings.node_id[:8]}-{purpose}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "delivery.timeout.ms": settings.delivery_timeout_ms,
+            "request.timeout.ms": min(30000, settings.delivery_timeout_ms),
+            "partitioner": "murmur2_random",
+            "linger.ms": PRODUCER_LINGER_MS.get(purpose, DEFAULT_LINGER_MS),
+            "batch.num.messages": 10000,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": max(100000, 2 * settings.max_in_flight),
+            # The producer copies each record: bound its queue by the byte budget too
+            # (librdkafka's default is 1 GiB).
+            "queue.buffering.max.kbytes": max(1024, settings.max_in_flight_bytes // 1024),
+        }
+    )
+    conf.update(reveal_properties(settings.producer_properties))
+    return conf
+
+
+def import_producer_config(settings: Settings) -> dict[str, Any]:
+    """``chronos import``'s producer: a node's producer settings, but a file's records may wait
+    for a slow broker as long as librdkafka's default allows (nothing is held meanwhile)."""
+    conf = producer_config(settings, "import")
+    conf["delivery.timeout.ms"] = 300_000
+    conf["request.timeout.ms"] = 30_000
+    conf.update(reveal_properties(settings.producer_properties))
+    return conf
+
+
+def tail_consumer_config(settings: Settings, group: str) -> dict[str, Any]:
+    """``chronos tail``'s consumer: assigned partitions, nothing committed."""
+    conf = _common(settings)
+    conf.update({"client.id": f"chronos-{settings.node_id[:8]}-tail", "group.id": group})
+    conf.update(reveal_properties(settings.consumer_properties))
+    conf["enable.auto.commit"] = False
+    return conf
+
+
+def consumer_config(settings: Settings) -> dict[str, Any]:
+    conf = _common(settings)
+    conf.update(
+        {
+            "client.id": f"chronos-{settings.node_id[:8]}-intake",
+            "group.id": settings.consumer_group,
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 1000,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+        }
+    )
+    conf.update(failover_config(settings))
+    conf.update(reveal_properties(settings.consumer_properties))
+    # At-least-once depends on these two; a passthrough must not silently break it.
+    conf["enable.auto.offset.store"] = False
+    return conf
+
+
+# A dead node's input partitions move to a survivor after the session timeout (librdkafka's
+# default, 45 s, silenced a dead node's input for a minute); the cooperative assignor lets
+# survivors keep consuming their own partitions while the group rebalances.
+SESSION_TIMEOUT_MS = 6000  # the smallest a Kafka broker accepts by default
+HEARTBEAT_INTERVAL_MS = 1500
+
+
+def failover_config(settings: Settings) -> dict[str, Any]:
+    """Consumer-group settings for fast failover; any of them can be overridden by a
+    pass-through property (CHRONOS_CONSUMER__SESSION_TIMEOUT_MS=...)."""
+    conf: dict[str, Any] = {}
+    if settings.group_protocol == "consumer":
+        # KIP-848: the broker owns the session timeout, heartbeats and assignment.
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["session.timeout.ms"] = SESSION_TIMEOUT_MS
+        conf["heartbeat.interval.ms"] = HEARTBEAT_INTERVAL_MS
+        conf["partition.assignment.strategy"] = "cooperative-sticky"
+    if settings.group_instance_id:
+        conf["group.instance.id"] = settings.group_instance_id
+    return conf
+
+
+# Errors after which an (idempotent) producer never delivers again: it must be replaced.
