@@ -216,11 +216,19 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000})
 
 
-def create_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30.0) -> None:
-    """Create ``{name: partitions}`` (replication 1); topics that already exist are fine."""
+def create_topics(
+    bootstrap: str,
+    topics: Mapping[str, int],
+    timeout: float = 30.0,
+    client: Mapping[str, str] | None = None,
+) -> None:
+    """Create ``{name: partitions}`` (replication 1); topics that already exist are fine.
+    ``client``: more librdkafka settings (TLS to a broker behind a terminator)."""
     if not topics:
         return
-    admin = _admin(bootstrap)
+    admin = (
+        _admin(bootstrap) if not client else AdminClient({"bootstrap.servers": bootstrap, **client})
+    )
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()],
         operation_timeout=timeout,

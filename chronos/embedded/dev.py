@@ -22,6 +22,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -29,6 +30,14 @@ from typing import IO
 from chronos.config import settings as chronos_settings
 from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics, launcher
 from chronos.embedded.launcher import Launched
+from chronos.embedded.process import free_port
+from chronos.embedded.tls import (
+    Pki,
+    Stunnel,
+    client_properties,
+    postgres_with_openssl,
+    verify_full_url,
+)
 from chronos.errors import ChronosError, ConfigError
 from chronos.store import migrate
 
@@ -66,6 +75,13 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--partitions", type=int, default=6, help="partitions of each topic [default 6]"
+    )
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        help="encrypted connections only: the broker behind a TLS terminator that requires a "
+        "client certificate, Postgres (Debian's, built with OpenSSL) with TLS only, "
+        "certificates made in DATA_DIR/tls; needs openssl, stunnel4 and postgresql-15",
     )
     group.add_argument(
         "--http-port-base",
@@ -159,6 +175,48 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+@dataclass(frozen=True)
+class _Services:
+    postgres: EmbeddedPostgres
+    broker: EmbeddedBroker
+    tunnel: Stunnel | None = None  # with --tls: in front of the broker, on --kafka-port
+    client: dict[str, str] = field(default_factory=dict)  # the Kafka clients' TLS settings
+    pki_ca: Path = Path()
+
+
+def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
+    """The stack's servers, not started. With ``--tls``: certificates in ``data_dir/tls``, the
+    broker on a free port behind a terminator on ``--kafka-port`` that requires a client
+    certificate (the broker advertises the terminator), and Postgres with TLS only (its own
+    cluster, ``postgres-tls``: Debian's server cannot read the embedded one's). ConfigError
+    when a tool is missing."""
+    if not args.tls:
+        return _Services(
+            EmbeddedPostgres(data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir),
+            EmbeddedBroker(args.kafka_port, log_dir=data_dir),
+        )
+    bin_dir = postgres_with_openssl()
+    pki = Pki.create(data_dir / "tls")
+    broker = EmbeddedBroker(free_port(), log_dir=data_dir, advertised_port=args.kafka_port)
+    tunnel = Stunnel(
+        data_dir / "tls",
+        broker.port,
+        pki.cert("server"),
+        pki.key("server"),
+        port=args.kafka_port,
+        client_ca=pki.ca,
+    )
+    postgres = EmbeddedPostgres(
+        data_dir / "postgres-tls",
+        args.pg_port,
+        durable=True,
+        workspace=data_dir,
+        bin_dir=bin_dir,
+        tls=(pki.cert("server"), pki.key("server")),
+    )
+    return _Services(postgres, broker, tunnel, client_properties(pki), pki.ca)
+
+
 def run_dev(
     args: argparse.Namespace,
     *,
@@ -177,23 +235,35 @@ def run_dev(
         print(f"chronos dev: {exc}", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir).absolute()
-    postgres = EmbeddedPostgres(
-        data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir
-    )
-    broker = EmbeddedBroker(args.kafka_port, log_dir=data_dir)
+    try:
+        stack = _services(args, data_dir)
+    except ConfigError as exc:
+        print(f"chronos dev: {exc}", file=sys.stderr)
+        return 2
+    postgres, broker, tunnel, client = stack.postgres, stack.broker, stack.tunnel, stack.client
     nodes: list[Launched] = []
     host = settings.http_host if settings.http_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     with _stop_on_signals(stop):
         try:
             url = postgres.start()
             bootstrap = broker.start()
+            if tunnel is not None:
+                tunnel.start()
+                bootstrap = f"127.0.0.1:{tunnel.port}"
+                url = verify_full_url(postgres.port, stack.pki_ca)
+                settings = settings.replace(
+                    kafka_properties={**settings.kafka_properties, **client}
+                )
             migrate.upgrade(url)
             topic_names = [settings.input_topic, settings.output_topic, settings.dead_letter_topic]
-            create_topics(bootstrap, {t: args.partitions for t in topic_names if t})
+            create_topics(bootstrap, {t: args.partitions for t in topic_names if t}, client=client)
             if stop.is_set():
                 return 0
             print(f"chronos dev: Kafka bootstrap  {bootstrap}", flush=True)
             print(f"chronos dev: database URL     {url}", flush=True)
+            for name, value in client.items():
+                env = "CHRONOS_KAFKA__" + name.replace(".", "_").upper()
+                print(f"chronos dev: TLS setting      {env}={value}", flush=True)
             print(f"chronos dev: input topic      {settings.input_topic}", flush=True)
             print(f"chronos dev: output topic     {settings.output_topic}", flush=True)
             print(
@@ -237,5 +307,7 @@ def run_dev(
         finally:
             print("chronos dev: stopping", flush=True)
             _stop_nodes(nodes, settings.shutdown_timeout_ms / 1000 + 5)
+            if tunnel is not None:
+                tunnel.stop()
             broker.stop()
             postgres.stop()

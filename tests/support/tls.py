@@ -1,20 +1,11 @@
-"""Real TLS for the suite: a certificate authority made with ``openssl``, a Kafka-protocol broker
-behind a TLS terminator (``stunnel``), and a Postgres that accepts TLS connections only.
-
-The embedded broker has no usable TLS listener, so ``tls_broker`` starts ``stunnel`` on a port of
-its own in front of the broker's plaintext port and makes the broker advertise the TLS port: a
-client bootstraps through the terminator and is sent back to it for every request, so a client
-without the TLS settings reaches nothing. ``tls_postgres`` runs Debian's PostgreSQL server (the
-embedded binaries are built without OpenSSL) with ``ssl=on`` and ``hostssl`` rules only.
-"""
+"""Real TLS for the suite, from ``chronos.embedded.tls``: a broker reachable only through a TLS
+terminator (``tls_broker``; mutual or not) and Debian's PostgreSQL server with ``ssl=on`` and
+``hostssl`` rules only (``tls_postgres``). Without openssl, stunnel or that server the tests skip
+locally and fail in CI (``unavailable``)."""
 
 from __future__ import annotations
 
-import shutil
-import signal
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,135 +16,25 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
 from chronos.embedded.process import free_port
+from chronos.embedded.tls import Pki, Stunnel, postgres_with_openssl
+from chronos.embedded.tls import verify_full_url as embedded_verify_full_url
+from chronos.errors import ConfigError
 from tests.support.services import unavailable
 
-DEBIAN_POSTGRES = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
-"""Debian's PostgreSQL servers (built with OpenSSL), oldest first."""
+
+def pki_or_skip(root: Path) -> Pki:
+    """The test PKI; skipped locally (failed in CI) without openssl."""
+    try:
+        return Pki.create(root)
+    except ConfigError as exc:
+        unavailable(str(exc))
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    result = subprocess.run(
-        ["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"openssl {' '.join(args)} failed: {result.stderr[-2000:]}")
-
-
-@dataclass(frozen=True)
-class Pki:
-    """Certificates for the TLS tests, all in ``root``: a CA, a server certificate for
-    ``localhost``/``127.0.0.1`` and a client certificate signed by it; a second CA that signed
-    neither; a server certificate for another host and an expired one, both signed by the CA."""
-
-    root: Path
-
-    @property
-    def ca(self) -> Path:
-        return self.root / "ca.pem"
-
-    @property
-    def other_ca(self) -> Path:
-        return self.root / "other-ca.pem"
-
-    def cert(self, name: str) -> Path:
-        return self.root / f"{name}.pem"
-
-    def key(self, name: str) -> Path:
-        return self.root / f"{name}.key"
-
-    @classmethod
-    def create(cls, root: Path) -> Pki:
-        if shutil.which("openssl") is None:
-            unavailable("openssl is not installed (apt-get install openssl)")
-        root.mkdir(parents=True, exist_ok=True)
-        for ca in ("ca", "other-ca"):
-            _openssl(
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN=chronos test {ca}",
-                cwd=root,
-            )  # fmt: skip
-        leaves = {
-            "server": ("localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1", "2"),
-            "client": ("chronos-node", "extendedKeyUsage=clientAuth", "2"),
-            "wrong-host": ("elsewhere.example", "subjectAltName=DNS:elsewhere.example", "2"),
-            "expired": ("localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-1"),
-        }
-        for name, (cn, extension, days) in leaves.items():
-            _openssl(
-                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-                "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=root,
-            )  # fmt: skip
-            (root / f"{name}.ext").write_text(extension + "\n")
-            _openssl(
-                "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", days,
-                "-extfile", f"{name}.ext",
-                cwd=root,
-            )  # fmt: skip
-        return cls(root)
-
-
-class Stunnel:
-    """``stunnel`` accepting TLS on ``port`` for the plaintext ``target``, presenting
-    ``cert``/``key``; with ``client_ca`` a client certificate signed by it is required."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        target: int,
-        cert: Path,
-        key: Path,
-        *,
-        client_ca: Path | None = None,
-        port: int = 0,
-    ) -> None:
-        self.binary = shutil.which("stunnel4") or shutil.which("stunnel")
-        if self.binary is None:
-            unavailable("stunnel is not installed (apt-get install stunnel4)")
-        self.port = port or free_port()
-        self.config = workdir / f"stunnel-{self.port}.conf"
-        self.log = workdir / f"stunnel-{self.port}.log"
-        lines = [
-            "foreground = yes",
-            f"output = {self.log}",
-            "debug = 5",
-            "[kafka]",
-            f"accept = 127.0.0.1:{self.port}",
-            f"connect = 127.0.0.1:{target}",
-            f"cert = {cert}",
-            f"key = {key}",
-        ]
-        if client_ca is not None:
-            lines += [f"CAfile = {client_ca}", "verifyChain = yes", "requireCert = yes"]
-        self.config.write_text("\n".join(lines) + "\n")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 10.0) -> None:
-        assert self.binary is not None
-        self.proc = subprocess.Popen(
-            [self.binary, str(self.config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"stunnel exited: {self.log.read_text()[-2000:]}")
-            if self.log.exists() and "Configuration successful" in self.log.read_text():
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"stunnel did not start: {self.config}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def _stunnel(*args: object, **kwargs: object) -> Stunnel:
+    try:
+        return Stunnel(*args, **kwargs)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        unavailable(str(exc))
 
 
 @dataclass(frozen=True)
@@ -205,8 +86,12 @@ class TlsBroker:
 def terminator(broker: TlsBroker, cert: str) -> Iterator[str]:
     """One more TLS terminator in front of ``broker``, presenting the certificate ``cert`` of
     the test PKI (another host's, an expired one); yields its bootstrap address."""
-    tunnel = Stunnel(
-        broker.workdir, broker.broker_port, broker.pki.cert(cert), broker.pki.key(cert)
+    tunnel = _stunnel(
+        broker.workdir,
+        broker.broker_port,
+        broker.pki.cert(cert),
+        broker.pki.key(cert),
+        port=free_port(),
     )
     try:
         tunnel.start()
@@ -221,7 +106,7 @@ def tls_broker(pki: Pki, workdir: Path, *, mutual: bool) -> Iterator[TlsBroker]:
     tls_port = free_port()
     broker = EmbeddedBroker(log_dir=workdir, advertised_port=tls_port)
     broker.start()
-    tunnel = Stunnel(
+    tunnel = _stunnel(
         workdir,
         broker.port,
         pki.cert("server"),
@@ -240,25 +125,24 @@ def tls_broker(pki: Pki, workdir: Path, *, mutual: bool) -> Iterator[TlsBroker]:
 def verify_full_url(server_url: str, pki: Pki, database: str = "postgres") -> str:
     """A libpq URL for ``database`` on the TLS-only server that verifies its certificate and
     host name against the test CA."""
-    port = server_url.split("@127.0.0.1:", 1)[1].split("/", 1)[0]
-    return (
-        f"postgresql://postgres@localhost:{port}/{database}"
-        f"?sslmode=verify-full&sslrootcert={pki.ca}"
-    )
+    port = int(server_url.split("@127.0.0.1:", 1)[1].split("/", 1)[0])
+    return embedded_verify_full_url(port, pki.ca, database)
 
 
 @contextmanager
 def tls_postgres(pki: Pki) -> Iterator[str]:
     """Debian's PostgreSQL server with TLS only; yields its server URL (``sslmode=require``)."""
-    if not DEBIAN_POSTGRES:
-        unavailable("Debian's PostgreSQL server is not installed (apt-get install postgresql-15)")
+    try:
+        bin_dir = postgres_with_openssl()
+    except ConfigError as exc:
+        unavailable(str(exc))
     with tempfile.TemporaryDirectory(prefix="chronos-tls-pg-") as tmp:
         workspace = Path(tmp)
         server = EmbeddedPostgres(
             workspace / "data",
             durable=False,
             workspace=workspace,
-            bin_dir=DEBIAN_POSTGRES[-1].parent,
+            bin_dir=bin_dir,
             tls=(pki.cert("server"), pki.key("server")),
         )
         with server:
