@@ -53,7 +53,9 @@ __all__ = [
     "as_environment",
     "is_secret_property",
     "load",
+    "passthrough_env",
     "reveal_properties",
+    "secret_values",
     "setting",
 ]
 
@@ -193,14 +195,20 @@ def secret_values(settings: Settings) -> list[str]:
     return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
 
 
+def passthrough_env(name: str, kind: str = "kafka") -> str:
+    """The variable that sets librdkafka property ``name`` for ``kind`` of client
+    (``security.protocol`` -> ``CHRONOS_KAFKA__SECURITY_PROTOCOL``)."""
+    return KAFKA_PASSTHROUGH_PREFIXES[kind] + name.upper().replace(".", "_")
+
+
 def as_environment(settings: Settings) -> dict[str, str]:
     """The CHRONOS_* environment that reproduces ``settings`` in another process."""
     env: dict[str, str] = {}
     for option in OPTIONS:
         value = getattr(settings, option.name)
         env[option.env] = value.reveal() if isinstance(value, Secret) else str(value)
-    for kind, prefix in KAFKA_PASSTHROUGH_PREFIXES.items():
+    for kind in KAFKA_PASSTHROUGH_PREFIXES:
         for name, value in getattr(settings, f"{kind}_properties").items():
             revealed = value.reveal() if isinstance(value, Secret) else value
-            env[prefix + name.upper().replace(".", "_")] = revealed
+            env[passthrough_env(name, kind)] = revealed
     return env

@@ -262,7 +262,7 @@ def run_dev(
             print(f"chronos dev: Kafka bootstrap  {bootstrap}", flush=True)
             print(f"chronos dev: database URL     {url}", flush=True)
             for name, value in client.items():
-                env = "CHRONOS_KAFKA__" + name.replace(".", "_").upper()
+                env = chronos_settings.passthrough_env(name)
                 print(f"chronos dev: TLS setting      {env}={value}", flush=True)
             print(f"chronos dev: input topic      {settings.input_topic}", flush=True)
             print(f"chronos dev: output topic     {settings.output_topic}", flush=True)

@@ -11,12 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.config.settings import passthrough_env
+from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics
 from chronos.embedded.process import free_port
-from chronos.embedded.tls import Pki, Stunnel, postgres_with_openssl
+from chronos.embedded.tls import Pki, Stunnel, client_properties, postgres_with_openssl
 from chronos.embedded.tls import verify_full_url as embedded_verify_full_url
 from chronos.errors import ConfigError
 from tests.support.services import unavailable
@@ -49,37 +47,22 @@ class TlsBroker:
     workdir: Path
 
     def client_settings(self) -> dict[str, str | int | float | bool]:
-        settings: dict[str, str | int | float | bool] = {
+        return {
             "bootstrap.servers": self.bootstrap,
-            "security.protocol": "SSL",
-            "ssl.ca.location": str(self.pki.ca),
+            **client_properties(self.pki, mutual=self.mutual),
         }
-        if self.mutual:
-            settings["ssl.certificate.location"] = str(self.pki.cert("client"))
-            settings["ssl.key.location"] = str(self.pki.key("client"))
-        return settings
 
     def env(self) -> dict[str, str]:
         """The same settings as a node's environment (``CHRONOS_KAFKA__*`` passthrough)."""
         env = {"CHRONOS_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
-        for name, value in self.client_settings().items():
-            if name != "bootstrap.servers":
-                env["CHRONOS_KAFKA__" + name.replace(".", "_").upper()] = str(value)
+        for name, value in client_properties(self.pki, mutual=self.mutual).items():
+            env[passthrough_env(name)] = value
         return env
 
-    def create_topics(self, topics: Mapping[str, int], timeout: float = 30.0) -> None:
-        admin = AdminClient(self.client_settings())
-        futures = admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()],
-            operation_timeout=timeout,
-            request_timeout=timeout,
+    def create_topics(self, topics: Mapping[str, int]) -> None:
+        create_topics(
+            self.bootstrap, topics, client=client_properties(self.pki, mutual=self.mutual)
         )
-        for future in futures.values():
-            try:
-                future.result(timeout=timeout)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
 
 
 @contextmanager
