@@ -25,14 +25,33 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
 
+from chronos.recurrence import RecurrenceError, Rule, make_rule, parse_duration_ms
+
 MESSAGE_ID_HEADER = "chronosMessageId"
 DEADLINE_HEADER = "chronosDeadline"
 ACTION_HEADER = "chronosAction"
 TOPIC_HEADER = "chronosTopic"
 TENANT_HEADER = "chronosTenant"
-CHRONOS_HEADERS = frozenset(
-    {MESSAGE_ID_HEADER, DEADLINE_HEADER, ACTION_HEADER, TOPIC_HEADER, TENANT_HEADER}
+EVERY_HEADER = "chronosEvery"
+CRON_HEADER = "chronosCron"
+TIME_ZONE_HEADER = "chronosTimeZone"
+UNTIL_HEADER = "chronosUntil"
+MISSED_HEADER = "chronosMissed"
+EXPIRES_HEADER = "chronosExpires"
+OPTIONAL_HEADERS = (
+    ACTION_HEADER,
+    TOPIC_HEADER,
+    TENANT_HEADER,
+    EVERY_HEADER,
+    CRON_HEADER,
+    TIME_ZONE_HEADER,
+    UNTIL_HEADER,
+    MISSED_HEADER,
+    EXPIRES_HEADER,
 )
+"""The Chronos headers a record may carry at most once besides the id and the deadline."""
+RECURRENCE_HEADERS = (EVERY_HEADER, CRON_HEADER, TIME_ZONE_HEADER, UNTIL_HEADER, MISSED_HEADER)
+CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER, *OPTIONAL_HEADERS})
 
 DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"
 DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"
@@ -73,6 +92,8 @@ class ScheduledMessage:
     action: Action = Action.SCHEDULE
     target_topic: str | None = None  # chronosTopic (None: the output topic)
     tenant: str = DEFAULT_TENANT  # chronosTenant, or the key's prefix (fair claiming)
+    recurrence: str | None = None  # a series' rule (chronos.recurrence.Rule.encode); None: once
+    expires_ms: int | None = None  # chronosExpires: how late it may fire (None: the default)
 
 
 def topic_policy(
@@ -178,11 +199,10 @@ def parse_record(
     of a record without ``chronosTenant``."""
     message_id: bytes | None = None
     deadline_raw: bytes | None = None
-    action_raw: bytes | None = None
-    topic_raw: bytes | None = None
-    tenant_raw: bytes | None = None
+    optional: dict[str, bytes | None] = {}
     relayed: Headers = []
-    seen_id = seen_deadline = seen_action = seen_topic = seen_tenant = 0
+    seen_id = seen_deadline = 0
+    seen: dict[str, int] = {}
     bad_name: str | None = None
     for name, header_value in headers or ():
         if name == MESSAGE_ID_HEADER:
@@ -191,15 +211,9 @@ def parse_record(
         elif name == DEADLINE_HEADER:
             seen_deadline += 1
             deadline_raw = header_value
-        elif name == ACTION_HEADER:
-            seen_action += 1
-            action_raw = header_value
-        elif name == TOPIC_HEADER:
-            seen_topic += 1
-            topic_raw = header_value
-        elif name == TENANT_HEADER:
-            seen_tenant += 1
-            tenant_raw = header_value
+        elif name in CHRONOS_HEADERS:
+            seen[name] = seen.get(name, 0) + 1
+            optional[name] = header_value
         else:
             relayed.append((name, header_value))
             if not _storable_name(name):
@@ -214,16 +228,19 @@ def parse_record(
         return Rejection("missing_id", f"missing header {MESSAGE_ID_HEADER}")
     if seen_id > 1:
         return Rejection("duplicate_header", f"header {MESSAGE_ID_HEADER} appears {seen_id} times")
-    repeatable = ((ACTION_HEADER, seen_action), (TOPIC_HEADER, seen_topic))
-    for header, seen in (*repeatable, (TENANT_HEADER, seen_tenant)):
-        if seen > 1:
-            return Rejection("duplicate_header", f"header {header} appears {seen} times")
-    action = _parse_action(action_raw) if seen_action else Action.SCHEDULE
+    if seen and max(seen.values()) > 1:
+        for header in OPTIONAL_HEADERS:
+            if seen.get(header, 0) > 1:
+                return Rejection(
+                    "duplicate_header", f"header {header} appears {seen[header]} times"
+                )
+    action = _parse_action(optional[ACTION_HEADER]) if ACTION_HEADER in seen else Action.SCHEDULE
     if isinstance(action, Rejection):
         return action
     if action is Action.CANCEL:
         return _parse_cancel(message_id, key, now)
-    if seen_deadline == 0:
+    recurring = bool(seen) and (EVERY_HEADER in seen or CRON_HEADER in seen)
+    if seen_deadline == 0 and not recurring:
         return Rejection("missing_deadline", f"missing header {DEADLINE_HEADER}")
     if seen_deadline > 1:
         return Rejection(
@@ -232,31 +249,158 @@ def parse_record(
     id_text = _parse_id(message_id)
     if isinstance(id_text, Rejection):
         return id_text
-    target_topic = _parse_topic(topic_raw, topic_allowed) if seen_topic else None
+    target_topic = (
+        _parse_topic(optional[TOPIC_HEADER], topic_allowed) if TOPIC_HEADER in seen else None
+    )
     if isinstance(target_topic, Rejection):
         return target_topic
-    tenant = _parse_tenant(tenant_raw) if seen_tenant else _key_tenant(key, tenant_from_key)
+    tenant = (
+        _parse_tenant(optional[TENANT_HEADER])
+        if TENANT_HEADER in seen
+        else _key_tenant(key, tenant_from_key)
+    )
     if isinstance(tenant, Rejection):
         return tenant
-    if deadline_raw is None or len(deadline_raw) == 0:
-        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is empty")
-    if len(deadline_raw) > 64:
-        return Rejection(
-            "invalid_deadline", f"header {DEADLINE_HEADER} is too long ({len(deadline_raw)} bytes)"
-        )
-    try:
-        deadline = parse_deadline(deadline_raw.decode("ascii"))
-    except UnicodeDecodeError:
-        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is not ASCII")
-    except DeadlineError as exc:
-        return Rejection("invalid_deadline", str(exc))
+    deadline: datetime | None = None
+    if seen_deadline:
+        deadline_or_rejection = _parse_deadline_header(deadline_raw)
+        if isinstance(deadline_or_rejection, Rejection):
+            return deadline_or_rejection
+        deadline = deadline_or_rejection
+    rule = (
+        _parse_rule(optional) if seen and not seen.keys().isdisjoint(RECURRENCE_HEADERS) else None
+    )
+    if isinstance(rule, Rejection):
+        return rule
+    recurrence: str | None = None
+    if rule is not None:
+        arrival = now or datetime.now(UTC)
+        try:
+            deadline = rule.first(deadline or arrival, exact=deadline is not None)
+        except (RecurrenceError, ValueError, OverflowError, StopIteration) as exc:
+            return Rejection("invalid_recurrence", f"no occurrence can be computed: {exc}")
+        if rule.until is not None and deadline > rule.until:
+            return Rejection(
+                "invalid_recurrence",
+                f"{UNTIL_HEADER} {format_deadline(rule.until)} is before the first occurrence "
+                f"{format_deadline(deadline)}",
+            )
+        recurrence = rule.encode()
+    assert deadline is not None  # a deadline was given, or the rule computed the first
+    expires_ms = (
+        _parse_expires(optional[EXPIRES_HEADER], deadline, rule is not None)
+        if EXPIRES_HEADER in seen
+        else None
+    )
+    if isinstance(expires_ms, Rejection):
+        return expires_ms
     if max_delay is not None and now is not None and deadline - now > max_delay:
         return Rejection(
             "max_delay_exceeded",
             f"{DEADLINE_HEADER} {format_deadline(deadline)} is more than "
             f"{int(max_delay.total_seconds() * 1000)} ms ahead (max delay)",
         )
-    return ScheduledMessage(id_text, deadline, key, value, relayed, action, target_topic, tenant)
+    return ScheduledMessage(
+        id_text,
+        deadline,
+        key,
+        value,
+        relayed,
+        action,
+        target_topic,
+        tenant,
+        recurrence,
+        expires_ms,
+    )
+
+
+def _parse_deadline_header(raw: bytes | None) -> datetime | Rejection:
+    if raw is None or len(raw) == 0:
+        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is empty")
+    if len(raw) > 64:
+        return Rejection(
+            "invalid_deadline", f"header {DEADLINE_HEADER} is too long ({len(raw)} bytes)"
+        )
+    try:
+        return parse_deadline(raw.decode("ascii"))
+    except UnicodeDecodeError:
+        return Rejection("invalid_deadline", f"header {DEADLINE_HEADER} is not ASCII")
+    except DeadlineError as exc:
+        return Rejection("invalid_deadline", str(exc))
+
+
+def _header_text(raw: bytes | None, header: str, code: str) -> str | Rejection:
+    if raw is None or len(raw) == 0:
+        return Rejection(code, f"header {header} is empty")
+    if len(raw) > 256:
+        return Rejection(code, f"header {header} is too long ({len(raw)} bytes)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection(code, f"header {header} is not valid UTF-8")
+
+
+def _parse_rule(optional: dict[str, bytes | None]) -> Rule | Rejection | None:
+    """The series the recurrence headers describe (None: none of them is present)."""
+    texts: dict[str, str | None] = {}
+    for header in RECURRENCE_HEADERS:
+        if header not in optional:
+            texts[header] = None
+            continue
+        text = _header_text(optional[header], header, "invalid_recurrence")
+        if isinstance(text, Rejection):
+            return text
+        texts[header] = text
+    until: datetime | None = None
+    if texts[UNTIL_HEADER] is not None:
+        try:
+            until = parse_deadline(texts[UNTIL_HEADER] or "")
+        except DeadlineError as exc:
+            return Rejection("invalid_recurrence", str(exc).replace(DEADLINE_HEADER, UNTIL_HEADER))
+    try:
+        return make_rule(
+            texts[EVERY_HEADER],
+            texts[CRON_HEADER],
+            texts[TIME_ZONE_HEADER],
+            until,
+            texts[MISSED_HEADER],
+        )
+    except RecurrenceError as exc:
+        return Rejection("invalid_recurrence", str(exc))
+
+
+def _parse_expires(raw: bytes | None, deadline: datetime, recurring: bool) -> int | Rejection:
+    """``chronosExpires`` as the milliseconds an occurrence may fire after its deadline: a
+    duration (``PT30S``), or, for a one-shot message, an instant after its deadline."""
+    text = _header_text(raw, EXPIRES_HEADER, "invalid_expires")
+    if isinstance(text, Rejection):
+        return text
+    if text.strip().upper().startswith("P"):
+        try:
+            return parse_duration_ms(text, EXPIRES_HEADER)
+        except RecurrenceError as exc:
+            return Rejection("invalid_expires", str(exc))
+    if recurring:
+        return Rejection(
+            "invalid_expires",
+            f"header {EXPIRES_HEADER} of a recurring message is a duration (like PT30S): "
+            "how late each occurrence may fire",
+        )
+    try:
+        instant = parse_deadline(text)
+    except DeadlineError as exc:
+        return Rejection(
+            "invalid_expires",
+            f"header {EXPIRES_HEADER} {text[:64]!r} is neither an ISO-8601 instant nor a "
+            f"duration ({exc})",
+        )
+    if instant <= deadline:
+        return Rejection(
+            "invalid_expires",
+            f"header {EXPIRES_HEADER} {format_deadline(instant)} is not after "
+            f"{DEADLINE_HEADER} {format_deadline(deadline)}",
+        )
+    return (instant - deadline) // timedelta(milliseconds=1)
 
 
 def _parse_tenant(raw: bytes | None) -> str | Rejection:

@@ -24,6 +24,7 @@ from chronos.protocol import (
     DEAD_LETTER_SOURCE_HEADER,
     relay_headers,
 )
+from chronos.recurrence import decode
 from chronos.runtime.faults import fault_point
 from chronos.store import ClaimedRow, row_bytes
 
@@ -39,6 +40,8 @@ class Timer:
     dead_letter: bool = False  # sent to the dead-letter topic (or dropped): never "fired"
     lateness: float = 0.0  # seconds, taken when produced
     reason: str = ""  # why it was dead-lettered: "publish_failed" or "expired"
+    next_deadline: datetime | None = None  # a series' next occurrence (None: delete the row)
+    skipped: int = 0  # missed occurrences of a series this fire skips (chronosMissed: latest)
 
 
 Entry = tuple[float, int, Timer]
@@ -86,8 +89,10 @@ class Dispatcher:
             size = row_bytes(row.key, row.value, row.headers)
             total += size
             seq += 1
+            timer = Timer(row, size) if row.recurrence is None else _occurrence(row, size)
+            row = timer.row
             fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
-            entries.append((fire_at, seq, Timer(row, size)))
+            entries.append((fire_at, seq, timer))
         self._seq = seq
         push = heapq.heappush
         with self.cond:
@@ -178,12 +183,15 @@ class Dispatcher:
         # record's timestamp), counted by the firing loop once its delivery is confirmed.
         timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
         reason = ""
-        if self.max_lateness is not None and timer.lateness > self.max_lateness:
+        max_lateness = self.max_lateness if row.expires_ms is None else row.expires_ms / 1000
+        if max_lateness is not None and timer.lateness > max_lateness:
             # Stale (the cluster was away, or the backlog too deep): never fired late.
-            reason = (
-                f"expired: due {timer.lateness * 1000:.0f} ms ago, later than "
+            limit = (
                 f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
+                if row.expires_ms is None
+                else f"its chronosExpires ({row.expires_ms} ms)"
             )
+            reason = f"expired: due {timer.lateness * 1000:.0f} ms ago, later than {limit}"
             timer.reason = "expired"
             if self.settings.expired_action == "drop" or not self.settings.dead_letter_topic:
                 self._drop(timer, reason)
@@ -257,3 +265,28 @@ class Dispatcher:
                     row.attempts,
                     extra={"event": "dead_lettered", "reason": "publish_failed"},
                 )
+
+
+def _occurrence(row: ClaimedRow, size: int) -> Timer:
+    """The timer of a claimed series: the occurrence it fires (the row's deadline, or with
+    ``chronosMissed: latest`` the latest of the occurrences it missed, which moves the timer's
+    deadline and remaining time to it), the skipped ones, and the next one its row advances to.
+    A rule that cannot be read (never written by this release) fires once and ends the series."""
+    assert row.recurrence is not None
+    now = row.deadline - row.remaining_ms / 1000  # the database clock when the claim finished
+    try:
+        plan = decode(row.recurrence).plan(row.deadline, now)
+    except (ValueError, KeyError, TypeError, OverflowError, StopIteration) as exc:
+        log.error(
+            "message %s has an unreadable rule %r (%s): it fires once",
+            row.id,
+            row.recurrence[:200],
+            exc,
+            extra={"event": "bad_recurrence", "message_id": row.id},
+        )
+        return Timer(row, size)
+    if plan.fire != row.deadline:
+        shift_ms = (plan.fire - row.deadline) * 1000
+        row = row._replace(deadline=plan.fire, remaining_ms=row.remaining_ms + shift_ms)
+    following = None if plan.next is None else datetime.fromtimestamp(plan.next, UTC)
+    return Timer(row, size, next_deadline=following, skipped=plan.skipped)

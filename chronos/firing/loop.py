@@ -370,9 +370,11 @@ class FiringLoop(Loop):
         batch, self.pending_delete = self.pending_delete, []
         fault_point("after_report")
         claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
+        # Occurrences of series advance their rows to the next one in the same statement.
+        nexts = [t.next_deadline for t in batch] if any(t.row.recurrence for t in batch) else None
         t0 = time.perf_counter()
         try:
-            deleted = self.store.delete_fired(self.node_id, claims)
+            deleted = self.store.delete_fired(self.node_id, claims, nexts)
         except StoreError as exc:
             # The rows stay claimed by this process (no peer resets them while it lives): try
             # the delete again a little later; if the node dies first, a peer resets them after
@@ -396,6 +398,10 @@ class FiringLoop(Loop):
         # not a row a peer had taken over: that one is counted where it is deleted).
         fired = [t for t in batch if not t.dead_letter and t.row.id in gone]
         metrics.FIRED.inc(len(fired))
+        if nexts is not None:
+            occurrences = [t for t in batch if t.row.recurrence and t.row.id in gone]
+            metrics.OCCURRENCES.inc(sum(1 for t in occurrences if not t.dead_letter))
+            metrics.SKIPPED_OCCURRENCES.inc(sum(t.skipped for t in occurrences))
         self.tenant_metrics.observe_fired((t.row.tenant, t.lateness) for t in fired)
         if len(deleted) != len(batch):
             missing = [c[0] for c in claims if c[0] not in deleted]

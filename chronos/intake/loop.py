@@ -174,12 +174,13 @@ class IntakeLoop(Loop):
             extra={"event": "partitions_revoked"},
         )
 
-    def database_now(self) -> datetime:
+    def database_now(self, needed: bool = False) -> datetime:
         """This node's clock corrected to the database clock (the one clock of Chronos), for the
         maximum-delay and maximum-lateness checks. The offset is measured with one cheap query
-        at most every CLOCK_SYNC_S, and only when either maximum is configured."""
+        at most every CLOCK_SYNC_S, and only when either maximum is configured (or ``needed``:
+        a message names its own expiry)."""
         local = self.clock()
-        if self.max_delay is None and self.max_lateness is None:
+        if self.max_delay is None and self.max_lateness is None and not needed:
             return local
         if self.clock_synced_at is None or time.monotonic() - self.clock_synced_at > CLOCK_SYNC_S:
             try:
@@ -410,15 +411,22 @@ class IntakeLoop(Loop):
         """Whether a record that arrives already due is past CHRONOS_MAX_LATENESS_MS (then it is
         never published late), and its dead letter (reason "expired"; None when it is dropped,
         counted and logged)."""
-        if self.max_lateness is None:
+        own = message.expires_ms
+        max_lateness = self.max_lateness if own is None else timedelta(milliseconds=own)
+        if max_lateness is None:
             return False, None
-        late = self.database_now() - message.deadline
-        if late <= self.max_lateness:
+        late = self.database_now(needed=own is not None) - message.deadline
+        if late <= max_lateness:
             return False, None
         where = f"{record.topic()}/{record.partition()}/{record.offset()}"
+        limit = (
+            f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
+            if own is None
+            else f"its chronosExpires ({own} ms)"
+        )
         reason = (
             f"expired: due {late.total_seconds() * 1000:.0f} ms before it arrived, later than "
-            f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
+            f"{limit}"
         )
         if self.settings.expired_action == "dead-letter" and self.settings.dead_letter_topic:
             log.warning(

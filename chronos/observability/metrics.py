@@ -15,6 +15,16 @@ PUBLISHED_DIRECTLY = Counter(
 FIRED = Counter(
     "chronos_fired_messages_total", "Messages fired (delivery confirmed) from the table"
 )
+OCCURRENCES = Counter(
+    "chronos_occurrences_fired_total",
+    "Occurrences of recurring messages fired (delivery confirmed; also in "
+    "chronos_fired_messages_total)",
+)
+SKIPPED_OCCURRENCES = Counter(
+    "chronos_occurrences_skipped_total",
+    "Missed occurrences of recurring messages never fired (chronosMissed: latest fires only the "
+    "latest of the occurrences a series missed)",
+)
 DEAD_LETTERED = Counter(
     "chronos_dead_lettered_messages_total", "Records sent to the dead-letter topic", ["reason"]
 )

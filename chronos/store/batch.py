@@ -51,6 +51,8 @@ def encode_batch(messages: Sequence[ScheduledMessage]) -> dict[str, Any]:
         "values": [m.value for m in messages],
         "topics": [m.target_topic for m in messages],
         "tenants": [m.tenant for m in messages],
+        "recurrences": [m.recurrence for m in messages],
+        "expires": [m.expires_ms for m in messages],
         "header_rows": [row for row, m in enumerate(messages, 1) for _ in m.headers],
         "header_names": [name for m in messages for name, _ in m.headers],
         "header_values": [value for m in messages for _, value in m.headers],

@@ -26,6 +26,7 @@ from chronos.store.types import (
     KNOWN_TENANTS_MEMORY,
     KNOWN_TENANTS_TTL_S,
     UNBOUNDED_BYTES,
+    Advance,
     Claim,
     ClaimedRow,
     Outcome,
@@ -152,6 +153,8 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
                 remaining_ms,
                 arrived,
                 tenant or "",
+                recurrence,
+                expires_ms,
             )
             for (
                 id_,
@@ -166,17 +169,29 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
                 topic,
                 remaining_ms,
                 tenant,
+                recurrence,
+                expires_ms,
             ) in rows
         ]
 
     def several_tenants(self) -> bool:
         return bool(self._execute("several_tenants", {})[0]["several"])
 
-    def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
+    def delete_fired(
+        self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
+    ) -> set[str]:
+        """Delete fired rows; a batch with occurrences of series runs ``advance_fired`` (delete
+        or advance) instead, so a batch of one-shot messages keeps the plain delete."""
         if not claims:
             return set()
-        params = statement_params("delete_fired", node_id, claims)
-        rows, _ = self._execute_tuples("delete_fired", params)  # no dict per deleted row
+        if nexts is not None and any(n is not None for n in nexts):
+            if len(nexts) != len(claims):
+                raise ValueError(f"{len(nexts)} next occurrences for {len(claims)} claims")
+            params = statement_params("delete_fired", node_id, claims) | {"nexts": list(nexts)}
+            rows, _ = self._execute_tuples("advance_fired", params)
+        else:
+            params = statement_params("delete_fired", node_id, claims)
+            rows, _ = self._execute_tuples("delete_fired", params)  # no dict per deleted row
         return {r[0] for r in rows}
 
     def release(

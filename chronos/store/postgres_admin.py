@@ -276,5 +276,6 @@ def _message_record(r: dict[str, Any]) -> MessageRecord:
         value_size=r["value_size"],
         value=_bytes(r["message_value"]),
         parked_at=r["parked_at"],
+        recurrence=r["recurrence"],
         page_bytes=int(r.get("page_bytes") or 0),
     )

@@ -11,11 +11,13 @@ from sqlalchemy import (
     Column,
     DateTime,
     Index,
+    Integer,
     LargeBinary,
     MetaData,
     SmallInteger,
     String,
     Table,
+    Text,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -75,6 +77,18 @@ messages = Table(
         nullable=False,
         server_default=text("now()"),
         comment="when the row was inserted (DB clock)",
+    ),
+    Column(
+        "recurrence",
+        Text,
+        nullable=True,
+        comment="a series' rule (JSON: every/cron, tz, until, missed); NULL: fires once",
+    ),
+    Column(
+        "expires_ms",
+        Integer,
+        nullable=True,
+        comment="chronosExpires: ms an occurrence may fire late (NULL: the default)",
     ),
 )
 

@@ -43,6 +43,8 @@ class ClaimedRow(NamedTuple):
     remaining_ms: float  # deadline minus the database clock, as the claim statement finished
     claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
     tenant: str = ""  # the message's tenant ('' : the default tenant)
+    recurrence: str | None = None  # a series' stored rule (chronos.recurrence); None: once
+    expires_ms: int | None = None  # chronosExpires (None: CHRONOS_MAX_LATENESS_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ class StuckRow:
 
 
 Claim = tuple[str, datetime]  # (id, readied_at): the fence of one claim
+Advance = datetime | None
+"""Where a fired claim's row goes: its series' next occurrence, or None (deleted)."""
 
 UNBOUNDED_BYTES = 2**62  # a claim's byte budget when none is given
 FAIR_TENANTS_PER_CLAIM = 10_000
@@ -127,6 +131,7 @@ class MessageRecord:
     value_size: int | None  # None: a tombstone (NULL value)
     value: bytes | None
     parked_at: datetime | None = None  # None: not parked (or parked by attempts alone)
+    recurrence: str | None = None  # a series' stored rule (chronos.recurrence); None: once
     # In a listed page: the bytes (keys and stored headers) of the page up to this row.
     page_bytes: int = 0
 
@@ -254,7 +259,12 @@ class Store(Protocol):
         """More than one tenant is known (chronos_tenants): the claim-ahead budget is shared."""
         ...
 
-    def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]: ...
+    def delete_fired(
+        self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
+    ) -> set[str]:
+        """Delete the fired claims' rows ("delete or advance": a claim whose ``nexts`` entry is
+        an instant advances its series' row to it instead); returns the ids done."""
+        ...
 
     def release(
         self,

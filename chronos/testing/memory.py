@@ -35,12 +35,14 @@ from chronos.store import (
     DEFAULT_CANCEL_TTL_MS,
     FAIR_TENANTS_PER_CLAIM,
     UNBOUNDED_BYTES,
+    Advance,
     Claim,
     ClaimedRow,
     Outcome,
     StuckRow,
     row_bytes,
 )
+from chronos.testing.clock import ManualClock
 from chronos.testing.kafka import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.testing.memory_admin import InMemoryAdmin
 from chronos.testing.memory_rows import NodeRow, StoredRow, check_uuid, refused
@@ -56,42 +58,6 @@ __all__ = [
 ]
 
 _LAST_ERROR_LENGTH = 500  # chronos_messages.last_error is varchar(500)
-
-
-# ------------------------------------------------------------------------------------ clock
-
-
-class ManualClock:
-    """A wall clock and a monotonic clock that advance together, only when told to.
-
-    Time is kept in whole microseconds (the database's resolution), so many small steps add up
-    exactly.
-    """
-
-    def __init__(self, start: datetime | None = None, monotonic_start: float = 1000.0):
-        self._start = start if start is not None else datetime(2030, 1, 1, tzinfo=UTC)
-        if self._start.tzinfo is None:
-            raise ValueError("ManualClock needs a timezone-aware start")
-        self._mono_start_us = round(monotonic_start * 1_000_000)
-        self._elapsed_us = 0
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._start + timedelta(microseconds=self._elapsed_us)
-
-    def monotonic(self) -> float:
-        with self._lock:
-            return (self._mono_start_us + self._elapsed_us) / 1_000_000
-
-    def advance(self, ms: float) -> None:
-        if ms < 0:
-            raise ValueError("time only moves forward")
-        with self._lock:
-            self._elapsed_us += round(ms * 1000)
-
-    def __call__(self) -> datetime:
-        return self.now()
 
 
 # ------------------------------------------------------------------------------------ store
@@ -234,6 +200,7 @@ class InMemoryStore(InMemoryAdmin):
             if row is None:
                 return Outcome.CANCEL_UNKNOWN
             if row.readied_at is not None:
+                row.recurrence = None  # a claimed series: that occurrence is its last
                 return Outcome.CANCEL_CLAIMED
             del self._rows[m.id]
             return Outcome.CANCELLED
@@ -248,13 +215,15 @@ class InMemoryStore(InMemoryAdmin):
             enqueued_at=now,
             target_topic=m.target_topic,
             tenant=m.tenant,
+            recurrence=m.recurrence,
+            expires_ms=m.expires_ms,
         )
         if m.action is Action.RESCHEDULE:
             if row is not None and row.readied_at is not None:
                 return Outcome.RESCHEDULE_CLAIMED
             self._rows[m.id] = fresh
             return Outcome.RESCHEDULED
-        if m.deadline <= threshold:
+        if m.deadline <= threshold and m.recurrence is None:
             return Outcome.DUE_DUPLICATE if m.id in existed_before else Outcome.FIRE_NOW
         if row is not None:
             return Outcome.DUPLICATE
@@ -339,6 +308,8 @@ class InMemoryStore(InMemoryAdmin):
                         remaining_ms=(row.deadline - now).total_seconds() * 1000,
                         claimed_monotonic=arrived,
                         tenant=row.tenant or "",
+                        recurrence=row.recurrence,
+                        expires_ms=row.expires_ms,
                     )
                 )
             claimed.sort(key=lambda r: r.deadline)  # oldest first, as the store returns them
@@ -350,18 +321,28 @@ class InMemoryStore(InMemoryAdmin):
             return None
         return row
 
-    def delete_fired(self, node_id: str, claims: Sequence[Claim]) -> set[str]:
+    def delete_fired(
+        self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
+    ) -> set[str]:
         if not claims:
             return set()
+        advancing = nexts is not None and any(n is not None for n in nexts)
         with self._lock:
-            self._statement("delete_fired")
+            now = self._statement("advance_fired" if advancing else "delete_fired")
             node = check_uuid(node_id, "delete_fired")
-            deleted: set[str] = set()
-            for claim in claims:
-                if self._fenced(node, claim) is not None:
+            done: set[str] = set()
+            for claim, next_at in zip(claims, nexts or [None] * len(claims), strict=True):
+                row = self._fenced(node, claim)
+                if row is None:
+                    continue
+                done.add(claim[0])
+                cancelled = self._cancels.get(row.id, now) > now
+                if next_at is None or row.recurrence is None or cancelled:
                     del self._rows[claim[0]]
-                    deleted.add(claim[0])
-            return deleted
+                    continue
+                row.deadline, row.readied_at, row.readied_by = next_at, None, None
+                row.attempts, row.last_error = 0, None
+            return done
 
     def release(
         self,

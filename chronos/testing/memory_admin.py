@@ -145,6 +145,7 @@ class InMemoryAdmin:
             value_size=None if row.value is None else len(row.value),
             value=row.value if include_value else None,
             parked_at=row.parked_at,
+            recurrence=row.recurrence,
         )
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
@@ -207,6 +208,7 @@ class InMemoryAdmin:
             if row is None:
                 return CancelOutcome.NOT_FOUND
             if row.readied_at is not None:
+                row.recurrence = None  # a claimed series: that occurrence is its last
                 return CancelOutcome.CLAIMED
             del self._rows[message_id]
             return CancelOutcome.CANCELLED

@@ -27,6 +27,8 @@ class StoredRow:
     target_topic: str | None = None
     parked_at: datetime | None = None
     tenant: str | None = ""  # None: a row of a release before tenants
+    recurrence: str | None = None  # a series' rule (None: fires once)
+    expires_ms: int | None = None  # chronosExpires
 
     @property
     def headers(self) -> Headers:

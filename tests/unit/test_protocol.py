@@ -61,6 +61,12 @@ def test_header_names_are_those_of_the_design() -> None:
         "chronosAction",
         "chronosTopic",
         "chronosTenant",
+        "chronosEvery",
+        "chronosCron",
+        "chronosTimeZone",
+        "chronosUntil",
+        "chronosMissed",
+        "chronosExpires",
     }
 
 

@@ -5,10 +5,11 @@
 -- name: enqueue_batch
 -- Apply a consumed batch in one statement (ids distinct within the batch). Action "s" (schedule):
 -- rows not yet due (deadline beyond now + advance) are inserted (an id already waiting or ready
--- is ignored). "r" (reschedule): inserted, or replacing the deadline, key, value, headers and
+-- is ignored); a series (`recurrences`: its rule, NULL for a one-shot message) is inserted even
+-- when its first occurrence is due (the claim fires it, and advances the row). "r" (reschedule): inserted, or replacing the deadline, key, value, headers and
 -- topic of the unclaimed row with that id (a parked one is given a fresh start); a claimed row is
 -- left alone. "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
--- until now + cancel_ttl_ms. A schedule or reschedule whose id has a live marker is dropped.
+-- until now + cancel_ttl_ms (a claimed series loses its rule: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
 -- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
 -- tenants the fair claim visits (chronos_tenants).
@@ -17,7 +18,7 @@
 -- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
 -- all inserted returns no rows. The batch arrives as one binary array per column, in batch order
 -- (ids, actions "s"|"r"|"c", deadlines (NULL for a cancel), raw keys and values, target topics,
--- tenants ('' : the default tenant));
+-- tenants ('' : the default tenant), recurrences, expires_ms (chronosExpires; NULL: the default));
 -- headers flattened: header_rows (each header's 1-based message position), header_names and raw
 -- header_values, in order. The server builds the stored header document from them:
 -- [{"name": "<base64 value>" | null}, ...] (base64 without line breaks), NULL when none.
@@ -31,20 +32,22 @@ WITH headers AS (
 ), batch AS (
     SELECT b.ord, b.id, coalesce(b.action, 's') AS action, b.deadline,
            b.message_key, b.message_value, h.message_headers, b.target_topic,
-           coalesce(b.tenant, '') AS tenant,
-           b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
+           coalesce(b.tenant, '') AS tenant, b.recurrence, b.expires_ms,
+           b.recurrence IS NULL
+               AND b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
            EXISTS (SELECT 1 FROM chronos_cancels c
                    WHERE c.id = b.id AND c.expires_at > now()) AS blocked
     FROM unnest(%(ids)b::text[], %(actions)b::text[], %(deadlines)b::timestamptz[],
                 %(keys)b::bytea[], %(values)b::bytea[], %(topics)b::text[],
-                %(tenants)b::text[])
+                %(tenants)b::text[], %(recurrences)b::text[], %(expires)b::int4[])
              WITH ORDINALITY AS b(id, action, deadline, message_key, message_value, target_topic,
-                                  tenant, ord)
+                                  tenant, recurrence, expires_ms, ord)
     LEFT JOIN headers h ON h.message_ord = b.ord
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic, tenant)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
+                                  target_topic, tenant, recurrence, expires_ms)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant,
+           recurrence, expires_ms
     FROM batch
     WHERE action = 's' AND NOT due AND NOT blocked
     ORDER BY ord
@@ -52,15 +55,17 @@ WITH headers AS (
     RETURNING id
 ), rescheduled AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic, tenant)
-    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant
+                                  target_topic, tenant, recurrence, expires_ms)
+    SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant,
+           recurrence, expires_ms
     FROM batch
     WHERE action = 'r' AND NOT blocked
     ORDER BY id
     ON CONFLICT (id) DO UPDATE
     SET deadline = excluded.deadline, message_key = excluded.message_key,
         message_value = excluded.message_value, message_headers = excluded.message_headers,
-        target_topic = excluded.target_topic, tenant = excluded.tenant, attempts = 0,
+        target_topic = excluded.target_topic, tenant = excluded.tenant,
+        recurrence = excluded.recurrence, expires_ms = excluded.expires_ms, attempts = 0,
         last_error = NULL, parked_at = NULL, enqueued_at = now()
     WHERE chronos_messages.readied_at IS NULL
     RETURNING id
@@ -78,6 +83,14 @@ WITH headers AS (
     DELETE FROM chronos_messages m
     USING cancel_target t
     WHERE m.id = t.id AND t.readied_at IS NULL
+    RETURNING m.id
+), ended AS (
+    -- a series whose occurrence is claimed: that occurrence fires, none follows (its row ends
+    -- as a one-shot message; a write on the row, so an advance waiting on its lock sees it)
+    UPDATE chronos_messages m
+    SET recurrence = NULL
+    FROM cancel_target t
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)
@@ -166,7 +179,7 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
           ) AS header_values,
           m.attempts, m.last_error, m.target_topic,
           (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision,
-          m.tenant;
+          m.tenant, m.recurrence, m.expires_ms;
 
 -- name: claim_due_fair
 -- Phase 1 under overload (the firing loop runs it while its previous claim came back
@@ -184,7 +197,7 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
 -- before tenants (tenant NULL) are claimed by the fill only. The byte budget counts the visited
 -- tenants' rows first. The cost is bounded by `tenants` index probes plus the fill, whatever the
 -- number of rows or tenants. Rows are updated through `id = ANY(...)` (primary key in any plan).
--- After the claimed rows comes one row whose id is NULL and whose last column is the cursor of
+-- After the claimed rows comes one row whose id is NULL and whose tenant column is the cursor of
 -- the next fair claim (the last tenant visited).
 WITH visit AS (
     SELECT w.tenant, row_number() OVER (ORDER BY w.lap, w.tenant) AS pos
@@ -271,12 +284,13 @@ WITH visit AS (
               m.attempts, m.last_error, m.target_topic,
               (extract(epoch FROM (m.deadline - clock_timestamp())) * 1000)::double precision
                   AS remaining_ms,
-              m.tenant
+              m.tenant, m.recurrence, m.expires_ms
 )
 SELECT * FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       coalesce((SELECT v.tenant FROM visit v ORDER BY v.pos DESC LIMIT 1), %(cursor)s::text);
+       coalesce((SELECT v.tenant FROM visit v ORDER BY v.pos DESC LIMIT 1), %(cursor)s::text),
+       NULL, NULL;
 
 -- name: several_tenants
 -- More than one tenant is known (at most two rows of chronos_tenants read): the firing loop shares
@@ -306,6 +320,45 @@ WITH fence AS (
 DELETE FROM chronos_messages m
 WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id;
+
+-- name: advance_fired
+-- Phase 2 of a batch holding occurrences of series ("delete or advance"): delete_fired, except
+-- that a claim given a next occurrence (`nexts`; NULL: the series ends, or a one-shot message)
+-- moves its row to it, unclaimed again with a fresh attempts count, instead of deleting it: one
+-- statement, so a crash before it repeats the fired occurrence and never skips one. A series
+-- cancelled while its occurrence was claimed (a live cancel marker) is deleted: the cancel wins.
+-- Same fence, index use and lock order as delete_fired; `ids`, `readied_ats`, `nexts`: binary
+-- arrays, claim by claim. Returns the ids deleted or advanced.
+WITH fence AS (
+    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.next)) AS claims
+    FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(nexts)b::timestamptz[])
+         AS f(id, readied_at, next)
+), target AS (
+    SELECT m.id,
+           ((SELECT claims FROM fence) -> m.id ->> 1) IS NOT NULL
+           AND m.recurrence IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                           WHERE c.id = m.id AND c.expires_at > now()) AS advance
+    FROM chronos_messages m
+    WHERE m.id = ANY(%(ids)b::text[])
+      AND m.readied_by = %(node_id)s::uuid
+      AND m.readied_at = ((SELECT claims FROM fence) -> m.id ->> 0)::timestamptz
+    ORDER BY m.id
+    FOR UPDATE
+), advanced AS (
+    UPDATE chronos_messages m
+    SET deadline = ((SELECT claims FROM fence) -> m.id ->> 1)::timestamptz,
+        readied_at = NULL, readied_by = NULL, attempts = 0, last_error = NULL
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE advance))
+    RETURNING m.id
+), deleted AS (
+    DELETE FROM chronos_messages m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT advance))
+    RETURNING m.id
+)
+SELECT id FROM advanced
+UNION ALL
+SELECT id FROM deleted;
 
 -- name: release_claims
 -- Give claimed rows back (shutdown, or a failed publish to retry), fenced by this node's claim;
@@ -579,7 +632,7 @@ LIMIT %(limit)s;
 -- name: get_message
 -- One scheduled message by id, with the size of its value (the value itself only if asked).
 SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-       target_topic, enqueued_at, parked_at, message_key, message_headers,
+       target_topic, enqueued_at, parked_at, recurrence, message_key, message_headers,
        octet_length(message_value) AS value_size,
        CASE WHEN %(include_value)s THEN message_value END AS message_value
 FROM chronos_messages
@@ -598,7 +651,7 @@ SELECT * FROM (
                + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
         FROM (
         SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-               target_topic, enqueued_at, parked_at, message_key, message_headers,
+               target_topic, enqueued_at, parked_at, recurrence, message_key, message_headers,
                octet_length(message_value) AS value_size, NULL::bytea AS message_value
         FROM chronos_messages
         WHERE readied_at IS NULL
@@ -631,7 +684,7 @@ SELECT * FROM (
                + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
         FROM (
         SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-               target_topic, enqueued_at, parked_at, message_key, message_headers,
+               target_topic, enqueued_at, parked_at, recurrence, message_key, message_headers,
                octet_length(message_value) AS value_size, NULL::bytea AS message_value
         FROM chronos_messages
         WHERE attempts > 0
@@ -663,7 +716,7 @@ SELECT * FROM (
                + coalesce(octet_length(listed.message_headers::text), 0) AS row_bytes
         FROM (
         SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-               target_topic, enqueued_at, parked_at, message_key, message_headers,
+               target_topic, enqueued_at, parked_at, recurrence, message_key, message_headers,
                octet_length(message_value) AS value_size, NULL::bytea AS message_value
         FROM chronos_messages
         WHERE readied_at IS NOT NULL
@@ -693,7 +746,7 @@ SELECT * FROM (
         FROM (
         SELECT * FROM (
             (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-                    target_topic, enqueued_at, parked_at, message_key, message_headers,
+                    target_topic, enqueued_at, parked_at, recurrence, message_key, message_headers,
                     octet_length(message_value) AS value_size, NULL::bytea AS message_value
              FROM chronos_messages
              WHERE readied_at IS NULL
@@ -706,7 +759,7 @@ SELECT * FROM (
              LIMIT %(limit)s)
             UNION ALL
             (SELECT id, deadline, readied_at, readied_by::text AS readied_by, attempts, last_error,
-                    target_topic, enqueued_at, parked_at, message_key, message_headers,
+                    target_topic, enqueued_at, parked_at, recurrence, message_key, message_headers,
                     octet_length(message_value) AS value_size, NULL::bytea AS message_value
              FROM chronos_messages
              WHERE readied_at IS NOT NULL
@@ -728,13 +781,20 @@ ORDER BY deadline, id;
 -- name: cancel_message
 -- Delete a message unless claimed (it may be firing); no row returned = not scheduled. Leaves
 -- the same cancel marker a Kafka cancel does (for `cancel_ttl_ms`): a schedule of the id arriving
--- meanwhile is dropped, and a claimed message is deleted, not given back, when its claim ends.
+-- meanwhile is dropped, and a claimed message is deleted, not given back, when its claim ends (a
+-- claimed series fires that occurrence and ends: its rule is cleared).
 WITH target AS (
     SELECT id, readied_at FROM chronos_messages WHERE id = %(id)s FOR UPDATE
 ), deleted AS (
     DELETE FROM chronos_messages m
     USING target t
     WHERE m.id = t.id AND t.readied_at IS NULL
+    RETURNING m.id
+), ended AS (
+    UPDATE chronos_messages m
+    SET recurrence = NULL
+    FROM target t
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)
@@ -783,7 +843,7 @@ WITH target AS (
       AND t.parked_at IS NULL
       AND NOT (t.attempts > 0 AND t.attempts >= %(park_attempts)s)
     RETURNING m.id, m.deadline, m.readied_at, m.readied_by::text AS readied_by, m.attempts,
-              m.last_error, m.target_topic, m.enqueued_at, m.parked_at, m.message_key,
+              m.last_error, m.target_topic, m.enqueued_at, m.parked_at, m.recurrence, m.message_key,
               m.message_headers, octet_length(m.message_value) AS value_size,
               NULL::bytea AS message_value
 )

@@ -1,0 +1,292 @@
+"""Recurring messages: the rule of a series, how it is stored, and its occurrences.
+
+A series is one row whose deadline is its next occurrence. ``chronosEvery`` (an ISO-8601
+duration, at least 1 s) repeats a fixed period measured from the schedule (occurrence ``k`` is the
+first deadline plus ``k`` periods: no drift, whenever each one fired); ``chronosCron`` (five
+fields) with ``chronosTimeZone`` (an IANA name, default UTC) repeats by the wall clock of that
+zone, as Debian's cron does across daylight-saving changes (the expression is evaluated by
+``cronsim``): a job at a fixed time (neither minute nor hour starts with ``*``) that falls in a
+skipped hour fires at the first instant after the gap, and once (the first time) in a repeated
+hour; a job whose minute or hour field starts with ``*`` follows real time (``*/30 * * * *`` fires
+every 30 minutes, so a repeated hour has its occurrences twice and a skipped one none).
+``chronosUntil`` ends a series: no occurrence after it. ``chronosMissed`` says what happens to the
+occurrences a series missed while nothing could fire it (the cluster was down, the backlog too
+deep): ``latest`` (the default) fires only the latest missed one and counts the others as
+skipped; ``all`` fires every one of them, oldest first.
+
+The rule is stored as compact JSON text in ``chronos_messages.recurrence`` (``encode`` /
+``decode``; NULL: a one-shot message).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+MIN_PERIOD_MS = 1000
+MAX_COUNTED_SKIPS = 100_000
+"""Missed occurrences counted one by one at most (a cron series down for years stops counting)."""
+
+_DURATION_RE = re.compile(
+    r"^P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+)(?:[.,](?P<frac>\d{1,3}))?S)?)?$"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class RecurrenceError(ValueError):
+    """A header of a recurring message that cannot be used (the message is dead-lettered)."""
+
+
+class Missed(StrEnum):
+    """What a series does with the occurrences it missed (``chronosMissed``)."""
+
+    LATEST = "latest"  # fire the latest missed occurrence once, count the others as skipped
+    ALL = "all"  # fire every missed occurrence, oldest first
+
+
+def parse_duration_ms(raw: str, header: str) -> int:
+    """An ISO-8601 duration of weeks, days, hours, minutes and seconds (milliseconds at most) in
+    milliseconds. Years and months have no fixed length: a calendar rule is a cron expression."""
+    text = raw.strip().upper()
+    match = _DURATION_RE.match(text)
+    if match is None or text in ("P", "PT") or text.endswith("T"):
+        hint = ""
+        if re.match(r"^P(\d+Y|\d+M)", text):
+            hint = " (years and months have no fixed length: use chronosCron)"
+        raise RecurrenceError(
+            f"{header} {raw[:64]!r} is not an ISO-8601 duration like PT5M, PT1.5S or P1D{hint}"
+        )
+    parts = {k: int(v) for k, v in match.groupdict().items() if v and k != "frac"}
+    frac = (match["frac"] or "").ljust(3, "0")
+    ms = (
+        parts.get("weeks", 0) * 604_800_000
+        + parts.get("days", 0) * 86_400_000
+        + parts.get("hours", 0) * 3_600_000
+        + parts.get("minutes", 0) * 60_000
+        + parts.get("seconds", 0) * 1000
+        + int(frac)
+    )
+    if ms > 10 * 366 * 86_400_000:
+        raise RecurrenceError(f"{header} {raw[:64]!r} is longer than ten years")
+    return ms
+
+
+@lru_cache(maxsize=256)
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone ``name`` (from the ``tzdata`` package when the system has no zone data)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise RecurrenceError(f"chronosTimeZone {name[:64]!r} is not an IANA time zone") from None
+
+
+def check_cron(expr: str) -> str:
+    """A five-field cron expression, normalised to single spaces, or RecurrenceError."""
+    fields = expr.split()
+    if len(fields) != 5:
+        raise RecurrenceError(
+            f"chronosCron {expr[:64]!r} has {len(fields)} fields: it takes five "
+            "(minute hour day-of-month month day-of-week)"
+        )
+    normal = " ".join(fields)
+    try:
+        CronSim(normal, datetime(2000, 1, 1, tzinfo=UTC))
+    except (CronSimError, ValueError) as exc:
+        raise RecurrenceError(f"chronosCron {expr[:64]!r} is not valid: {exc}") from None
+    return normal
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What firing a claimed series does: the occurrence it fires (epoch seconds), how many
+    missed occurrences it skips, and the next occurrence the row advances to (None: the series
+    ends and the row is deleted)."""
+
+    fire: float
+    skipped: int
+    next: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A series' rule: a period (``every_ms``) or a cron expression in ``zone``."""
+
+    every_ms: int | None = None
+    cron: str | None = None
+    zone: str = "UTC"
+    until: datetime | None = None
+    missed: Missed = Missed.LATEST
+
+    # -- storage --------------------------------------------------------------------------
+
+    def encode(self) -> str:
+        doc: dict[str, object] = (
+            {"every": self.every_ms} if self.every_ms is not None else {"cron": self.cron}
+        )
+        if self.cron is not None and self.zone != "UTC":
+            doc["tz"] = self.zone
+        if self.until is not None:
+            doc["until"] = _micros(self.until)
+        if self.missed is not Missed.LATEST:
+            doc["missed"] = self.missed.value
+        return json.dumps(doc, separators=(",", ":"))
+
+    def describe(self) -> str:
+        """The rule as people read it (admin API, console, logs)."""
+        text = (
+            f"every {_format_ms(self.every_ms)}"
+            if self.every_ms is not None
+            else f"cron {self.cron!r} in {self.zone}"
+        )
+        if self.until is not None:
+            text += f" until {self.until.astimezone(UTC).isoformat()}"
+        if self.missed is not Missed.LATEST:
+            text += f", missed: {self.missed.value}"
+        return text
+
+    # -- occurrences ----------------------------------------------------------------------
+
+    def first(self, start: datetime, *, exact: bool) -> datetime:
+        """The series' first occurrence: ``start`` itself for a period when ``exact`` (a
+        ``chronosDeadline`` was given), else one period after it; for a cron rule, its first
+        occurrence at or after ``start`` (``exact``) or after it."""
+        if self.every_ms is not None:
+            return start if exact else start + timedelta(milliseconds=self.every_ms)
+        before = start - timedelta(seconds=1) if exact else start
+        return self._cron_after(before)
+
+    def after(self, occurrence: datetime) -> datetime | None:
+        """The occurrence after ``occurrence`` (None: past ``until``)."""
+        if self.every_ms is not None:
+            following = occurrence + timedelta(milliseconds=self.every_ms)
+        else:
+            following = self._cron_after(occurrence)
+        if self.until is not None and following > self.until:
+            return None
+        return following
+
+    def plan(self, due: float, now: float) -> Plan:
+        """A claimed occurrence due at ``due`` as the database clock reads ``now`` (both epoch
+        seconds): with ``missed: all`` it fires ``due``; with ``latest`` (a series behind by more
+        than one occurrence) it fires the latest occurrence not after ``now`` (nor ``until``)
+        and skips the ones between."""
+        due_at = _from_epoch(due)
+        if self.missed is Missed.ALL or now <= due:
+            following = self.after(due_at)
+            return Plan(due, 0, None if following is None else following.timestamp())
+        limit = _from_epoch(now)
+        if self.until is not None and self.until < limit:
+            limit = self.until
+        if self.every_ms is not None:
+            step = self.every_ms * 1000
+            k = max(0, (_micros(limit) - _micros(due_at)) // step)
+            latest = due_at + timedelta(microseconds=k * step)
+            skipped = k
+        else:
+            latest = max(due_at, self._cron_latest(limit))
+            skipped = self._count_between(due_at, latest)
+        following = self.after(latest)
+        return Plan(
+            latest.timestamp(), int(skipped), None if following is None else following.timestamp()
+        )
+
+    def _cron_after(self, instant: datetime) -> datetime:
+        local = instant.astimezone(zone(self.zone))
+        return next(CronSim(self.cron or "", local)).astimezone(UTC)
+
+    def _cron_latest(self, limit: datetime) -> datetime:
+        """The latest occurrence at or before ``limit``."""
+        local = limit.astimezone(zone(self.zone)).replace(microsecond=0) + timedelta(seconds=1)
+        return next(CronSim(self.cron or "", local, reverse=True)).astimezone(UTC)
+
+    def _count_between(self, first: datetime, last: datetime) -> int:
+        """Occurrences from ``first`` (included) to ``last`` (excluded), counted up to a cap."""
+        count = 0
+        local = first.astimezone(zone(self.zone)) - timedelta(seconds=1)
+        for occurrence in CronSim(self.cron or "", local):
+            if occurrence.astimezone(UTC) >= last or count >= MAX_COUNTED_SKIPS:
+                break
+            count += 1
+        return count
+
+
+def make_rule(
+    every: str | None,
+    cron: str | None,
+    zone_name: str | None,
+    until: datetime | None,
+    missed: str | None,
+) -> Rule | None:
+    """The rule the recurrence headers of one record describe (None: a one-shot message), or
+    RecurrenceError naming the header at fault."""
+    if every is None and cron is None:
+        for header, value in (
+            ("chronosTimeZone", zone_name),
+            ("chronosUntil", until),
+            ("chronosMissed", missed),
+        ):
+            if value is not None:
+                raise RecurrenceError(f"{header} needs chronosEvery or chronosCron")
+        return None
+    if every is not None and cron is not None:
+        raise RecurrenceError("chronosEvery and chronosCron exclude each other")
+    if every is not None and zone_name is not None:
+        raise RecurrenceError("chronosTimeZone applies to chronosCron only (a period is real time)")
+    policy = Missed.LATEST
+    if missed is not None:
+        try:
+            policy = Missed(missed.strip().lower())
+        except ValueError:
+            raise RecurrenceError(
+                f"chronosMissed {missed[:64]!r} is not one of latest, all"
+            ) from None
+    if every is not None:
+        period = parse_duration_ms(every, "chronosEvery")
+        if period < MIN_PERIOD_MS:
+            raise RecurrenceError(f"chronosEvery {every[:64]!r} is shorter than 1 s")
+        return Rule(every_ms=period, until=until, missed=policy)
+    name = (zone_name or "UTC").strip()
+    zone(name)  # refuses an unknown zone
+    return Rule(cron=check_cron(cron or ""), zone=name, until=until, missed=policy)
+
+
+@lru_cache(maxsize=4096)
+def decode(stored: str) -> Rule:
+    """The rule stored in ``chronos_messages.recurrence`` (cached: a series fires again and
+    again, and many series share a rule)."""
+    doc = json.loads(stored)
+    until = doc.get("until")
+    return Rule(
+        every_ms=doc.get("every"),
+        cron=doc.get("cron"),
+        zone=doc.get("tz", "UTC"),
+        until=None if until is None else _EPOCH + timedelta(microseconds=until),
+        missed=Missed(doc.get("missed", Missed.LATEST.value)),
+    )
+
+
+def _micros(instant: datetime) -> int:
+    delta = instant - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_epoch(seconds: float) -> datetime:
+    """Epoch seconds (a claimed row's deadline) as an aware UTC datetime, to the microsecond."""
+    return _EPOCH + timedelta(microseconds=round(seconds * 1_000_000))
+
+
+def _format_ms(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
