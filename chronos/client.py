@@ -7,6 +7,13 @@
     message_id = client.schedule(producer, value=b'{"do": "it"}', key=b"order-42", delay=30)
     client.reschedule(producer, message_id=message_id, value=b"...", key=b"order-42", delay=60)
     client.cancel(producer, message_id, key=b"order-42")
+    # a series: weekdays at 9:00 in Paris until the end of the year (cancel ends it too)
+    client.schedule(
+        producer,
+        value=b"report",
+        message_id="daily-report",
+        repeat=client.Repeat(cron="0 9 * * 1-5", time_zone="Europe/Paris", until=end_of_year),
+    )
     producer.flush()
 
 Each call produces one record to the Chronos input topic (it does not flush: call
@@ -22,19 +29,36 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from chronos.protocol import (
     ACTION_HEADER,
+    CHRONOS_HEADERS,
+    CRON_HEADER,
     DEADLINE_HEADER,
+    EVERY_HEADER,
+    EXPIRES_HEADER,
     MESSAGE_ID_HEADER,
+    MISSED_HEADER,
+    TIME_ZONE_HEADER,
     TOPIC_HEADER,
+    UNTIL_HEADER,
     Action,
     format_deadline,
 )
+from chronos.recurrence import format_duration, make_rule
 
-__all__ = ["DEFAULT_INPUT_TOPIC", "Producer", "cancel", "deadline_of", "reschedule", "schedule"]
+__all__ = [
+    "DEFAULT_INPUT_TOPIC",
+    "Producer",
+    "Repeat",
+    "cancel",
+    "deadline_of",
+    "reschedule",
+    "schedule",
+]
 
 DEFAULT_INPUT_TOPIC = "chronos-input"
 
@@ -46,6 +70,57 @@ class Producer(Protocol):
     """What the client needs of a producer: ``confluent_kafka.Producer.produce``."""
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A series: ``every`` (a timedelta, seconds, or an ISO-8601 duration; at least 1 s) or
+    ``cron`` (five fields) in ``time_zone`` (IANA; default UTC); ``until`` (no occurrence after
+    it); ``missed``: ``"latest"`` (default: after downtime only the latest missed occurrence
+    fires) or ``"all"``. Checked when made (ValueError), as Chronos will read it."""
+
+    every: timedelta | float | str | None = None
+    cron: str | None = None
+    time_zone: str | None = None
+    until: datetime | None = None
+    missed: str | None = None
+
+    def __post_init__(self) -> None:
+        rule = make_rule(self._every(), self.cron, self.time_zone, self._until(), self.missed)
+        if rule is None:
+            raise ValueError("a Repeat needs every or cron")
+
+    def _every(self) -> str | None:
+        if self.every is None or isinstance(self.every, str):
+            return self.every
+        step = self.every if isinstance(self.every, timedelta) else timedelta(seconds=self.every)
+        return format_duration(step // timedelta(milliseconds=1))
+
+    def _until(self) -> datetime | None:
+        if self.until is None or self.until.tzinfo is not None:
+            return self.until
+        return self.until.replace(tzinfo=UTC)
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        until = self._until()
+        pairs = [
+            (EVERY_HEADER, self._every()),
+            (CRON_HEADER, self.cron),
+            (TIME_ZONE_HEADER, self.time_zone),
+            (UNTIL_HEADER, None if until is None else format_deadline(until)),
+            (MISSED_HEADER, self.missed),
+        ]
+        return [(name, text.encode()) for name, text in pairs if text is not None]
+
+
+def _expires_header(expires: timedelta | datetime | None) -> list[tuple[str, bytes | None]]:
+    if expires is None:
+        return []
+    if isinstance(expires, timedelta):
+        text = format_duration(expires // timedelta(milliseconds=1))
+    else:
+        text = format_deadline(expires if expires.tzinfo else expires.replace(tzinfo=UTC))
+    return [(EXPIRES_HEADER, text.encode())]
 
 
 def deadline_of(
@@ -67,6 +142,7 @@ def _headers(
     deadline: datetime | None,
     target_topic: str | None,
     headers: HeaderInput | None,
+    chronos: list[tuple[str, bytes | None]],
 ) -> list[tuple[str, bytes | None]]:
     out: list[tuple[str, bytes | None]] = [(MESSAGE_ID_HEADER, message_id.encode())]
     if deadline is not None:
@@ -75,8 +151,9 @@ def _headers(
         out.append((ACTION_HEADER, action.value.encode()))
     if target_topic is not None:
         out.append((TOPIC_HEADER, target_topic.encode()))
+    out.extend(chronos)
     for name, value in headers or ():
-        if name in (MESSAGE_ID_HEADER, DEADLINE_HEADER, ACTION_HEADER, TOPIC_HEADER):
+        if name in CHRONOS_HEADERS:
             raise ValueError(f"header {name!r} is set by the client")
         out.append((name, value.encode() if isinstance(value, str) else value))
     return out
@@ -95,15 +172,20 @@ def _send(
     topic: str,
     target_topic: str | None,
     on_delivery: DeliveryCallback | None,
+    repeat: Repeat | None = None,
+    expires: timedelta | datetime | None = None,
 ) -> str:
     message_id = message_id or str(uuid.uuid4())
     if not 0 < len(message_id) <= 128:
         raise ValueError("message_id must be 1-128 characters")
-    when = None if action is Action.CANCEL else deadline_of(deadline, delay)
+    when = None
+    if action is not Action.CANCEL and (repeat is None or deadline or delay is not None):
+        when = deadline_of(deadline, delay)  # a series without either: its rule says when
+    chronos = [*(repeat.headers() if repeat else []), *_expires_header(expires)]
     kwargs: dict[str, Any] = {
         "key": key.encode() if isinstance(key, str) else key,
         "value": value.encode() if isinstance(value, str) else value,
-        "headers": _headers(message_id, action, when, target_topic, headers),
+        "headers": _headers(message_id, action, when, target_topic, headers, chronos),
     }
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
@@ -123,11 +205,15 @@ def schedule(
     topic: str = DEFAULT_INPUT_TOPIC,
     target_topic: str | None = None,
     on_delivery: DeliveryCallback | None = None,
+    repeat: Repeat | None = None,
+    expires: timedelta | datetime | None = None,
 ) -> str:
     """Schedule ``value`` (and ``key``, ``headers``) to be fired at ``deadline`` or after
     ``delay`` (seconds or a timedelta), to the output topic or ``target_topic`` (which the nodes
     must allow: ``CHRONOS_ALLOWED_TOPICS``). Returns the message id (a new UUID if none given).
-    Ignored by Chronos while a message with that id is waiting."""
+    Ignored by Chronos while a message with that id is waiting. With ``repeat`` it is a series
+    (``deadline``/``delay``, optional, is its first occurrence); ``expires`` (a timedelta after
+    the deadline, or an instant) is how late it may still fire."""
     return _send(
         producer,
         Action.SCHEDULE,
@@ -140,6 +226,8 @@ def schedule(
         topic=topic,
         target_topic=target_topic,
         on_delivery=on_delivery,
+        repeat=repeat,
+        expires=expires,
     )
 
 
@@ -155,9 +243,12 @@ def reschedule(
     topic: str = DEFAULT_INPUT_TOPIC,
     target_topic: str | None = None,
     on_delivery: DeliveryCallback | None = None,
+    repeat: Repeat | None = None,
+    expires: timedelta | datetime | None = None,
 ) -> str:
-    """Replace the waiting message ``message_id`` (deadline, key, value, headers, topic), or
-    schedule it if there is none. A message already being fired is not changed."""
+    """Replace the waiting message ``message_id`` (deadline, key, value, headers, topic, and
+    its series: a series replaced without ``repeat`` becomes a one-shot message), or schedule
+    it if there is none. A message already being fired is not changed."""
     return _send(
         producer,
         Action.RESCHEDULE,
@@ -170,6 +261,8 @@ def reschedule(
         topic=topic,
         target_topic=target_topic,
         on_delivery=on_delivery,
+        repeat=repeat,
+        expires=expires,
     )
 
 

@@ -258,6 +258,12 @@ def make_rule(
     return Rule(cron=check_cron(cron or ""), zone=name, until=until, missed=policy)
 
 
+def format_duration(ms: int) -> str:
+    """Milliseconds as an ISO-8601 duration in seconds (``PT300S``, ``PT1.5S``)."""
+    seconds, rest = divmod(ms, 1000)
+    return f"PT{seconds}S" if rest == 0 else f"PT{seconds}.{rest:03d}".rstrip("0") + "S"
+
+
 @lru_cache(maxsize=4096)
 def decode(stored: str) -> Rule:
     """The rule stored in ``chronos_messages.recurrence`` (cached: a series fires again and

@@ -49,6 +49,7 @@ from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.protocol import MAX_ID_LENGTH, b64
+from chronos.recurrence import Rule, decode
 from chronos.store import (
     COUNT_LIMIT,
     EXACT_COUNT_BELOW,
@@ -131,10 +132,30 @@ def message_json(record: MessageRecord, parked_at: int, *, include_value: bool) 
         "key": b64(record.key),
         "headers": [{"name": name, "value": b64(value)} for name, value in record.headers],
         "value_size": record.value_size,
+        "recurrence": recurrence_json(record.recurrence),
     }
     if include_value:
         body["value"] = b64(record.value)
     return body
+
+
+def recurrence_json(stored: str | None) -> dict[str, Any] | None:
+    """A series' rule as the API shows it (None: a one-shot message); its next occurrence is
+    the message's deadline."""
+    if stored is None:
+        return None
+    try:
+        rule = decode(stored)
+    except (ValueError, KeyError, TypeError):
+        rule = Rule(cron=f"unreadable: {stored[:200]}")  # shown as it is, never fired as a rule
+    return {
+        "rule": rule.describe(),
+        "every_ms": rule.every_ms,
+        "cron": rule.cron,
+        "time_zone": rule.zone if rule.cron is not None else None,
+        "until": format_timestamp(rule.until),
+        "missed": rule.missed.value,
+    }
 
 
 def stats_json(backlog: Backlog, parked_at: int) -> dict[str, Any]:
@@ -344,8 +365,8 @@ class AdminAPI:
         if outcome is CancelOutcome.CLAIMED:
             raise ApiError(
                 409,
-                f"message {message_id!r} is claimed by a node and may be firing right now; "
-                "it cannot be cancelled",
+                f"message {message_id!r} is claimed by a node and may be firing right now: "
+                "that firing is not stopped, and nothing follows it (a series ends with it)",
             )
         log.info(
             "message %s cancelled through the admin API by %s",

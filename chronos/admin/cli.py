@@ -257,7 +257,16 @@ def _pairs(mapping: Mapping[str, Any]) -> str:
     return "\n".join(f"{escape(k).ljust(width)}  {_cell(v)}" for k, v in mapping.items())
 
 
-MESSAGE_COLUMNS = ("id", "state", "deadline", "attempts", "claimed_by", "value_size", "last_error")
+MESSAGE_COLUMNS = (
+    "id",
+    "state",
+    "deadline",
+    "attempts",
+    "claimed_by",
+    "value_size",
+    "last_error",
+    "rule",
+)
 NODE_COLUMNS = ("node_id", "live", "leader", "hostname", "version", "heartbeat_age_seconds")
 
 
@@ -287,7 +296,14 @@ def _get(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     message = client.get(args.id, include_value=args.include_value)
     shown = {k: v for k, v in message.items() if k != "headers"}
     shown["headers"] = ", ".join(h["name"] for h in message.get("headers", [])) or None
+    shown["recurrence"] = _rule(message)
     _emit(args, out, message, _pairs(shown))
+
+
+def _rule(message: Mapping[str, Any]) -> str | None:
+    """A recurring message's rule as a table cell (None: it fires once)."""
+    recurrence = message.get("recurrence")
+    return recurrence.get("rule") if isinstance(recurrence, dict) else None
 
 
 def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -303,7 +319,7 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
         return
     page = client.list(**params)
     cursor = page.get("next_cursor")
-    text = table(page["messages"], MESSAGE_COLUMNS)
+    text = table([{**m, "rule": _rule(m)} for m in page["messages"]], MESSAGE_COLUMNS)
     if cursor:
         text += f"\nmore: --cursor {cursor}"
     _emit(args, out, {"messages": page["messages"], "next_cursor": cursor}, text)
@@ -323,7 +339,9 @@ def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: T
                 out.write(("," if written else "") + "\n  " + json.dumps(message))
             written += 1
         if not as_json and (page["messages"] or written == 0):
-            lines = table(page["messages"], MESSAGE_COLUMNS).split("\n")
+            lines = table(
+                [{**m, "rule": _rule(m)} for m in page["messages"]], MESSAGE_COLUMNS
+            ).split("\n")
             out.write("\n".join(lines if written == len(page["messages"]) else lines[1:]) + "\n")
         out.flush()
         params["cursor"] = page.get("next_cursor")

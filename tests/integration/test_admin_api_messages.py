@@ -4,12 +4,14 @@ headers; the list, its pages, filters and refused parameters."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import quote, urlencode
 
 import pytest
 
+from chronos.recurrence import Rule
 from tests.integration.admin_api import (
     PARK,
     Api,
@@ -54,6 +56,7 @@ def test_get_message_shows_state_bytes_and_headers(api: Api) -> None:
             {"name": "trace", "value": base64.b64encode(b"second").decode()},
         ],
         "value_size": 1000,
+        "recurrence": None,
     }
     status, body = api.get("/admin/v1/messages/m1?include_value=true")
     assert base64.b64decode(body["value"]) == b"\x00" * 1000
@@ -165,3 +168,53 @@ def test_list_rejects_bad_parameters(api: Api, bad: str) -> None:
     status, body = api.get("/admin/v1/messages?" + bad)
     assert status == 400, bad
     assert body["error"]
+
+
+def test_a_recurring_message_shows_its_rule_and_its_next_occurrence(api: Api) -> None:
+    until = datetime(2031, 12, 31, tzinfo=UTC)
+    rule = Rule(cron="0 9 * * 1-5", zone="Europe/Paris", until=until)
+    first = datetime(2031, 5, 6, 7, 0, tzinfo=UTC)  # Tuesday 09:00 in Paris (UTC+2)
+    seed(
+        api,
+        [
+            dataclasses.replace(message("daily", first), recurrence=rule.encode()),
+            message("once", first),
+        ],
+    )
+    status, body = api.get("/admin/v1/messages/daily")
+    assert status == 200
+    assert body["deadline"] == "2031-05-06T07:00:00Z"  # the next occurrence
+    assert body["recurrence"] == {
+        "rule": "cron '0 9 * * 1-5' in Europe/Paris until 2031-12-31T00:00:00+00:00",
+        "every_ms": None,
+        "cron": "0 9 * * 1-5",
+        "time_zone": "Europe/Paris",
+        "until": "2031-12-31T00:00:00Z",
+        "missed": "latest",
+    }
+    status, page = api.get("/admin/v1/messages?" + urlencode({"limit": 10}))
+    assert {m["id"]: m["recurrence"] is not None for m in page["messages"]} == {
+        "daily": True,
+        "once": False,
+    }
+    # A cancel through the API ends the series (a waiting one is deleted).
+    status, _, _ = api.request("DELETE", "/admin/v1/messages/daily")
+    assert status == 204
+    status, _ = api.get("/admin/v1/messages/daily")
+    assert status == 404
+
+
+def test_an_admin_cancel_of_a_claimed_series_makes_that_occurrence_its_last(api: Api) -> None:
+    every = Rule(every_ms=60_000).encode()
+    deadline = datetime.now(UTC) + timedelta(seconds=1)
+    seed(api, [dataclasses.replace(message("tick", deadline), recurrence=every)])
+    node = str(uuid.uuid4())
+    (row,) = api.store.claim(node, 5_000, 10, PARK)
+    status, _, body = api.request("DELETE", "/admin/v1/messages/tick")
+    assert status == 409 and "a series ends with it" in body["error"], body
+    # The node fires the occurrence and advances it: the row is deleted instead.
+    assert api.store.delete_fired(
+        node, [(row.id, row.readied_at)], [deadline + timedelta(minutes=1)]
+    ) == {"tick"}
+    status, _ = api.get("/admin/v1/messages/tick")
+    assert status == 404

@@ -75,3 +75,61 @@ def test_bad_calls_are_refused() -> None:
     with pytest.raises(ValueError, match="1-128"):
         client.schedule(p, value=b"v", delay=1, message_id="x" * 129)
     assert p.records == []
+
+
+def test_a_series_parses_back_into_its_rule() -> None:
+    from chronos.recurrence import Missed, Rule, decode
+
+    p = RecordingProducer()
+    until = datetime(2031, 1, 1)  # naive: UTC
+    repeat = client.Repeat(cron="0 9 * * 1-5", time_zone="Europe/Paris", until=until)
+    client.schedule(p, value=b"report", message_id="daily", repeat=repeat)
+    m = parsed(p)
+    assert m.id == "daily"
+    assert decode(m.recurrence or "") == Rule(
+        cron="0 9 * * 1-5", zone="Europe/Paris", until=until.replace(tzinfo=UTC)
+    )
+    start = datetime(2030, 5, 1, 12, tzinfo=UTC)
+    client.schedule(
+        p,
+        value=b"tick",
+        deadline=start,
+        repeat=client.Repeat(every=timedelta(seconds=1.5), missed="all"),
+        expires=timedelta(seconds=10),
+    )
+    m = parsed(p)
+    assert m.deadline == start
+    assert decode(m.recurrence or "") == Rule(every_ms=1_500, missed=Missed.ALL)
+    assert m.expires_ms == 10_000
+    client.schedule(p, value=b"x", repeat=client.Repeat(every="PT5M"))
+    assert decode(parsed(p).recurrence or "").every_ms == 300_000
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"every": 0.5},
+        {"every": "P1M"},
+        {"cron": "* * *"},
+        {"cron": "0 9 * * *", "time_zone": "Nowhere/Else"},
+        {"every": 60, "cron": "* * * * *"},
+        {"missed": "never", "every": 60},
+        {},
+    ],
+)
+def test_a_bad_series_is_refused_when_made(kwargs: dict[str, Any]) -> None:
+    if not kwargs:
+        with pytest.raises(ValueError, match="needs every or cron"):
+            client.Repeat()
+        with pytest.raises(ValueError, match="needs chronosEvery or chronosCron"):
+            client.Repeat(until=datetime(2031, 1, 1, tzinfo=UTC))
+        return
+    with pytest.raises(ValueError):
+        client.Repeat(**kwargs)
+
+
+def test_recurrence_headers_cannot_be_passed_as_plain_headers() -> None:
+    with pytest.raises(ValueError, match="set by the client"):
+        client.schedule(
+            RecordingProducer(), value=b"v", delay=1, headers=[("chronosEvery", "PT1S")]
+        )
