@@ -27,10 +27,11 @@ def probe_settings(url: str = "postgresql://unused", **overrides: Any) -> Settin
 
 
 def firing_loop(
-    url: str, claim_batch_size: int, publisher: Publisher
+    url: str, claim_batch_size: int, publisher: Publisher, **overrides: Any
 ) -> tuple[FiringLoop, PostgresStore, threading.Thread]:
-    """The loop, its store and the (not yet started) thread that runs it."""
-    settings = probe_settings(url, claim_batch_size=claim_batch_size)
+    """The loop, its store and the (not yet started) thread that runs it (``overrides``: more
+    settings)."""
+    settings = probe_settings(url, claim_batch_size=claim_batch_size, **overrides)
     store = PostgresStore(url)
     loop = FiringLoop(settings, store, publisher, unfenced(settings.node_id))
     return loop, store, threading.Thread(target=loop.run, daemon=True)
