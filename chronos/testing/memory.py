@@ -220,7 +220,12 @@ class InMemoryStore(InMemoryAdmin):
         )
         if m.action is Action.RESCHEDULE:
             if row is not None and row.readied_at is not None:
-                return Outcome.RESCHEDULE_CLAIMED
+                if row.recurrence is None:
+                    return Outcome.RESCHEDULE_CLAIMED
+                # A claimed series is replaced all the same, its claim kept: its advance gives
+                # it back (enqueued after the claim, as clock_timestamp() is in the SQL).
+                fresh.readied_at, fresh.readied_by = row.readied_at, row.readied_by
+                fresh.enqueued_at = max(now, row.readied_at + timedelta(microseconds=1))
             self._rows[m.id] = fresh
             return Outcome.RESCHEDULED
         if m.deadline <= threshold and m.recurrence is None:
@@ -336,6 +341,9 @@ class InMemoryStore(InMemoryAdmin):
                 if row is None:
                     continue
                 done.add(claim[0])
+                if row.readied_at is not None and row.enqueued_at > row.readied_at:
+                    row.readied_at = row.readied_by = None  # replaced while claimed: given back
+                    continue
                 cancelled = self._cancels.get(row.id, now) > now
                 if next_at is None or row.recurrence is None or cancelled:
                     del self._rows[claim[0]]

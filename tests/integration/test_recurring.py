@@ -6,12 +6,21 @@ fire stale, stored or arriving."""
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 
-from chronos.protocol import DEAD_LETTER_REASON_HEADER, format_deadline, parse_deadline
+from chronos.protocol import (
+    DEAD_LETTER_REASON_HEADER,
+    Action,
+    ScheduledMessage,
+    format_deadline,
+    parse_deadline,
+)
+from chronos.recurrence import Rule
+from chronos.store import Outcome, PostgresStore
 from tests.integration.nodes import (
     Nodes,
     Sent,
@@ -153,3 +162,36 @@ def test_a_series_whose_first_occurrence_is_past_is_stored_and_fired_once(
             "SELECT deadline FROM chronos_messages WHERE id = 'catch-up'"
         ).fetchone() or (None,)
     assert deadline == start + timedelta(hours=2)
+
+
+def test_a_series_replaced_while_its_occurrence_is_claimed_is_given_back_not_advanced(
+    migrated_database_url: str,
+) -> None:
+    store = PostgresStore(migrated_database_url)
+    try:
+        at = store.ping() + timedelta(milliseconds=300)
+        every = Rule(every_ms=1_000).encode()
+        store.enqueue([ScheduledMessage("s", at, b"k", b"v1", [], recurrence=every)], 0)
+        node = str(uuid.uuid4())
+        (row,) = store.claim(node, 1_000, 10, 10)
+        later = at + timedelta(minutes=5)
+        hourly = Rule(every_ms=3_600_000).encode()
+        replacement = ScheduledMessage(
+            "s", later, b"k", b"v2", [], Action.RESCHEDULE, recurrence=hourly
+        )
+        assert store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
+        # The occurrence in flight (v1) is delivered; its advance finds the row replaced.
+        done = store.delete_fired(node, [(row.id, row.readied_at)], [at + timedelta(seconds=1)])
+        assert done == {"s"}
+        with psycopg.connect(migrated_database_url) as conn:
+            stored = conn.execute(
+                "SELECT deadline, readied_at, message_value, recurrence FROM chronos_messages"
+            ).fetchall()
+        assert stored == [(later, None, b"v2", hourly)]
+        # A one-shot message claimed is still left alone by a reschedule.
+        store.enqueue([ScheduledMessage("once", at, b"k", b"v", [])], 0)
+        store.claim(node, 1_000, 10, 10)
+        again = ScheduledMessage("once", later, b"k", b"v2", [], Action.RESCHEDULE)
+        assert store.enqueue([again], 0) == [Outcome.RESCHEDULE_CLAIMED]
+    finally:
+        store.close()

@@ -8,7 +8,9 @@
 -- is ignored); a series (`recurrences`: its rule, NULL for a one-shot message) is inserted even
 -- when its first occurrence is due (the claim fires it, and advances the row). "r" (reschedule): inserted, or replacing the deadline, key, value, headers and
 -- topic of the unclaimed row with that id (a parked one is given a fresh start); a claimed row is
--- left alone. "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
+-- left alone, unless it is a series: then it is replaced all the same, its claim kept (the
+-- occurrence in flight fires as it was; advance_fired sees enqueued_at after the claim and
+-- gives the replaced row back instead of advancing it). "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
 -- until now + cancel_ttl_ms (a claimed series loses its rule: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
 -- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
@@ -66,8 +68,8 @@ WITH headers AS (
         message_value = excluded.message_value, message_headers = excluded.message_headers,
         target_topic = excluded.target_topic, tenant = excluded.tenant,
         recurrence = excluded.recurrence, expires_ms = excluded.expires_ms, attempts = 0,
-        last_error = NULL, parked_at = NULL, enqueued_at = now()
-    WHERE chronos_messages.readied_at IS NULL
+        last_error = NULL, parked_at = NULL, enqueued_at = clock_timestamp()
+    WHERE chronos_messages.readied_at IS NULL OR chronos_messages.recurrence IS NOT NULL
     RETURNING id
 ), known_tenants AS (
     INSERT INTO chronos_tenants (tenant)
@@ -327,6 +329,8 @@ RETURNING m.id;
 -- moves its row to it, unclaimed again with a fresh attempts count, instead of deleting it: one
 -- statement, so a crash before it repeats the fired occurrence and never skips one. A series
 -- cancelled while its occurrence was claimed (a live cancel marker) is deleted: the cancel wins.
+-- A row replaced by a reschedule while claimed (enqueued_at after readied_at: it is a new
+-- message) is given back unchanged, neither advanced nor deleted.
 -- Same fence, index use and lock order as delete_fired; `ids`, `readied_ats`, `nexts`: binary
 -- arrays, claim by claim. Returns the ids deleted or advanced.
 WITH fence AS (
@@ -335,6 +339,7 @@ WITH fence AS (
          AS f(id, readied_at, next)
 ), target AS (
     SELECT m.id,
+           m.enqueued_at > m.readied_at AS replaced,
            ((SELECT claims FROM fence) -> m.id ->> 1) IS NOT NULL
            AND m.recurrence IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
@@ -347,13 +352,16 @@ WITH fence AS (
     FOR UPDATE
 ), advanced AS (
     UPDATE chronos_messages m
-    SET deadline = ((SELECT claims FROM fence) -> m.id ->> 1)::timestamptz,
-        readied_at = NULL, readied_by = NULL, attempts = 0, last_error = NULL
-    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE advance))
+    SET deadline = CASE WHEN m.enqueued_at > m.readied_at THEN m.deadline  -- replaced
+                        ELSE ((SELECT claims FROM fence) -> m.id ->> 1)::timestamptz END,
+        readied_at = NULL, readied_by = NULL,
+        attempts = CASE WHEN m.enqueued_at > m.readied_at THEN m.attempts ELSE 0 END,
+        last_error = CASE WHEN m.enqueued_at > m.readied_at THEN m.last_error END
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE advance OR replaced))
     RETURNING m.id
 ), deleted AS (
     DELETE FROM chronos_messages m
-    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT advance))
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT advance AND NOT replaced))
     RETURNING m.id
 )
 SELECT id FROM advanced

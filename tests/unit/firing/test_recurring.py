@@ -186,3 +186,50 @@ def test_a_due_series_is_stored_not_fired_directly() -> None:
     )
     assert isinstance(m, ScheduledMessage)
     assert f.store.enqueue([m], 0) == [Outcome.INSERTED]  # a one-shot would be FIRE_NOW
+
+
+def test_a_reschedule_while_an_occurrence_is_claimed_replaces_the_series_after_it() -> None:
+    f = Firing.create(auto=False, relay_deadline_header="at")
+    _series(f, "s", every="PT1S", deadline=format_deadline(f.at(100)))
+    f.run_for(200, step_ms=10)  # claimed and produced, delivery pending
+    assert len(f.publisher.pending()) == 1
+    new_start = f.at(10_000)
+    replacement = parse_record(
+        b"k2",
+        b"v2",
+        [
+            ("chronosMessageId", b"s"),
+            ("chronosAction", b"reschedule"),
+            ("chronosDeadline", format_deadline(new_start).encode()),
+            ("chronosEvery", b"PT1M"),
+        ],
+        now=f.clock.now(),
+    )
+    assert isinstance(replacement, ScheduledMessage)
+    assert f.store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
+    f.publisher.deliver()
+    f.run_for(9_000, step_ms=10)  # the old series' next occurrence (1.1 s) never comes
+    f.publisher.deliver()
+    assert [r.value for r in f.publisher.records] == [b"v"]
+    row = f.store.get("s")
+    assert row is not None and row.readied_at is None and row.deadline == new_start
+    f.run_for(1_500, step_ms=10)
+    f.publisher.deliver()
+    f.run_for(100, step_ms=10)
+    assert [r.value for r in f.publisher.records] == [b"v", b"v2"]
+    row = f.store.get("s")
+    assert row is not None and row.deadline == new_start + timedelta(minutes=1)
+
+
+def test_a_reschedule_of_a_claimed_one_shot_message_is_still_not_applied() -> None:
+    f = Firing.create(auto=False)
+    m = parse_record(
+        b"k",
+        b"v",
+        [("chronosMessageId", b"m"), ("chronosDeadline", format_deadline(f.at(100)).encode())],
+        now=f.clock.now(),
+    )
+    assert isinstance(m, ScheduledMessage) and f.store.enqueue([m], 0) == [Outcome.INSERTED]
+    f.run_for(200, step_ms=10)
+    again = ScheduledMessage("m", f.at(5_000), b"k", b"v2", [], Action.RESCHEDULE)
+    assert f.store.enqueue([again], 0) == [Outcome.RESCHEDULE_CLAIMED]
