@@ -1,7 +1,7 @@
 """The console (/console) in a real headless browser (Debian's chromium + chromium-driver, driven
 by Selenium) against a live node on the real Postgres and broker: the page shows the backlog
-and the node, finds a scheduled message by id and cancels it. The screenshot is kept in
-.chronos/artifacts/console.png."""
+and the node, finds a scheduled series by id (its rule shown) and cancels it. The screenshot is
+kept in .chronos/artifacts/console.png."""
 
 from __future__ import annotations
 
@@ -50,11 +50,18 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def schedule(bootstrap: str, topic: str, message_id: str, deadline: datetime) -> None:
+def schedule(
+    bootstrap: str,
+    topic: str,
+    message_id: str,
+    deadline: datetime,
+    extra: list[tuple[str, str | bytes | None]] | None = None,
+) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     headers: list[tuple[str, str | bytes | None]] = [
         (MESSAGE_ID_HEADER, message_id.encode()),
         (DEADLINE_HEADER, format_deadline(deadline).encode()),
+        *(extra or []),
     ]
     producer.produce(topic, key=b"k", value=b"console", headers=headers)
     assert producer.flush(30) == 0
@@ -75,7 +82,9 @@ def test_console_finds_a_message_and_cancels_it(
         for n in range(3):  # a small backlog around it
             later = datetime.now(UTC) + timedelta(hours=1 + n)
             schedule(kafka_bootstrap, topics.input, f"other-{n}", later)
-        schedule(kafka_bootstrap, topics.input, message_id, datetime.now(UTC) + timedelta(hours=2))
+        daily = [("chronosCron", b"0 9 * * 1-5"), ("chronosTimeZone", b"Europe/Paris")]
+        due = datetime.now(UTC) + timedelta(hours=2)
+        schedule(kafka_bootstrap, topics.input, message_id, due, daily)  # a series
         assert cluster.table.wait(lambda t: message_id in t.ids(), timeout=30)
 
         wait = WebDriverWait(browser, 20)
@@ -98,6 +107,8 @@ def test_console_finds_a_message_and_cancels_it(
             expected_conditions.text_to_be_present_in_element((By.ID, "field-state"), "waiting")
         )
         assert browser.find_element(By.ID, "field-id").text == message_id
+        rule = browser.find_element(By.ID, "field-recurrence").text
+        assert "cron '0 9 * * 1-5' in Europe/Paris" in rule, rule
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(ARTIFACTS / "console.png"))
 
