@@ -12,9 +12,10 @@ So intake reads a gap again before stepping over it: the partition's records fro
 left out of the consumed batch (not stored, their offsets not stored) and the consumer seeks back
 to the first missing offset. Records found there on the second read were skipped by the broker
 (a warning, counted as ``recovered``); a gap found again is a real one (``confirmed``) and is
-stepped over. At most one re-read per partition every ``RECHECK_INTERVAL_S``: a topic with many
-real gaps costs at most that many seeks, and its other gaps are stepped over (``unchecked``).
-A gap before the first record consumed after an assignment or a seek is not seen.
+stepped over. Within ``RECHECK_INTERVAL_S`` of a real gap, the partition's gaps are stepped over
+without a second read (``unchecked``): a topic with many real gaps costs at most one seek per
+partition a second, while the broker's skips, however close together, are all read again. A gap
+before the first record consumed after an assignment or a seek is not seen.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ OFFSET_GAPS = Counter(
     "chronos_intake_offset_gaps_total",
     "Gaps in the offsets of consumed input records, by outcome: recovered (read again, the "
     "broker had skipped records), confirmed (read again, a real gap), unchecked (not read "
-    "again: another re-read of the partition within a second)",
+    "again: within a second of a real gap in the partition)",
     ["outcome"],
 )
 
@@ -48,7 +49,7 @@ class OffsetGaps:
         self.clock = clock
         self.expected: dict[Key, int] = {}
         self.rereading: dict[Key, tuple[int, int]] = {}  # (first missing, first after the gap)
-        self.last_reread: dict[Key, float] = {}
+        self.last_confirmed: dict[Key, float] = {}  # when a re-read last found a real gap
 
     def forget(self, partitions: Iterable[Key]) -> None:
         """Partitions assigned, revoked or sought elsewhere: their next offset is unknown."""
@@ -95,9 +96,8 @@ class OffsetGaps:
         return True
 
     def _read_again(self, consumer: Consumer, key: Key, expected: int, offset: int) -> bool:
-        now = self.clock()
-        last = self.last_reread.get(key)
-        if last is not None and now - last < RECHECK_INTERVAL_S:
+        last = self.last_confirmed.get(key)
+        if last is not None and self.clock() - last < RECHECK_INTERVAL_S:
             OFFSET_GAPS.labels("unchecked").inc()
             log.debug("offset gap in %s[%d]: %d..%d stepped over", *key, expected, offset - 1)
             return False
@@ -107,7 +107,6 @@ class OffsetGaps:
             OFFSET_GAPS.labels("unchecked").inc()
             log.info("offset gap in %s[%d]: could not read it again: %s", *key, exc)
             return False
-        self.last_reread[key] = now
         self.rereading[key] = (expected, offset)
         log.debug(  # real gaps (transactions, compaction) are ordinary: not above debug
             "offset gap in %s[%d]: expected offset %d, got %d; reading from %d again",
@@ -131,6 +130,7 @@ class OffsetGaps:
                 extra={"event": "offset_gap_recovered"},
             )
         else:
+            self.last_confirmed[key] = self.clock()
             OFFSET_GAPS.labels("confirmed").inc()
             log.debug(
                 "offset gap in %s[%d]: %d..%d holds no record; stepped over",
