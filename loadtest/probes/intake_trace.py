@@ -10,7 +10,7 @@ imports Chronos): with
 in a node's environment (the benchmark passes them with ``--node-env``), the intake process writes
 ``/some/dir/intake-<pid>.trace``, one line per event:
 
-    <monotonic s> consume <n records> <partition>:<first>-<last>/<count> ...
+    <monotonic s> consume <n records> <partition>:<first>-<last> ...  (runs of consecutive offsets)
     <monotonic s> GAP <partition> expected <offset> got <offset>     (offsets skipped)
     <monotonic s> BACK <partition> expected <offset> got <offset>    (offsets read again)
     <monotonic s> store <partition>:<offset> ...
@@ -48,7 +48,7 @@ class _Trace:
             self._file.write(f"{time.monotonic():.6f} {text}\n")
 
     def received(self, records: list[Any]) -> None:
-        spans: dict[int, list[int]] = {}
+        spans: dict[int, list[list[int]]] = {}  # per partition, runs of consecutive offsets
         notes: list[str] = []
         errors = 0
         for record in records:
@@ -62,13 +62,14 @@ class _Trace:
                 kind = "GAP" if offset > expected else "BACK"
                 notes.append(f"{kind} {partition} expected {expected} got {offset}")
             self.expected[partition] = offset + 1
-            span = spans.get(partition)
-            if span is None:
-                spans[partition] = [offset, offset, 1]
+            runs = spans.setdefault(partition, [])
+            if runs and runs[-1][1] + 1 == offset:
+                runs[-1][1] = offset
             else:
-                span[1] = offset
-                span[2] += 1
-        parts = " ".join(f"{p}:{s[0]}-{s[1]}/{s[2]}" for p, s in sorted(spans.items()))
+                runs.append([offset, offset])
+        parts = " ".join(
+            f"{p}:{first}-{last}" for p, runs in sorted(spans.items()) for first, last in runs
+        )
         self.line(f"consume {len(records)} {parts}" + (f" errors={errors}" if errors else ""))
         for note in notes:
             self.line(note)
@@ -199,10 +200,10 @@ def summarise(path: Path, missing: list[tuple[int, int]]) -> str:
             continue
         if fields[1] == "consume":
             for span in fields[3:]:
-                if ":" not in span or "/" not in span:
+                if ":" not in span or "-" not in span:
                     continue
                 p, rest = span.split(":", 1)
-                first, last = rest.split("/")[0].split("-")
+                first, last = rest.split("/")[0].split("-")  # older traces: first-last/count
                 received.setdefault(int(p), []).append((int(first), int(last)))
         elif fields[1] in ("GAP", "BACK", "seek", "assign", "revoke", "lost"):
             notes.append(raw)
