@@ -79,6 +79,7 @@ def tail(
     done: threading.Event,
     gaps: list[tuple[int, int, int]],
     ready: threading.Event,
+    seen: list[int],
 ) -> None:
     consumer = Consumer(
         {
@@ -102,17 +103,18 @@ def tail(
                 if p in expected and o > expected[p]:
                     gaps.append((p, expected[p], o))
                 expected[p] = o + 1
+                seen[0] += 1
             if batch:
                 quiet_since = time.monotonic()
     finally:
         consumer.close()
 
 
-def read_all(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, int]]:
+def read_all(bootstrap: str, topic: str, partitions: int, label: str) -> set[tuple[int, int]]:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-readback",
+            "group.id": f"{topic}-readback-{label}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
@@ -143,7 +145,10 @@ def run_once(
     failed: list[str] = []
     gaps: list[tuple[int, int, int]] = []
     done, ready = threading.Event(), threading.Event()
-    tailer = threading.Thread(target=tail, args=(bootstrap, topic, partitions, done, gaps, ready))
+    seen = [0]
+    tailer = threading.Thread(
+        target=tail, args=(bootstrap, topic, partitions, done, gaps, ready, seen)
+    )
     tailer.start()
     ready.wait(30)
     time.sleep(1)
@@ -160,11 +165,18 @@ def run_once(
         thread.join()
     done.set()
     tailer.join()
-    held = read_all(bootstrap, topic, partitions)
+    held = read_all(bootstrap, topic, partitions, "1")
+    produced = per_producer * producers
+    if len(held) < produced:  # the reader's doing or the log's? Read it once more.
+        first = len(held)
+        held |= read_all(bootstrap, topic, partitions, "2")
+        second = f" (read twice: the first read {first:,})"
+    else:
+        second = ""
     skipped = [(p, o) for p, first, after in gaps for o in range(first, after) if (p, o) in held]
     lines = [
-        f"{topic}: {per_producer * producers:,} produced by {producers}, {len(failed)} failed, "
-        f"{len(held):,} in the log, {len(gaps)} gaps seen by the tail, "
+        f"{topic}: {produced:,} produced by {producers}, {len(failed)} failed, "
+        f"{len(held):,} in the log{second}, {seen[0]:,} read by the tail, {len(gaps)} gaps in it, "
         f"{len(skipped)} skipped (held by the log, never served to the tail)"
     ]
     for p, first, after in gaps[:10]:
