@@ -40,6 +40,7 @@ from confluent_kafka import (
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, report
+from chronos.intake.gaps import OffsetGaps
 from chronos.intake.quarantine import HeaderProbe
 from chronos.intake.records import Pending, Prepared
 from chronos.intake.settlement import Settlement, dead_letter
@@ -96,6 +97,7 @@ class IntakeLoop(Loop):
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
         self.probe = HeaderProbe(wait=self.wait)
+        self.gaps = OffsetGaps()  # a fetch that skipped records: read them again
         self.topic_allowed = topic_policy(
             settings.output_topic,
             settings.allowed_topics,
@@ -124,6 +126,8 @@ class IntakeLoop(Loop):
                 records = consumer.consume(
                     num_messages=self.settings.consume_batch_size, timeout=wait
                 )
+                if records:
+                    records = self.gaps.check(consumer, records)
                 prepared = self.prepare(records) if records else None
                 if self.finish_in_flight(consumer) and prepared is not None:
                     self.start(consumer, prepared)
@@ -148,6 +152,7 @@ class IntakeLoop(Loop):
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
+        self.gaps.forget((p.topic, p.partition) for p in partitions)
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
             metrics.ASSIGNED_PARTITION.labels(p.topic, str(p.partition)).set(1)
@@ -164,6 +169,7 @@ class IntakeLoop(Loop):
         self.finish_in_flight(consumer)
         self.settle(consumer, block=True)
         self.assigned -= {(p.topic, p.partition) for p in partitions}
+        self.gaps.forget((p.topic, p.partition) for p in partitions)
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
             with contextlib.suppress(KeyError):
@@ -225,6 +231,7 @@ class IntakeLoop(Loop):
                 partition,
                 extra={"event": "partition_rewound"},
             )
+            self.gaps.forget([(topic, partition)])
             try:
                 consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING))
             except KafkaException as exc:

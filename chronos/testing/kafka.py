@@ -214,6 +214,8 @@ class FakeConsumer:
     ``feed(records)`` queues records; ``consume`` hands them out in order, at most
     ``num_messages`` at a time, waiting up to ``timeout`` for some. ``stored`` holds the offsets
     stored so far, by (topic, partition): the next offset to read, as Kafka commits them.
+    ``seek`` hands out again every record fed for that partition from that offset on (in place
+    of its records still queued); ``seeks`` lists them.
     """
 
     def __init__(self, **callbacks: Any):
@@ -222,12 +224,28 @@ class FakeConsumer:
         self.stored: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
         self.closed = False
+        self.seeks: list[tuple[str, int, int]] = []
+        self._fed: list[Message] = []
         self._queue: list[Message] = []
         self._cond = threading.Condition()
 
     def feed(self, records: Iterable[Message]) -> None:
         with self._cond:
+            records = list(records)
+            self._fed.extend(records)
             self._queue.extend(records)
+            self._cond.notify_all()
+
+    def seek(self, partition: TopicPartition) -> None:
+        topic, number, offset = partition.topic, partition.partition, partition.offset
+        self.seeks.append((topic, number, offset))
+
+        def of_partition(m: Message) -> bool:
+            return m.topic() == topic and m.partition() == number
+
+        with self._cond:
+            again = [m for m in self._fed if of_partition(m) and (m.offset() or 0) >= offset]
+            self._queue = [m for m in self._queue if not of_partition(m)] + again
             self._cond.notify_all()
 
     def subscribe(self, topics: list[str], **_callbacks: Any) -> None:

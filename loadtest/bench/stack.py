@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0
 SESSION_TIMEOUT_MS = "6000"
 MB = 1024 * 1024
+TEST_HOOK_PREFIXES = ("CHRONOS_TEST_", "CHRONOS_DEV_", "CHRONOS_FAULT_")
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -249,6 +250,8 @@ class Stack:
             port = free_port()
             settings = node_settings(base, self.url, self.bootstrap, index, port - index)
             env = clean_env(chronos_settings.as_environment(settings))
+            # Test hooks (CHRONOS_TEST_INJECT, ...) are not settings: passed on as they are.
+            env.update({k: v for k, v in self.node_env.items() if k.startswith(TEST_HOOK_PREFIXES)})
             node = launcher.launch(
                 f"node {index}", launcher.NODE_COMMAND, env=env, http_port=settings.http_port,
                 log_path=log_dir / f"node-{index}.log", cwd=REPO, new_session=False,
