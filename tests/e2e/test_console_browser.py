@@ -82,7 +82,10 @@ def test_console_finds_a_message_and_cancels_it(
         for n in range(3):  # a small backlog around it
             later = datetime.now(UTC) + timedelta(hours=1 + n)
             schedule(kafka_bootstrap, topics.input, f"other-{n}", later)
-        daily = [("chronosCron", b"0 9 * * 1-5"), ("chronosTimeZone", b"Europe/Paris")]
+        daily: list[tuple[str, str | bytes | None]] = [
+            ("chronosCron", b"0 9 * * 1-5"),
+            ("chronosTimeZone", b"Europe/Paris"),
+        ]
         due = datetime.now(UTC) + timedelta(hours=2)
         schedule(kafka_bootstrap, topics.input, message_id, due, daily)  # a series
         assert cluster.table.wait(lambda t: message_id in t.ids(), timeout=30)
