@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.analysis.delivery import Delivery, LossLocation, Row, ScenarioDelivery
-from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage
+from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage, PerCore
 from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num, json_str
 from loadtest.bench.results.load import BacklogVerdict, Drain, Intake, Preload, SteadyRates
 from loadtest.bench.results.node import Profile, Stall, StatementStats
@@ -91,6 +91,7 @@ class ScenarioRecord:
     rss_max_mb: float | None = None
     cpu: CpuUsage | None = None
     cpu_per_message: CpuPerMessage | None = None
+    per_core: PerCore | None = None
     stalls: list[Stall] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     profile: Profile | None = None
@@ -152,6 +153,7 @@ class ScenarioRecord:
             rss_max_mb=json_num(data, "rss_max_mb"),
             cpu=CpuUsage.from_dict(json_map(data, "cpu")),
             cpu_per_message=CpuPerMessage.from_dict(json_map(data, "cpu_per_message")),
+            per_core=PerCore.from_dict(json_map(data, "per_core")),
             stalls=[Stall.from_dict(s) for s in data.get("stalls") or []],
             files={str(k): str(v) for k, v in json_map(data, "files").items()},
             profile=Profile.from_dict(json_map(data, "profile")),

@@ -68,6 +68,54 @@ def _cpu_per_message_lines(bench: BenchRecord) -> list[str]:
     return lines
 
 
+def headline_rate(rec: ScenarioRecord) -> tuple[float | None, str]:
+    """A scenario's own raw rate and what it is: the ceiling's, the steady fired rate of a
+    steady load, the drain rate of a burst."""
+    if rec.kind == "ceiling":
+        return rec.ceiling_msg_per_s, "ceiling"
+    if rec.drain is not None and rec.drain.rate_per_s is not None:
+        return rec.drain.rate_per_s, "drain"
+    if rec.steady is not None and rec.steady.fired_per_s is not None:
+        return rec.steady.fired_per_s, "steady fired"
+    return None, ""
+
+
+def per_core_lines(bench: BenchRecord) -> list[str]:
+    """Messages per CPU second of each component beside the raw rates (``per_core``)."""
+    recs = [r for r in bench.scenarios if r.per_core is not None]
+    if not recs:
+        return []
+    lines = [
+        "",
+        "Messages per core-second: the messages handled during the load over each "
+        "component's CPU seconds, i.e. the msg/s one core of it carries at this load's mix "
+        "(what holds across machines; the raw rates do not). *Postgres* and the *broker* "
+        "serve every node of the run; *node* is all nodes' process trees together (in the "
+        "ceiling: the process driving the store's statements). *cores* is CPU seconds per "
+        "wall second:",
+        "",
+        "| scenario | nodes | raw rate msg/s | handled msg/s | msg per Postgres core-s | "
+        "msg per node core-s | msg per broker core-s | Postgres / node / broker cores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in recs:
+        pc = rec.per_core
+        assert pc is not None
+        rate, what = headline_rate(rec)
+        cells = [
+            rec.name,
+            fmt(rec.nodes),
+            f"{fmt(rate, 0)} ({what})" if rate is not None else fmt(None),
+            fmt(pc.handled_per_s),
+            fmt(pc.postgres),
+            fmt(pc.node),
+            fmt(pc.broker),
+            " / ".join(fmt(v, 2) for v in (pc.postgres_cores, pc.node_cores, pc.broker_cores)),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def broker_cores(cpu: CpuUsage | None) -> float | None:
     """The broker's CPU seconds per wall second during a load."""
     if cpu is None or cpu.broker_s is None or not cpu.wall_s:
@@ -166,6 +214,7 @@ def render_markdown(bench: BenchRecord) -> str:
             + " |"
         )
     lines += _cpu_per_message_lines(bench)
+    lines += per_core_lines(bench)
     stalled = [r for r in bench.scenarios if r.stalls]
     if stalled:
         lines += ["", "### Stalls", ""]

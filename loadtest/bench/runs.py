@@ -62,6 +62,7 @@ def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
         seconds=scenario.ceiling_seconds,
         warmup=scenario.ceiling_warmup_s,
         environ=ctx.stack.node_env,
+        postgres_pid=ctx.stack.postgres_pid,
     )
     data = asdict(result)
     (sdir / "ceiling.json").write_text(json.dumps(data, indent=2) + "\n")
@@ -70,12 +71,27 @@ def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
         f"delete {result.delete_ms_avg} ms, enqueue {result.insert_ms_avg} ms per "
         f"{result.batch:,} rows, through the node's store)"
     )
+    cpu = ceiling_cpu(result.seconds, result.client_cpu_s, result.postgres_cpu_s)
     return {
         **scenario.as_dict(),
         "status": "ok",
         "result": data,
+        "cpu": cpu.as_dict(),
+        "cpu_per_message": cpu_per_message(cpu, result.deleted).as_dict(),
         "files": {"ceiling.json": f"{scenario.name}/ceiling.json"},
     }
+
+
+def ceiling_cpu(seconds: float, client_s: float | None, postgres_s: float | None) -> CpuUsage:
+    """The ceiling's CPU in its measured window, as a load's: the process driving the store
+    stands where the nodes do (it runs their statements, without Kafka), and there is no
+    broker."""
+    return CpuUsage(
+        wall_s=round(seconds, 2),
+        nodes_s=None if client_s is None else round(client_s, 2),
+        postgres_s=None if postgres_s is None else round(postgres_s, 2),
+        broker_s=None,
+    )
 
 
 def _offered_rate(scenario: Scenario, ceiling: float | None) -> float:

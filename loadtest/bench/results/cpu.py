@@ -92,3 +92,78 @@ class CpuPerMessage:
             postgres_us=json_num(data, "postgres_us"),
             harness_us=json_num(data, "harness_us"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PerCore:
+    """Messages handled per CPU second of each component: the messages per second one core of
+    it carries at this load's mix (``1e6 / µs per message``), the figure that holds across
+    machines; beside it the raw rate of the same load (messages handled / wall seconds) and the
+    cores each component used meanwhile (CPU seconds / wall seconds)."""
+
+    messages: int | None = None
+    wall_s: float | None = None
+    handled_per_s: float | None = None
+    postgres: float | None = None  # messages per Postgres CPU second
+    node: float | None = None  # ... per CPU second of the nodes' process trees, all nodes
+    broker: float | None = None  # ... per broker CPU second
+    postgres_cores: float | None = None
+    node_cores: float | None = None
+    broker_cores: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "wall_s": self.wall_s,
+            "handled_per_s": self.handled_per_s,
+            "msg_per_postgres_cpu_s": self.postgres,
+            "msg_per_node_cpu_s": self.node,
+            "msg_per_broker_cpu_s": self.broker,
+            "postgres_cores": self.postgres_cores,
+            "node_cores": self.node_cores,
+            "broker_cores": self.broker_cores,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Json | None) -> PerCore | None:
+        if not data:
+            return None
+        return cls(
+            messages=json_int(data, "messages"),
+            wall_s=json_num(data, "wall_s"),
+            handled_per_s=json_num(data, "handled_per_s"),
+            postgres=json_num(data, "msg_per_postgres_cpu_s"),
+            node=json_num(data, "msg_per_node_cpu_s"),
+            broker=json_num(data, "msg_per_broker_cpu_s"),
+            postgres_cores=json_num(data, "postgres_cores"),
+            node_cores=json_num(data, "node_cores"),
+            broker_cores=json_num(data, "broker_cores"),
+        )
+
+
+def per_core(cpu: CpuUsage | None, messages: int | None) -> PerCore | None:
+    """``messages`` handled during a load that used ``cpu``, per CPU second of each component.
+
+    A component that used no CPU at all (none in the run: the ceiling has no broker) has no
+    figure, never an infinite one; nor has a run with no messages."""
+    if cpu is None or not messages or messages <= 0:
+        return None
+    wall = cpu.wall_s
+
+    def per_s(seconds: float | None) -> float | None:
+        return None if not seconds or seconds <= 0 else round(messages / seconds)
+
+    def cores(seconds: float | None) -> float | None:
+        return None if seconds is None or not wall else round(seconds / wall, 2)
+
+    return PerCore(
+        messages=messages,
+        wall_s=wall,
+        handled_per_s=None if not wall else round(messages / wall, 1),
+        postgres=per_s(cpu.postgres_s),
+        node=per_s(cpu.nodes_s),
+        broker=per_s(cpu.broker_s),
+        postgres_cores=cores(cpu.postgres_s),
+        node_cores=cores(cpu.nodes_s),
+        broker_cores=cores(cpu.broker_s),
+    )
