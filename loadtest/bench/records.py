@@ -100,6 +100,8 @@ class ScenarioRecord:
     tenants: TenantFigures | None = None  # a multi-tenant load's fairness figures
     background_sent: int | None = None  # the intake load beside the measured one...
     background_stored: int | None = None  # ...and how much of it is in the table at the end
+    pinned: bool | None = None  # ``scaling``: each component on CPUs of its own...
+    pinning: str | None = None  # ...or why not (``loadtest.bench.pinning``)
 
     @property
     def background_missing(self) -> int | None:
@@ -162,7 +164,14 @@ class ScenarioRecord:
             tenants=TenantFigures.from_dict(summary.get("tenants")),
             background_sent=json_int(json_map(data, "background"), "sent"),
             background_stored=json_int(json_map(data, "background"), "stored"),
+            pinned=_json_bool(json_map(data, "pinning"), "pinned"),
+            pinning=json_str(json_map(data, "pinning"), "description"),
         )
+
+
+def _json_bool(data: Json, key: str) -> bool | None:
+    value = data.get(key)
+    return value if isinstance(value, bool) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from loadtest.bench.evaluation import capacity, fmt, run_ceiling
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
-from loadtest.bench.results.cpu import CpuUsage
+from loadtest.bench.results.cpu import CpuUsage, PerCore
 from loadtest.bench.results.load import Intake
 from loadtest.bench.sampling import STALL_SECONDS
+from loadtest.bench.scaling import budget_note, scaling_points
 
 
 def _pass_text(ok: bool | None) -> str:
@@ -215,6 +217,7 @@ def render_markdown(bench: BenchRecord) -> str:
         )
     lines += _cpu_per_message_lines(bench)
     lines += per_core_lines(bench)
+    lines += _scaling_lines(bench)
     stalled = [r for r in bench.scenarios if r.stalls]
     if stalled:
         lines += ["", "### Stalls", ""]
@@ -289,6 +292,49 @@ def _scenario_cells(rec: ScenarioRecord) -> list[str]:
         fmt(None if rec.cpu is None else rec.cpu.nodes_s),
         {True: "grew", False: "flat", None: "—"}[rec.growing],
     ]
+
+
+def _scaling_lines(bench: BenchRecord) -> list[str]:
+    """BENCHMARK.md's scaling section (nothing when the curve did not run)."""
+    points = scaling_points(bench)
+    if not points:
+        return []
+    cores = bench.machine.get("cores")
+    note = budget_note(points, cores if isinstance(cores, int) else os.cpu_count())
+    lines = [
+        "",
+        "### Scaling: nodes against one Postgres",
+        "",
+        "Each run offered 0.8 x the ceiling (more than one node takes): its steady fired rate "
+        "is the capacity of that many nodes. Cores: CPU seconds per wall second of the load.",
+        "",
+        "| nodes | offered msg/s | steady fired msg/s | x first | node cores | Postgres cores | "
+        "broker cores | load generator cores | other cores | machine busy | "
+        "msg per Postgres core-s | msg per node core-s | msg per broker core-s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        pc = p.per_core or PerCore()
+        busy = None if p.machine_util is None else f"{p.machine_util:.0%}"
+        cells = [
+            str(p.nodes),
+            fmt(p.offered_per_s, 0),
+            fmt(p.fired_per_s, 0),
+            fmt(p.speedup, 2),
+            fmt(p.node_cores, 2),
+            fmt(p.postgres_cores, 2),
+            fmt(p.broker_cores, 2),
+            fmt(p.load_generator_cores, 2),
+            fmt(p.other_cores, 2),
+            fmt(busy),
+            fmt(pc.postgres),
+            fmt(pc.node),
+            fmt(pc.broker),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if note:
+        lines += ["", note]
+    return lines
 
 
 def _burst_or_backlog(rec: ScenarioRecord) -> str | None:

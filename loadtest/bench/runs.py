@@ -21,6 +21,7 @@ from loadtest.analysis.delivery import STORED_COUNT_SQL, locate_loss
 from loadtest.bench import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.input_audit import audit_input
+from loadtest.bench.pinning import PinPlan, own_cpus, pin_tree, plan_pinning
 from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_per_message, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
@@ -159,7 +160,25 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
             "--produce-only",
         ]
         rec["background_command"] = "python " + shlex.join(background_argv)
-    load = _run_load(ctx, scenario, sdir, nodes, harness_argv, background_argv)
+    pins = _pin(ctx.stack, scenario, nodes)
+    if pins is not None:
+        rec["pinning"] = pins.as_dict()
+        say(f"{tag} {pins.describe()}")
+    try:
+        load = _run_load(
+            ctx,
+            scenario,
+            sdir,
+            nodes,
+            harness_argv,
+            background_argv,
+            () if pins is None else pins.load_generator,
+        )
+    finally:
+        if pins is not None and pins.pinned:
+            everywhere = own_cpus()
+            pin_tree(ctx.stack.postgres_pid, everywhere)
+            pin_tree(ctx.stack.broker_pid, everywhere)
     _record_load(rec, load, nodes, sdir)
     if load.sampler.stalls:
         say(f"{tag} node stalled: see {', '.join(s.file for s in load.sampler.stalls)}")
@@ -208,6 +227,22 @@ def _start(
     nodes = stack.start_nodes(scenario.nodes, topics, sdir)
     stack.wait_ready(nodes, topics)
     return topics, nodes
+
+
+def _pin(stack: Stack, scenario: Scenario, nodes: Sequence[NodeProcess]) -> PinPlan | None:
+    """A scenario that asks for pinning (``scaling``): the plan for its curve's largest node
+    count, applied to Postgres, the broker and this run's nodes when the machine has the CPUs
+    (the load generator is pinned when it starts)."""
+    most = scenario.extra.get("pin_nodes")
+    if not most:
+        return None
+    plan = plan_pinning(own_cpus(), int(most))
+    if plan.pinned:
+        pin_tree(stack.postgres_pid, plan.postgres)
+        pin_tree(stack.broker_pid, plan.broker)
+        for node in nodes:
+            pin_tree(node.pid, plan.for_node(node.index))
+    return plan
 
 
 def _harness_argv(
@@ -259,9 +294,11 @@ def _run_load(
     nodes: Sequence[NodeProcess],
     argv: list[str],
     background_argv: list[str] | None = None,
+    harness_cpus: Sequence[int] = (),
 ) -> LoadRun:
     """The load generator (and the background one) with the sampler (and the profiler)
-    running; the nodes stopped."""
+    running; the nodes stopped. With ``harness_cpus`` the load generators are pinned to them
+    as they start (before they start their Kafka clients' threads)."""
     assert scenario.workload is not None
     stack = ctx.stack
     metrics_before = [n.metrics_text() for n in nodes]
@@ -291,6 +328,9 @@ def _run_load(
             env=clean_env(),
             death_signal=signal.SIGTERM,
         )
+        for proc in (background, harness):
+            if proc is not None:
+                pin_tree(proc.pid, harness_cpus)
         code = _wait_child(harness, f"the load of {scenario.name}")
         if background is not None:
             code = code or _wait_child(background, f"the background load of {scenario.name}")
