@@ -44,6 +44,7 @@ from typing import Any, LiteralString
 
 import psutil
 import psycopg
+from psycopg import sql
 
 from chronos.config import settings as chronos_settings
 from chronos.config.policy import park_after
@@ -423,23 +424,53 @@ def _claimed(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 
 
 @contextmanager
-def instrumented_postgres() -> Iterator[tuple[str, int]]:
-    """A durable scratch Postgres with pg_stat_statements loaded and I/O timing on, migrated;
-    yields its URL and the postmaster's pid."""
+def instrumented_postgres(server: Mapping[str, str]) -> Iterator[tuple[str, int]]:
+    """A durable scratch Postgres with pg_stat_statements loaded, I/O timing on and the
+    ``server`` settings, migrated; yields its URL and the postmaster's pid."""
+    settings = {
+        "shared_preload_libraries": "pg_stat_statements",
+        "track_io_timing": "on",
+        "track_wal_io_timing": "on",
+        **server,
+    }
     with tempfile.TemporaryDirectory(prefix="chronos-pg_cost-") as tmp:
         workspace = Path(tmp)
         pg = EmbeddedPostgres(workspace / "postgres", durable=True, workspace=workspace)
         with pg:
             with psycopg.connect(pg.url, autocommit=True) as conn:
-                conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-                conn.execute("ALTER SYSTEM SET track_io_timing = on")
-                conn.execute("ALTER SYSTEM SET track_wal_io_timing = on")
+                for name, value in settings.items():
+                    conn.execute(
+                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                            sql.Identifier(name), sql.Literal(value)
+                        )
+                    )
             url = pg.restart()
             migrate.upgrade(url)
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             assert pg.pid is not None
             yield url, pg.pid
+
+
+def apply_variant(url: str, drop_indexes: list[str], table_options: Mapping[str, str]) -> None:
+    """A change under study, on the scratch database only (never a migration): indexes
+    dropped, storage parameters of ``chronos_messages`` set."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in drop_indexes:
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+        for name, value in table_options.items():
+            conn.execute(
+                sql.SQL("ALTER TABLE chronos_messages SET ({} = {})").format(
+                    sql.Identifier(name), sql.Literal(value)
+                )
+            )
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name.strip(), value.strip()
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -483,11 +514,35 @@ def main() -> None:
     parser.add_argument("--preload", type=int, default=0, help="far-future rows beside each burst")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after the drain")
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
+    parser.add_argument(
+        "--drop-index",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a variant under study: drop this index of chronos_messages first (repeatable)",
+    )
+    parser.add_argument(
+        "--table-option",
+        action="append",
+        default=[],
+        type=_pair,
+        metavar="NAME=VALUE",
+        help="a variant: a storage parameter of chronos_messages, e.g. fillfactor=70",
+    )
+    parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        type=_pair,
+        metavar="NAME=VALUE",
+        help="a variant: a server setting, e.g. max_wal_size=8GB or wal_compression=lz4",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     settings = chronos_settings.load(None, environ={}, database_url="postgresql://unused/x")
     results = []
-    with instrumented_postgres() as (url, pid):
+    with instrumented_postgres(dict(args.server_setting)) as (url, pid):
+        apply_variant(url, args.drop_index, dict(args.table_option))
         with psycopg.connect(url, autocommit=True) as conn:
             index_defs = _rows(conn, INDEX_DEFS_SQL)
         for size in sizes:
