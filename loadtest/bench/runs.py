@@ -340,6 +340,7 @@ def _run_load(
             background.kill()
             background.wait()
         cpu_after = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
+        sampler_postgres = sampler.postgres_cpu_s
         metrics_after = [n.metrics_text() for n in nodes]
         hwm = {n.index: tree_hwm_kb(n.pid) for n in nodes}
         if profiler is not None:
@@ -350,7 +351,7 @@ def _run_load(
         returncode=code,
         elapsed=elapsed,
         load_before=load_before,
-        cpu=cpu_delta(cpu_before, cpu_after),
+        cpu=cpu_delta(cpu_before, cpu_after, sampler_postgres),
         metrics_before=metrics_before,
         metrics_after=metrics_after,
         hwm_kb=hwm,

@@ -142,3 +142,46 @@ def test_headline_rate_of_each_kind() -> None:
         (None, ""),
     ]
     assert "Messages per core-second" not in render_markdown(bench)
+
+
+def test_the_benchmarks_own_sampler_is_left_out_of_postgres_figures() -> None:
+    """The sampler's count of the waiting rows every second is the benchmark's cost, not
+    Chronos's: Postgres's figures per message and per core-second leave it out."""
+    cpu = CpuUsage(wall_s=10.0, nodes_s=4.0, postgres_s=3.0, sampler_postgres_s=1.0)
+    assert cpu.chronos_postgres_s == 2.0
+    pc = per_core(cpu, 100_000)
+    assert pc is not None and pc.postgres == 50_000 and pc.postgres_cores == 0.2
+    assert procstats.cpu_per_message(cpu, 100_000).postgres_us == 20.0
+    assert CpuUsage.from_dict(cpu.as_dict()) == cpu
+    # An older record without the sampler's share: all of Postgres's counts.
+    older = CpuUsage(wall_s=10.0, postgres_s=3.0)
+    assert older.chronos_postgres_s == 3.0
+    assert per_core(older, 30_000) == PerCore(
+        messages=30_000, wall_s=10.0, handled_per_s=3_000.0, postgres=10_000, postgres_cores=0.3
+    )
+
+
+def test_sampler_counts_the_cpu_of_its_own_backend() -> None:
+    """``Sampler`` reads the CPU of the server process answering it (here a stand-in process
+    burning 0.3 s), by the backend pid its connection reports."""
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    from loadtest.bench.sampling import Sampler
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(60)"])
+    try:
+        sampler = Sampler("postgresql://unused/x", [])
+        conn = SimpleNamespace(info=SimpleNamespace(backend_pid=child.pid))
+        limit = time.monotonic() + 30
+        while sampler.postgres_cpu_s < 0.3:
+            assert time.monotonic() < limit
+            sampler.note_backend(conn)
+            time.sleep(0.05)
+        assert sampler.postgres_cpu_s < 5
+    finally:
+        child.kill()
+        child.wait()
