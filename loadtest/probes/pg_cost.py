@@ -8,7 +8,8 @@ sizes, to see what each message costs the database and why.
 On a scratch Postgres of its own (durable, as the benchmark runs it, with
 ``pg_stat_statements`` loaded and ``track_io_timing`` on), for each size N: an empty table
 (plus ``--preload`` far-future rows that never come due, as the ``backlog`` scenario's), then
-the node's own statements through ``PostgresStore`` with the node's default batch sizes:
+the node's own statements through ``PostgresStore`` with the node's batch sizes (its defaults,
+or ``CHRONOS_CONSUME_BATCH_SIZE`` and ``CHRONOS_CLAIM_BATCH_SIZE`` from the environment):
 
 - enqueue: N messages in consumed batches (``enqueue_batch``), all due at one instant, as the
   benchmark's ``burst`` sends them (a 100-byte value, a 10-byte key, one header);
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import tempfile
 import time
@@ -539,7 +541,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    settings = chronos_settings.load(None, environ={}, database_url="postgresql://unused/x")
+    # The node's defaults, or the CHRONOS_* settings of the environment (batch sizes: e.g.
+    # CHRONOS_CLAIM_BATCH_SIZE=400, the claims a node made in the benchmark's bursts).
+    environ = {k: v for k, v in os.environ.items() if k.startswith("CHRONOS_")}
+    settings = chronos_settings.load(None, environ=environ, database_url="postgresql://unused/x")
     results = []
     with instrumented_postgres(dict(args.server_setting)) as (url, pid):
         apply_variant(url, args.drop_index, dict(args.table_option))
