@@ -14,6 +14,7 @@ from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage, PerCore
 from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num, json_str
 from loadtest.bench.results.load import BacklogVerdict, Drain, Intake, Preload, SteadyRates
 from loadtest.bench.results.node import Profile, Stall, StatementStats
+from loadtest.bench.results.postgres import PgBreakdown
 from loadtest.bench.results.tenants import TenantFigures
 
 
@@ -92,6 +93,7 @@ class ScenarioRecord:
     cpu: CpuUsage | None = None
     cpu_per_message: CpuPerMessage | None = None
     per_core: PerCore | None = None
+    postgres_breakdown: PgBreakdown | None = None
     stalls: list[Stall] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     profile: Profile | None = None
@@ -156,6 +158,7 @@ class ScenarioRecord:
             cpu=CpuUsage.from_dict(json_map(data, "cpu")),
             cpu_per_message=CpuPerMessage.from_dict(json_map(data, "cpu_per_message")),
             per_core=PerCore.from_dict(json_map(data, "per_core")),
+            postgres_breakdown=PgBreakdown.from_dict(json_map(data, "postgres_breakdown")),
             stalls=[Stall.from_dict(s) for s in data.get("stalls") or []],
             files={str(k): str(v) for k, v in json_map(data, "files").items()},
             profile=Profile.from_dict(json_map(data, "profile")),

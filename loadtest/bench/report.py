@@ -222,6 +222,7 @@ def render_markdown(bench: BenchRecord) -> str:
     lines += _cpu_per_message_lines(bench)
     lines += per_core_lines(bench)
     lines += _scaling_lines(bench)
+    lines += postgres_lines(bench)
     stalled = [r for r in bench.scenarios if r.stalls]
     if stalled:
         lines += ["", "### Stalls", ""]
@@ -338,6 +339,34 @@ def _scaling_lines(bench: BenchRecord) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     if note:
         lines += ["", note]
+    return lines
+
+
+def postgres_lines(bench: BenchRecord) -> list[str]:
+    """Each load's Postgres by statement (execution time, ``pg_stat_statements``) and by
+    process kind (CPU seconds)."""
+    recs = [r for r in bench.scenarios if r.postgres_breakdown is not None]
+    if not recs:
+        return []
+    lines = [
+        "",
+        "### Postgres by statement and by process",
+        "",
+        "Execution seconds of the busiest statements during each load (µs per message handled, "
+        "calls) from `pg_stat_statements`, and Postgres's CPU seconds by process kind "
+        "(*reaped*: autovacuum workers and backends that ended meanwhile):",
+        "",
+    ]
+    for rec in recs:
+        pg = rec.postgres_breakdown
+        assert pg is not None
+        statements = "; ".join(
+            f"`{_md_escape(s.statement)}` {fmt(s.exec_s, 2)} s "
+            f"({fmt(s.exec_us_per_message)} µs/msg, {fmt(s.calls)} calls)"
+            for s in pg.statements
+        )
+        kinds = ", ".join(f"{k} {fmt(v, 2)}" for k, v in pg.cpu_by_kind_s.items())
+        lines.append(f"- **{rec.name}**: {statements or 'none'}. CPU s: {kinds or 'n/a'}.")
     return lines
 
 

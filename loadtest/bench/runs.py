@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.analysis.delivery import STORED_COUNT_SQL, locate_loss
+from loadtest.bench import pgstats
 from loadtest.bench import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.input_audit import audit_input
+from loadtest.bench.pgstats import PgSnapshot
 from loadtest.bench.pinning import PinPlan, own_cpus, pin_tree, plan_pinning
 from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_per_message, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
@@ -199,6 +201,9 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         # (intake loses none), counted by its run id.
         rec["background"]["stored"] = _stored(ctx.stack, str(bg_run.get("run_id")))
     rec["cpu_per_message"] = cpu_per_message(load.cpu, handled).as_dict()
+    pg_before, pg_after = load.postgres
+    if pg_before is not None and pg_after is not None:
+        rec["postgres_breakdown"] = pgstats.breakdown(pg_before, pg_after, handled).as_dict()
     _locate_loss(rec, ctx.stack, run, events)
     _audit_input(rec, ctx.stack, topics, summary, run, sdir)
     rec["files"] = _files(scenario.name, sdir)
@@ -285,6 +290,7 @@ class LoadRun:
     exit_codes: dict[int, int | None]
     sampler: Sampler
     profiler: Profiler | None
+    postgres: tuple[PgSnapshot | None, PgSnapshot | None] = (None, None)
 
 
 def _run_load(
@@ -303,6 +309,7 @@ def _run_load(
     stack = ctx.stack
     metrics_before = [n.metrics_text() for n in nodes]
     trees = {n.index: TreeCpu(n.pid) for n in nodes}
+    pg_before = pgstats.snapshot(stack.sql, stack.postgres_pid)
     cpu_before = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
     load_before = os.getloadavg()
     sampler = Sampler(stack.url, nodes, stall_dir=sdir, cpu_trees=list(trees.values()))
@@ -341,6 +348,7 @@ def _run_load(
             background.wait()
         cpu_after = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
         sampler_postgres = sampler.postgres_cpu_s
+        pg_after = pgstats.snapshot(stack.sql, stack.postgres_pid)
         metrics_after = [n.metrics_text() for n in nodes]
         hwm = {n.index: tree_hwm_kb(n.pid) for n in nodes}
         if profiler is not None:
@@ -352,6 +360,7 @@ def _run_load(
         elapsed=elapsed,
         load_before=load_before,
         cpu=cpu_delta(cpu_before, cpu_after, sampler_postgres),
+        postgres=(pg_before, pg_after),
         metrics_before=metrics_before,
         metrics_after=metrics_after,
         hwm_kb=hwm,
