@@ -13,8 +13,9 @@ or ``CHRONOS_CONSUME_BATCH_SIZE`` and ``CHRONOS_CLAIM_BATCH_SIZE`` from the envi
 
 - enqueue: N messages in consumed batches (``enqueue_batch``), all due at one instant, as the
   benchmark's ``burst`` sends them (a 100-byte value, a 10-byte key, one header);
-- drain: claim (``claim_due``) and delete (``delete_fired``) batch after batch until nothing is
-  left (the claim's horizon reaches past the deadline, so nothing waits for the clock);
+- drain: claim (``claim_due``, or ``claim_due_fair`` with ``--fair``) and delete
+  (``delete_fired``) batch after batch until nothing is left (the claim's horizon reaches past
+  the deadline, so nothing waits for the clock);
 - settle: ``--settle`` seconds doing nothing, for the autovacuum and checkpoints the phases
   left behind.
 
@@ -335,7 +336,7 @@ def explain(conn: psycopg.Connection[Any], name: LiteralString, params: Mapping[
 
 
 def run_size(
-    url: str, pid: int, size: int, preload: int, settle: float, settings: Any
+    url: str, pid: int, size: int, preload: int, settle: float, settings: Any, fair: bool = False
 ) -> SizeResult:
     store = PostgresStore(url, application_name="chronos-pg-cost")
     explain_conn = psycopg.connect(url, autocommit=True, options=SESSION_SETTINGS)
@@ -392,14 +393,23 @@ def run_size(
                     "max_bytes": 2**62,
                     "first_always": True,
                 }
-                plans.append(explain(explain_conn, "claim_due", params))
+                if fair:
+                    params |= {
+                        "cursor": "",
+                        "tenants": max(1, min(store.fair_tenants_per_claim, claim)),
+                        "exclude_tenants": [],
+                        "fill": True,
+                    }
+                plans.append(
+                    explain(explain_conn, "claim_due_fair" if fair else "claim_due", params)
+                )
                 taken = [(str(i), at) for i, at in _claimed(stats)]
                 deletes = statement_params("delete_fired", NODE_ID, taken)
                 plans.append(explain(explain_conn, "delete_fired", deletes))
                 drained += len(taken)
                 claims += 1
                 continue
-            got = store.claim(NODE_ID, HORIZON_MS, claim, parks)
+            got = [r for r in store.claim(NODE_ID, HORIZON_MS, claim, parks, fair=fair) if r.id]
             if not got:
                 break
             store.delete_fired(NODE_ID, [(r.id, r.readied_at) for r in got])
@@ -517,6 +527,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after the drain")
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
     parser.add_argument(
+        "--fair",
+        action="store_true",
+        help="claim with the fair claim (claim_due_fair), as a node does while its claims "
+        "come back full",
+    )
+    parser.add_argument(
         "--drop-index",
         action="append",
         default=[],
@@ -551,7 +567,7 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             index_defs = _rows(conn, INDEX_DEFS_SQL)
         for size in sizes:
-            results.append(run_size(url, pid, size, args.preload, args.settle, settings))
+            results.append(run_size(url, pid, size, args.preload, args.settle, settings, args.fair))
             print(f"burst {size:,} measured", flush=True)
     print(render(results, index_defs))
     if args.out:
