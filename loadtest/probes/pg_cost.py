@@ -38,6 +38,7 @@ import os
 import re
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -382,11 +383,12 @@ def run_size(
         result.indexes = {str(n): int(b) for n, b, _ in _rows(stats, INDEXES_SQL)}
 
         parks = park_after(settings)
+        leader = leader_plans(store, explain_conn, settings, parks)
         before = snapshot(stats, pid)
         drained, claims = 0, 0
-        plans: list[str] = []
+        plans: list[str] = [leader]
         while True:
-            if claims == middle and not plans:
+            if claims == middle and len(plans) == 1:
                 base = {"node_id": NODE_ID, "horizon_ms": HORIZON_MS, "limit": claim}
                 params = base | {
                     "park_attempts": parks,
@@ -429,6 +431,31 @@ def run_size(
         store.close()
         explain_conn.close()
         stats.close()
+
+
+def leader_plans(
+    store: PostgresStore, conn: psycopg.Connection[Any], settings: Any, parks: int
+) -> str:
+    """The leader's periodic statements (``find_stuck``, ``reset_lapsed_claims``) under
+    EXPLAIN (ANALYZE, BUFFERS) while a node holds ``max_in_flight`` claimed rows, none stuck and
+    no node lapsed: what they cost every time they run in a busy, healthy cluster. The claims
+    are given back afterwards (the drain then claims them again)."""
+    held: list[tuple[str, datetime]] = []
+    while len(held) < settings.max_in_flight:
+        rows = store.claim(NODE_ID, HORIZON_MS, settings.claim_batch_size, parks)
+        if not rows:
+            break
+        held += [(r.id, r.readied_at) for r in rows]
+    stuck = {"hold_ms": settings.hold_time_ms, "limit": 1000, "own_node": None, "own_since": None}
+    lapsed = {"window_ms": 10_000, "node_id": str(uuid.uuid4()), "limit": 1000}
+    plans = [f"({len(held):,} rows claimed)"]
+    for name, params in (("find_stuck", stuck), ("reset_lapsed_claims", lapsed)):
+        statement: LiteralString = "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " + query(name)
+        with conn.transaction():
+            rows = conn.execute(statement, params).fetchall()
+        plans.append("\n".join(str(r[0]) for r in rows))
+    store.release(NODE_ID, held, failed=False)
+    return "\n\n".join(plans)
 
 
 def _claimed(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
