@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import tempfile
 import time
 import uuid
@@ -58,7 +57,8 @@ from chronos.store import PostgresStore, migrate
 from chronos.store.batch import encode_batch
 from chronos.store.postgres import statement_params
 from chronos.store.postgres_session import SESSION_SETTINGS
-from chronos.store.sql import queries, query
+from chronos.store.sql import query
+from loadtest.bench.pgstats import chronos_statements, cpu_by_kind, statement_label
 
 NODE_ID = "6f1c1e0e-0000-4000-8000-0000000000c0"
 HORIZON_MS = 3 * 86_400_000  # past every deadline of the burst, short of the preloaded rows
@@ -103,25 +103,6 @@ WHERE readied_by = %(node)s::uuid AND readied_at IS NOT NULL
 """
 
 
-def _normalised(text: str) -> tuple[str, ...]:
-    """A statement's words (keywords and names) without comments, literals or parameters:
-    ``pg_stat_statements`` keeps the text from the first token on, with every constant and
-    parameter as ``$n``."""
-    lines = [line.split("--", 1)[0] for line in text.splitlines()]
-    flat = re.sub(r"E?'(?:[^']|'')*'", " ", " ".join(lines))
-    flat = re.sub(r"%\(\w+\)[sb]|\$\d+", " ", flat)
-    return tuple(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", flat))[:80]
-
-
-def statement_name(text: str) -> str:
-    """The named query a ``pg_stat_statements`` text is, or ``other``."""
-    wanted = _normalised(text)
-    for name, body in queries().items():
-        if _normalised(body) == wanted:
-            return name
-    return "other"
-
-
 # -- what is read before and after each phase ----------------------------------------------
 
 
@@ -135,42 +116,6 @@ class Snapshot:
     io: dict[str, list[float]]  # backend_type -> writes, extends, fsyncs, hits, reads
     checkpointer: list[float]
     table: list[float]
-
-
-def process_kind(process: psutil.Process) -> str:
-    try:
-        title = " ".join(process.cmdline())
-    except psutil.Error:
-        return "gone"
-    for marker, kind in (
-        ("autovacuum", "autovacuum"),
-        ("checkpointer", "checkpointer"),
-        ("walwriter", "walwriter"),
-        ("background writer", "bgwriter"),
-        ("postgres: postgres", "backend"),
-    ):
-        if marker in title:
-            return kind
-    return "other"
-
-
-def postgres_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of the postmaster's process tree by process kind; ``reaped``: the children
-    the postmaster waited for (autovacuum workers and backends that ended)."""
-    out: dict[str, float] = {}
-    root = psutil.Process(pid)
-    with root.oneshot():
-        t = root.cpu_times()
-        out["postmaster"] = t.user + t.system
-        out["reaped"] = t.children_user + t.children_system
-    for child in root.children(recursive=True):
-        try:
-            t = child.cpu_times()
-        except psutil.Error:
-            continue
-        kind = process_kind(child)
-        out[kind] = out.get(kind, 0.0) + t.user + t.system + t.children_user + t.children_system
-    return out
 
 
 def _rows(conn: psycopg.Connection[Any], statement: LiteralString) -> list[tuple[Any, ...]]:
@@ -188,8 +133,9 @@ def flush_stats(*conns: psycopg.Connection[Any]) -> None:
 
 def snapshot(conn: psycopg.Connection[Any], pid: int, wall: float | None = None) -> Snapshot:
     statements: dict[str, list[float]] = {}
+    named = chronos_statements()
     for text, *values in _rows(conn, STATEMENTS_SQL):
-        name = statement_name(str(text))
+        name = statement_label(str(text), named)
         prev = statements.get(name, [0.0] * len(values))
         statements[name] = [a + float(b or 0) for a, b in zip(prev, values, strict=True)]
     io: dict[str, list[float]] = {}
@@ -199,7 +145,7 @@ def snapshot(conn: psycopg.Connection[Any], pid: int, wall: float | None = None)
     times = psutil.Process().cpu_times()
     return Snapshot(
         wall=time.monotonic() if wall is None else wall,
-        postgres_cpu=postgres_cpu(pid),
+        postgres_cpu=cpu_by_kind(pid),
         client_cpu=times.user + times.system,
         statements=statements,
         wal=[float(v) for v in _rows(conn, WAL_SQL)[0]],
