@@ -65,7 +65,7 @@ HORIZON_MS = 3 * 86_400_000  # past every deadline of the burst, short of the pr
 PRELOAD_SQL = """
 INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers)
 SELECT 'preload-' || g, now() + interval '7 days' + g * interval '1 millisecond',
-       convert_to('key-' || (g % 1000), 'UTF8'), %(value)s::bytea, '[{"trace": "MQ=="}]'::jsonb
+       convert_to('key-' || (g %% 1000), 'UTF8'), %(value)s::bytea, '[{"trace": "MQ=="}]'::jsonb
 FROM generate_series(1::bigint, %(rows)s::bigint) AS g
 """
 
