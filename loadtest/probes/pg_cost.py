@@ -330,6 +330,8 @@ def run_size(
 
         parks = park_after(settings)
         leader = leader_plans(store, explain_conn, settings, parks)
+        flush_stats(explain_conn)  # the claims given back are not the drain's
+        store.ping()
         before = snapshot(stats, pid)
         drained, claims = 0, 0
         plans: list[str] = [leader]
