@@ -232,7 +232,7 @@ def scenario_delivery_rows(scenarios: Sequence[ScenarioDelivery]) -> list[Row]:
     rows = [
         Row(
             "all",
-            "no message lost (saturate and relay excepted)",
+            "no message lost (saturate, scaling and relay excepted)",
             "none lost" if not bad else ", ".join(f"{s.name}: {lost_text(s)}" for s in bad),
             not bad,
             "; ".join(notes),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import threading
 import time
 import uuid
@@ -31,6 +32,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from loadtest.bench.procstats import tree_cpu_s
 
 SCHEMA = "chronos_ceiling"
 TABLES = ("chronos_messages", "chronos_cancels")  # what enqueue, claim and delete_fired touch
@@ -50,6 +53,10 @@ class CeilingResult:
     delete_ms_avg: float
     insert_ms_avg: float
     statements: str = "store"  # the node's own statements, through chronos.store
+    # CPU seconds in the measured window: Postgres (postmaster and backends) and this process
+    # (the two threads driving the store, as a node's loops would); None when not measured.
+    postgres_cpu_s: float | None = None
+    client_cpu_s: float | None = None
 
 
 def scratch_url(url: str) -> str:
@@ -106,9 +113,12 @@ def run_ceiling(
     warmup: float = 3.0,
     max_backlog: int = 50_000,
     environ: Mapping[str, str] | None = None,
+    postgres_pid: int | None = None,
 ) -> CeilingResult:
     """Enqueue, claim and delete through the node's store for ``seconds`` (after ``warmup``);
-    ``batch`` defaults to the node's claim batch size, ``environ`` holds CHRONOS_* settings."""
+    ``batch`` defaults to the node's claim batch size, ``environ`` holds CHRONOS_* settings.
+    With ``postgres_pid`` (the postmaster) the CPU Postgres and this process used in the
+    measured window is recorded too."""
     from chronos.config import settings as chronos_settings
     from chronos.config.policy import park_after
     from chronos.protocol import ScheduledMessage
@@ -190,11 +200,13 @@ def run_ceiling(
         for t in threads:
             t.start()
         stop.wait(warmup + delay)
+        pg_before, own_before = _cpu_now(postgres_pid)
         measuring.set()
         started = time.perf_counter()
         stop.wait(seconds)
         measuring.clear()
         elapsed = time.perf_counter() - started
+        pg_after, own_after = _cpu_now(postgres_pid)
     finally:
         stop.set()
         for t in threads:
@@ -215,7 +227,15 @@ def run_ceiling(
         claim_ms_avg=round(1000 * times["claim"] / max(1, counts["claims"]), 2),
         delete_ms_avg=round(1000 * times["delete"] / max(1, counts["deletes"]), 2),
         insert_ms_avg=round(1000 * times["insert"] / max(1, counts["inserts"]), 2),
+        postgres_cpu_s=None if postgres_pid is None else round(pg_after - pg_before, 2),
+        client_cpu_s=round(own_after - own_before, 2),
     )
+
+
+def _cpu_now(postgres_pid: int | None) -> tuple[float, float]:
+    """CPU seconds so far of Postgres's process tree (0 without a pid) and of this process."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return tree_cpu_s(postgres_pid), own.ru_utime + own.ru_stime
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,8 @@ from loadtest.bench.procstats import cpu_model, memory_total_kb
 from loadtest.bench.promtext import node_metrics
 from loadtest.bench.records import BenchRecord, ScenarioRecord, rows_as_dicts
 from loadtest.bench.report import one_line, print_table, render_markdown
+from loadtest.bench.results.cpu import CpuUsage, per_core
+from loadtest.bench.results.jsonread import json_int, json_map
 from loadtest.bench.runs import Context, Interrupted, run_ceiling_scenario, run_load_scenario, say
 from loadtest.bench.stack import REPO, Stack, Topics, read_text
 
@@ -81,7 +83,15 @@ def _command_line(argv: Sequence[str]) -> str:
 
 def write_outputs(out: Path, bench: dict[str, Any]) -> None:
     """Judge the run recorded in ``bench`` (the content of bench.json, updated in place with
-    the targets and the headline) and write bench.json and BENCHMARK.md."""
+    the targets, the headline and each scenario's per-core figures) and write bench.json and
+    BENCHMARK.md."""
+    for rec in bench.get("scenarios", []):
+        figures = per_core(
+            CpuUsage.from_dict(json_map(rec, "cpu")),
+            json_int(json_map(rec, "cpu_per_message"), "messages"),
+        )
+        if figures is not None:
+            rec["per_core"] = figures.as_dict()
     record = BenchRecord.from_dict(bench)
     targets = evaluate(record)
     cap, source = capacity(record)

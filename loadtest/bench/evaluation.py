@@ -7,6 +7,7 @@ from loadtest.analysis.delivery import Row, late_text, scenario_delivery_rows
 from loadtest.bench import scenarios as sc
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
 from loadtest.bench.results.load import Drain
+from loadtest.bench.scaling import scaling_rows
 from loadtest.bench.tenant_verdicts import tenant_rows
 
 
@@ -82,6 +83,7 @@ def evaluate(bench: BenchRecord) -> list[Row]:
         *_precision_rows(bench, floor),
         *_burst_rows(bench),
         *_cpu_rows(bench),
+        *scaling_rows(bench),
         *_backlog_rows(bench),
         *tenant_rows(bench),
         *_rss_rows(bench),
@@ -89,7 +91,7 @@ def evaluate(bench: BenchRecord) -> list[Row]:
             [
                 r.delivery_figures
                 for r in bench.scenarios
-                if r.ok and r.kind not in ("ceiling", "saturate", "relay")
+                if r.ok and r.kind not in ("ceiling", "saturate", "scaling", "relay")
             ]
         ),
     ]

@@ -229,7 +229,11 @@ def cpu_snapshot(
     )
 
 
-def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
+def cpu_delta(
+    before: CpuSnapshot, after: CpuSnapshot, sampler_postgres_s: float | None = None
+) -> CpuUsage:
+    """The CPU each component used between two snapshots; ``sampler_postgres_s``: the part of
+    Postgres's that answered the benchmark's sampler (``Sampler.postgres_cpu_s``)."""
     nodes = {i: after.nodes.get(i, 0.0) - before.nodes.get(i, 0.0) for i in after.nodes}
     nodes_s = sum(nodes.values())
     pg = after.postgres - before.postgres
@@ -243,6 +247,7 @@ def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
         per_node_s={str(i): round(v, 1) for i, v in nodes.items()},
         node_util=round(nodes_s / wall, 3) if wall > 0 else None,
         postgres_s=round(pg, 1),
+        sampler_postgres_s=None if sampler_postgres_s is None else round(sampler_postgres_s, 1),
         broker_s=round(broker, 1),
         harness_s=round(harness, 1),
         machine_busy_s=round(machine, 1),
@@ -252,7 +257,8 @@ def cpu_delta(before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
 
 
 def cpu_per_message(cpu: CpuUsage, messages: int) -> CpuPerMessage:
-    """Each component's CPU microseconds per message handled (sent to Chronos)."""
+    """Each component's CPU microseconds per message handled (sent to Chronos); Postgres's
+    without what the benchmark's sampler cost it."""
 
     def us(seconds: float | None) -> float | None:
         return None if seconds is None or messages <= 0 else round(seconds * 1e6 / messages, 1)
@@ -261,6 +267,6 @@ def cpu_per_message(cpu: CpuUsage, messages: int) -> CpuPerMessage:
         messages=messages,
         node_us=us(cpu.nodes_s),
         broker_us=us(cpu.broker_s),
-        postgres_us=us(cpu.postgres_s),
+        postgres_us=us(cpu.chronos_postgres_s),
         harness_us=us(cpu.harness_s),
     )

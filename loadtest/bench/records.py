@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.analysis.delivery import Delivery, LossLocation, Row, ScenarioDelivery
-from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage
+from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage, PerCore
 from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num, json_str
 from loadtest.bench.results.load import BacklogVerdict, Drain, Intake, Preload, SteadyRates
 from loadtest.bench.results.node import Profile, Stall, StatementStats
+from loadtest.bench.results.postgres import PgBreakdown
 from loadtest.bench.results.tenants import TenantFigures
 
 
@@ -91,6 +92,8 @@ class ScenarioRecord:
     rss_max_mb: float | None = None
     cpu: CpuUsage | None = None
     cpu_per_message: CpuPerMessage | None = None
+    per_core: PerCore | None = None
+    postgres_breakdown: PgBreakdown | None = None
     stalls: list[Stall] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     profile: Profile | None = None
@@ -99,6 +102,8 @@ class ScenarioRecord:
     tenants: TenantFigures | None = None  # a multi-tenant load's fairness figures
     background_sent: int | None = None  # the intake load beside the measured one...
     background_stored: int | None = None  # ...and how much of it is in the table at the end
+    pinned: bool | None = None  # ``scaling``: each component on CPUs of its own...
+    pinning: str | None = None  # ...or why not (``loadtest.bench.pinning``)
 
     @property
     def background_missing(self) -> int | None:
@@ -152,6 +157,8 @@ class ScenarioRecord:
             rss_max_mb=json_num(data, "rss_max_mb"),
             cpu=CpuUsage.from_dict(json_map(data, "cpu")),
             cpu_per_message=CpuPerMessage.from_dict(json_map(data, "cpu_per_message")),
+            per_core=PerCore.from_dict(json_map(data, "per_core")),
+            postgres_breakdown=PgBreakdown.from_dict(json_map(data, "postgres_breakdown")),
             stalls=[Stall.from_dict(s) for s in data.get("stalls") or []],
             files={str(k): str(v) for k, v in json_map(data, "files").items()},
             profile=Profile.from_dict(json_map(data, "profile")),
@@ -160,7 +167,14 @@ class ScenarioRecord:
             tenants=TenantFigures.from_dict(summary.get("tenants")),
             background_sent=json_int(json_map(data, "background"), "sent"),
             background_stored=json_int(json_map(data, "background"), "stored"),
+            pinned=_json_bool(json_map(data, "pinning"), "pinned"),
+            pinning=json_str(json_map(data, "pinning"), "description"),
         )
+
+
+def _json_bool(data: Json, key: str) -> bool | None:
+    value = data.get(key)
+    return value if isinstance(value, bool) else None
 
 
 @dataclass(frozen=True, slots=True)

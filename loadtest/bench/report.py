@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from loadtest.bench.evaluation import capacity, fmt, run_ceiling
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
-from loadtest.bench.results.cpu import CpuUsage
+from loadtest.bench.results.cpu import CpuUsage, PerCore
 from loadtest.bench.results.load import Intake
 from loadtest.bench.sampling import STALL_SECONDS
+from loadtest.bench.scaling import budget_note, scaling_points
 
 
 def _pass_text(ok: bool | None) -> str:
@@ -65,6 +67,54 @@ def _cpu_per_message_lines(bench: BenchRecord) -> list[str]:
             fmt(per.harness_us),
         ]
         lines.append(f"| {rec.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def headline_rate(rec: ScenarioRecord) -> tuple[float | None, str]:
+    """A scenario's own raw rate and what it is: the ceiling's, the steady fired rate of a
+    steady load, the drain rate of a burst."""
+    if rec.kind == "ceiling":
+        return rec.ceiling_msg_per_s, "ceiling"
+    if rec.drain is not None and rec.drain.rate_per_s is not None:
+        return rec.drain.rate_per_s, "drain"
+    if rec.steady is not None and rec.steady.fired_per_s is not None:
+        return rec.steady.fired_per_s, "steady fired"
+    return None, ""
+
+
+def per_core_lines(bench: BenchRecord) -> list[str]:
+    """Messages per CPU second of each component beside the raw rates (``per_core``)."""
+    recs = [r for r in bench.scenarios if r.per_core is not None]
+    if not recs:
+        return []
+    lines = [
+        "",
+        "Messages per core-second: the messages handled during the load over each "
+        "component's CPU seconds, i.e. the msg/s one core of it carries at this load's mix "
+        "(what holds across machines; the raw rates do not). *Postgres* and the *broker* "
+        "serve every node of the run; *node* is all nodes' process trees together (in the "
+        "ceiling: the process driving the store's statements). *cores* is CPU seconds per "
+        "wall second:",
+        "",
+        "| scenario | nodes | raw rate msg/s | handled msg/s | msg per Postgres core-s | "
+        "msg per node core-s | msg per broker core-s | Postgres / node / broker cores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in recs:
+        pc = rec.per_core
+        assert pc is not None
+        rate, what = headline_rate(rec)
+        cells = [
+            rec.name,
+            fmt(rec.nodes),
+            f"{fmt(rate, 0)} ({what})" if rate is not None else fmt(None),
+            fmt(pc.handled_per_s),
+            fmt(pc.postgres),
+            fmt(pc.node),
+            fmt(pc.broker),
+            " / ".join(fmt(v, 2) for v in (pc.postgres_cores, pc.node_cores, pc.broker_cores)),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -137,10 +187,13 @@ def render_markdown(bench: BenchRecord) -> str:
     lines += [
         "",
         "CPU seconds per component during each load (the machine is shared: *other* is "
-        "every process that is not part of the benchmark):",
+        "every process that is not part of the benchmark; *of which the sampler*: the part of "
+        "Postgres's that answered the benchmark's own sampler, which counts the waiting rows "
+        "every second, left out of the figures per message and per core-second):",
         "",
-        "| scenario | wall s | nodes | postgres | broker | load generator | other | machine busy |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | wall s | nodes | postgres | of which the sampler | broker | load generator "
+        "| other | machine busy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in bench.scenarios:
         cpu = rec.cpu
@@ -156,6 +209,7 @@ def render_markdown(bench: BenchRecord) -> str:
                         "wall_s",
                         "nodes_s",
                         "postgres_s",
+                        "sampler_postgres_s",
                         "broker_s",
                         "harness_s",
                         "other_s",
@@ -166,6 +220,9 @@ def render_markdown(bench: BenchRecord) -> str:
             + " |"
         )
     lines += _cpu_per_message_lines(bench)
+    lines += per_core_lines(bench)
+    lines += _scaling_lines(bench)
+    lines += postgres_lines(bench)
     stalled = [r for r in bench.scenarios if r.stalls]
     if stalled:
         lines += ["", "### Stalls", ""]
@@ -240,6 +297,77 @@ def _scenario_cells(rec: ScenarioRecord) -> list[str]:
         fmt(None if rec.cpu is None else rec.cpu.nodes_s),
         {True: "grew", False: "flat", None: "—"}[rec.growing],
     ]
+
+
+def _scaling_lines(bench: BenchRecord) -> list[str]:
+    """BENCHMARK.md's scaling section (nothing when the curve did not run)."""
+    points = scaling_points(bench)
+    if not points:
+        return []
+    cores = bench.machine.get("cores")
+    note = budget_note(points, cores if isinstance(cores, int) else os.cpu_count())
+    lines = [
+        "",
+        "### Scaling: nodes against one Postgres",
+        "",
+        "Each run offered 0.8 x the ceiling (more than one node takes): its steady fired rate "
+        "is the capacity of that many nodes. Cores: CPU seconds per wall second of the load.",
+        "",
+        "| nodes | offered msg/s | steady fired msg/s | x first | node cores | Postgres cores | "
+        "broker cores | load generator cores | other cores | machine busy | "
+        "msg per Postgres core-s | msg per node core-s | msg per broker core-s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        pc = p.per_core or PerCore()
+        busy = None if p.machine_util is None else f"{p.machine_util:.0%}"
+        cells = [
+            str(p.nodes),
+            fmt(p.offered_per_s, 0),
+            fmt(p.fired_per_s, 0),
+            fmt(p.speedup, 2),
+            fmt(p.node_cores, 2),
+            fmt(p.postgres_cores, 2),
+            fmt(p.broker_cores, 2),
+            fmt(p.load_generator_cores, 2),
+            fmt(p.other_cores, 2),
+            fmt(busy),
+            fmt(pc.postgres),
+            fmt(pc.node),
+            fmt(pc.broker),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if note:
+        lines += ["", note]
+    return lines
+
+
+def postgres_lines(bench: BenchRecord) -> list[str]:
+    """Each load's Postgres by statement (execution time, ``pg_stat_statements``) and by
+    process kind (CPU seconds)."""
+    recs = [r for r in bench.scenarios if r.postgres_breakdown is not None]
+    if not recs:
+        return []
+    lines = [
+        "",
+        "### Postgres by statement and by process",
+        "",
+        "Execution seconds of the busiest statements during each load (µs per message handled, "
+        "calls) from `pg_stat_statements`, and Postgres's CPU seconds by process kind "
+        "(*reaped*: autovacuum workers and backends that ended meanwhile):",
+        "",
+    ]
+    for rec in recs:
+        pg = rec.postgres_breakdown
+        assert pg is not None
+        statements = "; ".join(
+            f"`{_md_escape(s.statement)}` {fmt(s.exec_s, 2)} s "
+            f"({fmt(s.exec_us_per_message)} µs/msg, {fmt(s.calls)} calls)"
+            for s in pg.statements
+        )
+        kinds = ", ".join(f"{k} {fmt(v, 2)}" for k, v in pg.cpu_by_kind_s.items())
+        lines.append(f"- **{rec.name}**: {statements or 'none'}. CPU s: {kinds or 'n/a'}.")
+    return lines
 
 
 def _burst_or_backlog(rec: ScenarioRecord) -> str | None:

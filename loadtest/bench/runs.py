@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.analysis.delivery import STORED_COUNT_SQL, locate_loss
+from loadtest.bench import pgstats
 from loadtest.bench import scenarios as sc
 from loadtest.bench.figures import fill_from_summary, received_gaps
 from loadtest.bench.input_audit import audit_input
+from loadtest.bench.pgstats import PgSnapshot
+from loadtest.bench.pinning import PinPlan, own_cpus, pin_tree, plan_pinning
 from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_per_message, cpu_snapshot, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
@@ -62,6 +65,7 @@ def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
         seconds=scenario.ceiling_seconds,
         warmup=scenario.ceiling_warmup_s,
         environ=ctx.stack.node_env,
+        postgres_pid=ctx.stack.postgres_pid,
     )
     data = asdict(result)
     (sdir / "ceiling.json").write_text(json.dumps(data, indent=2) + "\n")
@@ -70,12 +74,27 @@ def run_ceiling_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
         f"delete {result.delete_ms_avg} ms, enqueue {result.insert_ms_avg} ms per "
         f"{result.batch:,} rows, through the node's store)"
     )
+    cpu = ceiling_cpu(result.seconds, result.client_cpu_s, result.postgres_cpu_s)
     return {
         **scenario.as_dict(),
         "status": "ok",
         "result": data,
+        "cpu": cpu.as_dict(),
+        "cpu_per_message": cpu_per_message(cpu, result.deleted).as_dict(),
         "files": {"ceiling.json": f"{scenario.name}/ceiling.json"},
     }
+
+
+def ceiling_cpu(seconds: float, client_s: float | None, postgres_s: float | None) -> CpuUsage:
+    """The ceiling's CPU in its measured window, as a load's: the process driving the store
+    stands where the nodes do (it runs their statements, without Kafka), and there is no
+    broker."""
+    return CpuUsage(
+        wall_s=round(seconds, 2),
+        nodes_s=None if client_s is None else round(client_s, 2),
+        postgres_s=None if postgres_s is None else round(postgres_s, 2),
+        broker_s=None,
+    )
 
 
 def _offered_rate(scenario: Scenario, ceiling: float | None) -> float:
@@ -143,7 +162,25 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
             "--produce-only",
         ]
         rec["background_command"] = "python " + shlex.join(background_argv)
-    load = _run_load(ctx, scenario, sdir, nodes, harness_argv, background_argv)
+    pins = _pin(ctx.stack, scenario, nodes)
+    if pins is not None:
+        rec["pinning"] = pins.as_dict()
+        say(f"{tag} {pins.describe()}")
+    try:
+        load = _run_load(
+            ctx,
+            scenario,
+            sdir,
+            nodes,
+            harness_argv,
+            background_argv,
+            () if pins is None else pins.load_generator,
+        )
+    finally:
+        if pins is not None and pins.pinned:
+            everywhere = own_cpus()
+            pin_tree(ctx.stack.postgres_pid, everywhere)
+            pin_tree(ctx.stack.broker_pid, everywhere)
     _record_load(rec, load, nodes, sdir)
     if load.sampler.stalls:
         say(f"{tag} node stalled: see {', '.join(s.file for s in load.sampler.stalls)}")
@@ -164,6 +201,9 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
         # (intake loses none), counted by its run id.
         rec["background"]["stored"] = _stored(ctx.stack, str(bg_run.get("run_id")))
     rec["cpu_per_message"] = cpu_per_message(load.cpu, handled).as_dict()
+    pg_before, pg_after = load.postgres
+    if pg_before is not None and pg_after is not None:
+        rec["postgres_breakdown"] = pgstats.breakdown(pg_before, pg_after, handled).as_dict()
     _locate_loss(rec, ctx.stack, run, events)
     _audit_input(rec, ctx.stack, topics, summary, run, sdir)
     rec["files"] = _files(scenario.name, sdir)
@@ -192,6 +232,22 @@ def _start(
     nodes = stack.start_nodes(scenario.nodes, topics, sdir)
     stack.wait_ready(nodes, topics)
     return topics, nodes
+
+
+def _pin(stack: Stack, scenario: Scenario, nodes: Sequence[NodeProcess]) -> PinPlan | None:
+    """A scenario that asks for pinning (``scaling``): the plan for its curve's largest node
+    count, applied to Postgres, the broker and this run's nodes when the machine has the CPUs
+    (the load generator is pinned when it starts)."""
+    most = scenario.extra.get("pin_nodes")
+    if not most:
+        return None
+    plan = plan_pinning(own_cpus(), int(most))
+    if plan.pinned:
+        pin_tree(stack.postgres_pid, plan.postgres)
+        pin_tree(stack.broker_pid, plan.broker)
+        for node in nodes:
+            pin_tree(node.pid, plan.for_node(node.index))
+    return plan
 
 
 def _harness_argv(
@@ -234,6 +290,7 @@ class LoadRun:
     exit_codes: dict[int, int | None]
     sampler: Sampler
     profiler: Profiler | None
+    postgres: tuple[PgSnapshot | None, PgSnapshot | None] = (None, None)
 
 
 def _run_load(
@@ -243,13 +300,16 @@ def _run_load(
     nodes: Sequence[NodeProcess],
     argv: list[str],
     background_argv: list[str] | None = None,
+    harness_cpus: Sequence[int] = (),
 ) -> LoadRun:
     """The load generator (and the background one) with the sampler (and the profiler)
-    running; the nodes stopped."""
+    running; the nodes stopped. With ``harness_cpus`` the load generators are pinned to them
+    as they start (before they start their Kafka clients' threads)."""
     assert scenario.workload is not None
     stack = ctx.stack
     metrics_before = [n.metrics_text() for n in nodes]
     trees = {n.index: TreeCpu(n.pid) for n in nodes}
+    pg_before = pgstats.snapshot(stack.sql, stack.postgres_pid)
     cpu_before = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
     load_before = os.getloadavg()
     sampler = Sampler(stack.url, nodes, stall_dir=sdir, cpu_trees=list(trees.values()))
@@ -275,6 +335,9 @@ def _run_load(
             env=clean_env(),
             death_signal=signal.SIGTERM,
         )
+        for proc in (background, harness):
+            if proc is not None:
+                pin_tree(proc.pid, harness_cpus)
         code = _wait_child(harness, f"the load of {scenario.name}")
         if background is not None:
             code = code or _wait_child(background, f"the background load of {scenario.name}")
@@ -284,6 +347,8 @@ def _run_load(
             background.kill()
             background.wait()
         cpu_after = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
+        sampler_postgres = sampler.postgres_cpu_s
+        pg_after = pgstats.snapshot(stack.sql, stack.postgres_pid)
         metrics_after = [n.metrics_text() for n in nodes]
         hwm = {n.index: tree_hwm_kb(n.pid) for n in nodes}
         if profiler is not None:
@@ -294,7 +359,8 @@ def _run_load(
         returncode=code,
         elapsed=elapsed,
         load_before=load_before,
-        cpu=cpu_delta(cpu_before, cpu_after),
+        cpu=cpu_delta(cpu_before, cpu_after, sampler_postgres),
+        postgres=(pg_before, pg_after),
         metrics_before=metrics_before,
         metrics_after=metrics_after,
         hwm_kb=hwm,

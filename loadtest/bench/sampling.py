@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.procstats import TreeCpu, tree_rss_kb
+from loadtest.bench.procstats import TreeCpu, proc_stat, tree_rss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
 from loadtest.bench.results.node import Stall
@@ -46,6 +46,22 @@ class Sampler(threading.Thread):
         # Sampled every second so a child that exits unreaped between two CPU snapshots still
         # counts (see TreeCpu).
         self.cpu_trees = list(cpu_trees)
+        # CPU seconds of the Postgres backend(s) answering the sampler's own statement, by
+        # backend pid (last seen): the benchmark's instrumentation, not Chronos's work. Its
+        # count of the waiting rows walks them all, every second.
+        self._backend_cpu: dict[int, float] = {}
+
+    @property
+    def postgres_cpu_s(self) -> float:
+        """CPU seconds Postgres spent on the sampler's statements so far."""
+        return sum(self._backend_cpu.values())
+
+    def note_backend(self, conn: Any) -> None:
+        """Read the CPU of the backend behind ``conn`` (after each of the sampler's queries)."""
+        pid = int(conn.info.backend_pid)
+        stat = proc_stat(pid)
+        if stat is not None:
+            self._backend_cpu[pid] = stat.cpu_s
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -68,6 +84,7 @@ class Sampler(threading.Thread):
                     conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
                     conn.execute("SET statement_timeout = '5s'")
                 row = conn.execute(SAMPLE_SQL).fetchone()
+                self.note_backend(conn)
                 table = TableCounts(
                     waiting=row[0],
                     claimed=row[1],

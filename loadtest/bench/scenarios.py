@@ -38,6 +38,10 @@ BURST_DRAIN_RATE = 15_000  # msg/s
 BACKLOG_ROWS = 10_000_000
 BACKLOG_BASELINE_ROWS = 10_000
 RSS_LIMIT_MB = 300.0
+SCALING_NODES = (1, 2, 3)
+"""``scaling``: these node counts against one Postgres, each offered SATURATE_FACTOR x the
+ceiling (more than one node takes), so each run's steady fired rate is the capacity of that
+many nodes; with each component pinned to CPUs of its own when the machine has enough."""
 # Fairness between tenants: small tenants' p99 lateness while a flood drains, and the
 # flood's drain rate against the same load without tenant headers (the control).
 TENANT_SMALL_P99_MS = 1000.0
@@ -74,6 +78,7 @@ SCENARIO_NAMES = (
     "burst",
     "backlog",
     "tenants",
+    "scaling",
 )
 DEFAULT_SCENARIOS = (
     "sustained",
@@ -334,6 +339,18 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             for count in burst_counts
         ],
         "tenants": _tenant_scenarios(quick, grace),
+        # Does adding nodes add throughput? The saturating load against 1, 2 and 3 nodes.
+        "scaling": [
+            Scenario(
+                f"scaling-{n}",
+                "scaling",
+                f"{n} node{'s' if n > 1 else ''} offered 0.8 x the ceiling: the capacity of {n}",
+                n,
+                saturate,
+                extra={"pin_nodes": max(SCALING_NODES)},
+            )
+            for n in SCALING_NODES
+        ],
         "backlog": [
             Scenario(
                 f"backlog-{_rows_label(rows)}",

@@ -163,6 +163,10 @@ class Stack:
 
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", 0, durable=True)
         self.url = self.postgres.start()
+        # pg_stat_statements: each load's Postgres split by statement (loadtest.bench.pgstats).
+        self.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        self.url = self.postgres.restart()
+        self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.broker = EmbeddedBroker(0, log_dir=self.logs_dir)
         self.bootstrap = self.broker.start()
         migrate.upgrade(self.url)

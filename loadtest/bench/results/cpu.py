@@ -10,13 +10,16 @@ from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num
 
 @dataclass(frozen=True, slots=True)
 class CpuUsage:
-    """CPU seconds per component during a load (*other*: the rest of the machine)."""
+    """CPU seconds per component during a load (*other*: the rest of the machine).
+    ``postgres_s`` is all of Postgres's; ``sampler_postgres_s`` the part of it that answered
+    the benchmark's own sampler (its count of the waiting rows every second), not Chronos."""
 
     wall_s: float | None = None
     nodes_s: float | None = None
     per_node_s: dict[str, float] = field(default_factory=dict)
     node_util: float | None = None
     postgres_s: float | None = None
+    sampler_postgres_s: float | None = None
     broker_s: float | None = None
     harness_s: float | None = None
     machine_busy_s: float | None = None
@@ -30,6 +33,7 @@ class CpuUsage:
             "per_node_s": dict(self.per_node_s),
             "node_util": self.node_util,
             "postgres_s": self.postgres_s,
+            "sampler_postgres_s": self.sampler_postgres_s,
             "broker_s": self.broker_s,
             "harness_s": self.harness_s,
             "machine_busy_s": self.machine_busy_s,
@@ -47,6 +51,7 @@ class CpuUsage:
             per_node_s=dict(json_map(data, "per_node_s")),
             node_util=json_num(data, "node_util"),
             postgres_s=json_num(data, "postgres_s"),
+            sampler_postgres_s=json_num(data, "sampler_postgres_s"),
             broker_s=json_num(data, "broker_s"),
             harness_s=json_num(data, "harness_s"),
             machine_busy_s=json_num(data, "machine_busy_s"),
@@ -58,6 +63,13 @@ class CpuUsage:
         """A column of the report's CPU table by its key."""
         value = self.as_dict()[key]
         return value if isinstance(value, int | float) else None
+
+    @property
+    def chronos_postgres_s(self) -> float | None:
+        """Postgres's CPU without what the benchmark's sampler cost it: Chronos's share."""
+        if self.postgres_s is None:
+            return None
+        return round(max(0.0, self.postgres_s - (self.sampler_postgres_s or 0.0)), 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +104,79 @@ class CpuPerMessage:
             postgres_us=json_num(data, "postgres_us"),
             harness_us=json_num(data, "harness_us"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PerCore:
+    """Messages handled per CPU second of each component: the messages per second one core of
+    it carries at this load's mix (``1e6 / µs per message``), the figure that holds across
+    machines; beside it the raw rate of the same load (messages handled / wall seconds) and the
+    cores each component used meanwhile (CPU seconds / wall seconds). Postgres's leave out
+    what the benchmark's own sampler cost it."""
+
+    messages: int | None = None
+    wall_s: float | None = None
+    handled_per_s: float | None = None
+    postgres: float | None = None  # messages per Postgres CPU second
+    node: float | None = None  # ... per CPU second of the nodes' process trees, all nodes
+    broker: float | None = None  # ... per broker CPU second
+    postgres_cores: float | None = None
+    node_cores: float | None = None
+    broker_cores: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "wall_s": self.wall_s,
+            "handled_per_s": self.handled_per_s,
+            "msg_per_postgres_cpu_s": self.postgres,
+            "msg_per_node_cpu_s": self.node,
+            "msg_per_broker_cpu_s": self.broker,
+            "postgres_cores": self.postgres_cores,
+            "node_cores": self.node_cores,
+            "broker_cores": self.broker_cores,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Json | None) -> PerCore | None:
+        if not data:
+            return None
+        return cls(
+            messages=json_int(data, "messages"),
+            wall_s=json_num(data, "wall_s"),
+            handled_per_s=json_num(data, "handled_per_s"),
+            postgres=json_num(data, "msg_per_postgres_cpu_s"),
+            node=json_num(data, "msg_per_node_cpu_s"),
+            broker=json_num(data, "msg_per_broker_cpu_s"),
+            postgres_cores=json_num(data, "postgres_cores"),
+            node_cores=json_num(data, "node_cores"),
+            broker_cores=json_num(data, "broker_cores"),
+        )
+
+
+def per_core(cpu: CpuUsage | None, messages: int | None) -> PerCore | None:
+    """``messages`` handled during a load that used ``cpu``, per CPU second of each component.
+
+    A component that used no CPU at all (none in the run: the ceiling has no broker) has no
+    figure, never an infinite one; nor has a run with no messages."""
+    if cpu is None or not messages or messages <= 0:
+        return None
+    wall = cpu.wall_s
+
+    def per_s(seconds: float | None) -> float | None:
+        return None if not seconds or seconds <= 0 else round(messages / seconds)
+
+    def cores(seconds: float | None) -> float | None:
+        return None if seconds is None or not wall else round(seconds / wall, 2)
+
+    return PerCore(
+        messages=messages,
+        wall_s=wall,
+        handled_per_s=None if not wall else round(messages / wall, 1),
+        postgres=per_s(cpu.chronos_postgres_s),
+        node=per_s(cpu.nodes_s),
+        broker=per_s(cpu.broker_s),
+        postgres_cores=cores(cpu.chronos_postgres_s),
+        node_cores=cores(cpu.nodes_s),
+        broker_cores=cores(cpu.broker_s),
+    )
