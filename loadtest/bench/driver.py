@@ -33,7 +33,7 @@ from loadtest.bench.report import one_line, print_table, render_markdown
 from loadtest.bench.results.cpu import CpuUsage, per_core
 from loadtest.bench.results.jsonread import json_int, json_map
 from loadtest.bench.runs import Context, Interrupted, run_ceiling_scenario, run_load_scenario, say
-from loadtest.bench.stack import REPO, Stack, Topics, read_text
+from loadtest.bench.stack import POSTGRES_SETTINGS, REPO, Stack, Topics, read_text
 
 DEFAULT_RESULTS = Path("loadtest/results")
 
@@ -146,6 +146,7 @@ def run_bench(args: argparse.Namespace) -> int:
     bad = [k for k in node_env if not k.startswith("CHRONOS_")]
     if bad:
         raise RuntimeError(f"--node-env takes CHRONOS_* variables, not {bad[0]}")
+    postgres_settings = {**POSTGRES_SETTINGS, **dict(args.postgres_setting or [])}
     logs = out / "stack"
     logs.mkdir()
     bench: dict[str, Any] = {
@@ -162,7 +163,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         bench["machine"]["chronos"] = __version__
     started = time.monotonic()
-    stack = Stack(data_dir, logs, args.partitions, node_env)
+    stack = Stack(data_dir, logs, args.partitions, node_env, postgres_settings)
     ctx = Context(out, stack, args.quick, set(args.profile or []), args.profile_seconds)
     failures = 0
     interrupted = False
@@ -175,6 +176,7 @@ def run_bench(args: argparse.Namespace) -> int:
             settings = stack.node_settings(Topics("i", "o", "d", "g"))
             bench["stack"] = {
                 "postgres_durable": True,
+                "postgres_settings": postgres_settings,
                 "partitions": args.partitions,
                 "node_env": node_env,
                 "node_settings_summary": (
@@ -271,6 +273,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_env_pair,
         metavar="CHRONOS_NAME=VALUE",
         help="a setting for every node (repeatable), e.g. CHRONOS_CLAIM_BATCH_SIZE=5000",
+    )
+    parser.add_argument(
+        "--postgres-setting",
+        action="append",
+        type=_env_pair,
+        metavar="NAME=VALUE",
+        help="a server setting of the benchmark's Postgres (repeatable), over the defaults "
+        + ", ".join(f"{k}={v}" for k, v in POSTGRES_SETTINGS.items())
+        + " (the server's own: shared_buffers=128MB, max_wal_size=1GB)",
     )
     parser.add_argument(
         "--profile",

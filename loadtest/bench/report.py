@@ -263,6 +263,15 @@ def render_markdown(bench: BenchRecord) -> str:
             f"{stack.get('partitions')} partitions per topic, node settings "
             f"{stack.get('node_settings_summary', '')}"
         )
+        server = stack.get("postgres_settings")
+        lines.append(
+            "- Postgres settings: "
+            + (
+                ", ".join(f"{k}={v}" for k, v in server.items())
+                if server
+                else "the server's defaults"
+            )
+        )
     lines += ["", "## Reports", ""]
     for rec in bench.scenarios:
         links = [f"[{label}]({path})" for label, path in rec.files.items()]

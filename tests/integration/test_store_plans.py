@@ -138,3 +138,30 @@ def test_repeated_batches_through_the_store_stay_fast(filled: tuple[str, Postgre
         assert len(store.delete_fired(node_id, [(r.id, r.readied_at) for r in rows])) == BATCH
         slowest = max(slowest, time.perf_counter() - started)
     assert slowest < 0.5, f"slowest 2,000-row statement took {slowest:.3f} s"
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("find_stuck", {"hold_ms": 0, "own_node": None, "own_since": None, "limit": 1000}),
+        ("release_node", {"since": None}),
+        ("reset_lapsed_claims", {"window_ms": 0, "limit": 1000}),
+    ],
+)
+def test_statements_reading_claimed_rows_read_an_index_of_claimed_rows(
+    filled: tuple[str, PostgresStore], name: str, params: dict[str, Any]
+) -> None:
+    """The claimed rows are few beside the waiting ones: the statements that read them (by node,
+    or all of them by age) read an index of claimed rows, never the table."""
+    url, store = filled
+    node_id = str(uuid.uuid4())
+    rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
+    assert len(rows) == BATCH
+    claims = [(r.id, r.readied_at) for r in rows]
+    try:
+        plan, elapsed = _generic_plan(url, name, {"node_id": node_id, **params})
+        assert re.search(r"Index (Only )?Scan .*chronos_messages_claimed(_by)?_idx", plan), plan
+        assert "Seq Scan on chronos_messages" not in plan, plan
+        assert elapsed < 1.0, plan
+    finally:
+        store.release(node_id, claims, failed=False)

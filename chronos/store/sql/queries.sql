@@ -550,7 +550,7 @@ SELECT now() AS now,
 -- The busiest tenants (most overdue rows first) without a table scan: the tenants with waiting
 -- rows found by a walk of the (tenant, deadline) ready index, one descent each, at most
 -- max_tenants of them in name order; each tenant's waiting and overdue rows counted through the
--- same index up to count_limit; claimed rows (few: in-flight limits) through the claimed index,
+-- same index up to count_limit; claimed rows (few: in-flight limits) through the claimed_by index,
 -- parked rows (rare) through the failed index. NULL (rows of a release before tenants) is ''.
 WITH RECURSIVE walk(tenant) AS (
     (SELECT m.tenant FROM chronos_messages m
@@ -712,7 +712,7 @@ WHERE page_bytes - row_bytes < %(max_bytes)s::bigint
 ORDER BY deadline, id;
 
 -- name: list_claimed
--- Admin list of claimed rows (few: bounded by in-flight limits) after a cursor; claimed index.
+-- Admin list of claimed rows (few: bounded by in-flight limits) after a cursor; claimed_by index.
 -- Bounded by bytes too: rows are taken while the running sum of their keys and headers (as text)
 -- stays under `max_bytes` (the row that crosses it is returned as well, so the caller knows
 -- there is more; `page_bytes` is the running sum).
