@@ -15,7 +15,7 @@ from functools import partial
 from confluent_kafka import KafkaError
 
 from chronos.cluster.leadership import Leadership
-from chronos.config.policy import should_dead_letter
+from chronos.config.policy import expiry_limit_ms, expiry_limit_text, should_dead_letter
 from chronos.config.settings import Settings
 from chronos.kafka import Publisher
 from chronos.observability import metrics
@@ -65,7 +65,6 @@ class Dispatcher:
         self.monotonic = monotonic
         self.hold = settings.hold_time_ms / 1000
         self.output_topic = settings.output_topic
-        self.max_lateness = settings.max_lateness_ms / 1000 if settings.max_lateness_ms else None
         self.cond = threading.Condition()
         self.timers: list[Entry] = []  # a heap, guarded by cond
         self.in_flight = 0  # produced, report pending (dispatcher thread only)
@@ -183,14 +182,10 @@ class Dispatcher:
         # record's timestamp), counted by the firing loop once its delivery is confirmed.
         timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
         reason = ""
-        max_lateness = self.max_lateness if row.expires_ms is None else row.expires_ms / 1000
-        if max_lateness is not None and timer.lateness > max_lateness:
+        limit_ms = expiry_limit_ms(row.expires_ms, self.settings)
+        if limit_ms is not None and timer.lateness > limit_ms / 1000:
             # Stale (the cluster was away, or the backlog too deep): never fired late.
-            limit = (
-                f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
-                if row.expires_ms is None
-                else f"its chronosExpires ({row.expires_ms} ms)"
-            )
+            limit = expiry_limit_text(row.expires_ms, self.settings)
             reason = f"expired: due {timer.lateness * 1000:.0f} ms ago, later than {limit}"
             timer.reason = "expired"
             if self.settings.expired_action == "drop" or not self.settings.dead_letter_topic:

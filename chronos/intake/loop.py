@@ -37,6 +37,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from chronos.config.policy import expiry_limit_ms, expiry_limit_text
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, report
@@ -419,18 +420,14 @@ class IntakeLoop(Loop):
         never published late), and its dead letter (reason "expired"; None when it is dropped,
         counted and logged)."""
         own = message.expires_ms
-        max_lateness = self.max_lateness if own is None else timedelta(milliseconds=own)
-        if max_lateness is None:
+        limit_ms = expiry_limit_ms(own, self.settings)
+        if limit_ms is None:
             return False, None
         late = self.database_now(needed=own is not None) - message.deadline
-        if late <= max_lateness:
+        if late <= timedelta(milliseconds=limit_ms):
             return False, None
         where = f"{record.topic()}/{record.partition()}/{record.offset()}"
-        limit = (
-            f"CHRONOS_MAX_LATENESS_MS ({self.settings.max_lateness_ms} ms)"
-            if own is None
-            else f"its chronosExpires ({own} ms)"
-        )
+        limit = expiry_limit_text(own, self.settings)
         reason = (
             f"expired: due {late.total_seconds() * 1000:.0f} ms before it arrived, later than "
             f"{limit}"

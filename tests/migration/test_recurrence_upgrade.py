@@ -12,11 +12,7 @@ import psycopg
 from chronos.protocol import ScheduledMessage
 from chronos.recurrence import Rule
 from chronos.store import PostgresStore, migrate
-
-OLD_INSERT = (
-    "INSERT INTO chronos_messages (id, deadline, message_value) "
-    "VALUES (%s, now() + interval '200 milliseconds', '\\x00'::bytea)"
-)
+from tests.migration.helpers import OLD_INSERT
 
 
 def test_rows_of_the_previous_release_fire_once_beside_a_series(database_url: str) -> None:

@@ -11,12 +11,7 @@ import psycopg
 
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore, migrate
-
-# The previous release's insert names no tenant (its enqueue statement, reduced to the columns).
-OLD_INSERT = (
-    "INSERT INTO chronos_messages (id, deadline, message_value) "
-    "VALUES (%s, now() + interval '200 milliseconds', '\\x00'::bytea)"
-)
+from tests.migration.helpers import OLD_INSERT
 
 
 def test_rows_of_the_previous_release_are_claimed_plain_and_fair(database_url: str) -> None:
