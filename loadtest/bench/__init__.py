@@ -9,9 +9,9 @@ pre-loaded with far-future rows) and freshly started ``python -m chronos run`` n
 * the load generator runs in a separate process (``python -m loadtest run``), then the Spark
   analysis (``python -m loadtest analyze``) writes the scenario's ``summary.json``,
   ``report.html`` and plots;
-* every second a sampler records each node's RSS (psutil) and the table (rows
-  waiting, claimed and overdue, from the partial indexes, never a scan of pre-loaded rows), and
-  scrapes each node's ``/metrics`` (consumer lag, in-flight messages);
+* every second a sampler records each node's memory (the PSS of its processes, psutil) and the
+  table (rows waiting, claimed and overdue, from the partial indexes, never a scan of
+  pre-loaded rows), and scrapes each node's ``/metrics`` (consumer lag, in-flight messages);
 * around the load it records each node's CPU time (its whole process tree) and ``/metrics``
   (the ``claim`` statement latency histogram: mean from the sum/count delta, p99 from the
   bucket deltas), the CPU time of Postgres, the broker, the load generator and the rest of the

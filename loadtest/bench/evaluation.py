@@ -294,7 +294,7 @@ def _rss_rows(bench: BenchRecord) -> list[Row]:
         return [
             Row(
                 "all",
-                f"node RSS < {sc.RSS_LIMIT_MB:.0f} MB in every scenario",
+                f"node memory (PSS) < {sc.RSS_LIMIT_MB:.0f} MB in every scenario",
                 f"max {worst:.0f} MB ({worst_name})",
                 worst < sc.RSS_LIMIT_MB,
             )
@@ -395,7 +395,7 @@ def _backlog_rows(bench: BenchRecord) -> list[Row]:
     out.append(
         Row(
             name,
-            f"node RSS < {sc.RSS_LIMIT_MB:.0f} MB with {rows_label}",
+            f"node memory (PSS) < {sc.RSS_LIMIT_MB:.0f} MB with {rows_label}",
             f"{fmt(rss, 0)} MB (baseline {fmt(base.rss_max_mb, 0)} MB)",
             rss is not None and rss < sc.RSS_LIMIT_MB,
         )

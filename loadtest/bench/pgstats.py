@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -19,6 +19,25 @@ SELECT query, calls, total_exec_time FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 TOP_STATEMENTS = 8
+# The work Postgres did beside the statements: the table's autovacuums and autoanalyzes (their
+# count and, from Postgres 18, their time), parallel workers launched (a statement's workers
+# end and are reaped: their CPU is in *reaped* with autovacuum's), and the WAL written.
+ACTIVITY_SQL = """
+SELECT (SELECT to_jsonb(t) FROM pg_stat_user_tables t WHERE t.relname = 'chronos_messages'),
+       (SELECT to_jsonb(d) FROM pg_stat_database d WHERE d.datname = current_database()),
+       (SELECT to_jsonb(w) FROM pg_stat_wal w)
+"""
+ACTIVITY_FIELDS = {
+    "autovacuums": (0, "autovacuum_count"),
+    "autovacuum_s": (0, "total_autovacuum_time"),
+    "autoanalyzes": (0, "autoanalyze_count"),
+    "autoanalyze_s": (0, "total_autoanalyze_time"),
+    "parallel_workers": (1, "parallel_workers_launched"),
+    "wal_records": (2, "wal_records"),
+    "wal_fpi": (2, "wal_fpi"),
+    "wal_bytes": (2, "wal_bytes"),
+}
+"""Counter name -> (column of ACTIVITY_SQL, key); the ``_s`` ones are milliseconds there."""
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -85,6 +104,24 @@ def cpu_by_kind(postmaster: int | None) -> dict[str, float]:
 class PgSnapshot:
     statements: dict[str, tuple[float, float]]  # label -> calls, execution ms
     cpu: dict[str, float]
+    activity: dict[str, float] = field(default_factory=dict)  # ACTIVITY_FIELDS, totals so far
+
+
+def activity(sql: Callable[[str], Sequence[Any]]) -> dict[str, float]:
+    """The totals of ``ACTIVITY_FIELDS`` so far (those this Postgres has)."""
+    try:
+        row = sql(ACTIVITY_SQL)[0]
+    except Exception:  # noqa: BLE001 - a diagnostic; the run goes on
+        return {}
+    out: dict[str, float] = {}
+    for name, (column, key) in ACTIVITY_FIELDS.items():
+        value = (row[column] or {}).get(key)
+        if isinstance(value, int | float | str):
+            try:
+                out[name] = float(value) / (1000 if name.endswith("_s") else 1)
+            except ValueError:
+                continue
+    return out
 
 
 def snapshot(sql: Callable[[str], Sequence[Any]], postmaster: int | None) -> PgSnapshot | None:
@@ -100,7 +137,7 @@ def snapshot(sql: Callable[[str], Sequence[Any]], postmaster: int | None) -> PgS
         label = statement_label(str(text), named)
         before = totals.get(label, (0.0, 0.0))
         totals[label] = (before[0] + float(calls or 0), before[1] + float(exec_ms or 0))
-    return PgSnapshot(totals, cpu_by_kind(postmaster))
+    return PgSnapshot(totals, cpu_by_kind(postmaster), activity(sql))
 
 
 def breakdown(before: PgSnapshot, after: PgSnapshot, messages: int) -> PgBreakdown:
@@ -125,4 +162,9 @@ def breakdown(before: PgSnapshot, after: PgSnapshot, messages: int) -> PgBreakdo
         k: round(after.cpu.get(k, 0.0) - before.cpu.get(k, 0.0), 2)
         for k in sorted(set(before.cpu) | set(after.cpu))
     }
-    return PgBreakdown(costs[:TOP_STATEMENTS], {k: v for k, v in kinds.items() if v > 0})
+    counters = {
+        k: round(v - before.activity[k], 3)
+        for k, v in after.activity.items()
+        if k in before.activity
+    }
+    return PgBreakdown(costs[:TOP_STATEMENTS], {k: v for k, v in kinds.items() if v > 0}, counters)

@@ -100,10 +100,31 @@ def tree_cpu_s(root: int | None) -> float:
 
 
 def tree_rss_kb(root: int) -> int | None:
-    """RSS of ``root`` and its live descendants (None once ``root`` is gone)."""
+    """RSS of ``root`` and its live descendants (None once ``root`` is gone). Pages a forked
+    child shares with its parent count in both: see ``tree_pss_kb``."""
     if rss_kb(root) is None:
         return None
     return sum(rss for pid in _tree(root) if (rss := rss_kb(pid)) is not None)
+
+
+def pss_kb(pid: int) -> int | None:
+    """Proportional set size: the process's own pages plus its share of the pages it shares
+    (RSS where the kernel gives no PSS)."""
+    try:
+        info = psutil.Process(pid).memory_full_info()
+    except psutil.Error:
+        return None
+    return int(getattr(info, "pss", info.rss)) // KB
+
+
+def tree_pss_kb(root: int) -> int | None:
+    """The memory of ``root`` and its live descendants, each page counted once (the sum of
+    their PSS; None once ``root`` is gone). A node's intake process forks a probe for every
+    batch, and the probe shares the intake's pages copy-on-write: summing their RSS counts
+    those pages twice, a container's memory (and this) once."""
+    if pss_kb(root) is None:
+        return None
+    return sum(pss for pid in _tree(root) if (pss := pss_kb(pid)) is not None)
 
 
 def tree_hwm_kb(root: int) -> int | None:

@@ -109,7 +109,8 @@ def py_spy_binary() -> str | None:
 
 
 class Profiler(threading.Thread):
-    """py-spy on one node for ``seconds``, ``delay`` seconds after the load starts."""
+    """py-spy on one node's processes for ``seconds``, ``delay`` seconds after the load
+    starts."""
 
     def __init__(self, pid: int, delay: float, seconds: float, raw_path: Path) -> None:
         super().__init__(name="bench-profiler", daemon=True)
@@ -141,6 +142,7 @@ class Profiler(threading.Thread):
             "--threads",
             "--gil",
             "--nonblocking",
+            "--subprocesses",  # the node's intake process (and its probes) too
         ]
         log = self.raw_path.with_suffix(".log")
         with log.open("wb") as sink:

@@ -171,7 +171,7 @@ def render_markdown(bench: BenchRecord) -> str:
     lines += [
         "| scenario | nodes | load | sent | fired | lost | late after window | dup ids | "
         "lateness p50 / p99 / p99.9 / max ms | early | steady fired/s | claim mean / p99 ms | "
-        "node RSS max MB | node CPU s | backlog |",
+        "node memory max MB (PSS) | node CPU s | backlog |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in bench.scenarios:
@@ -363,7 +363,9 @@ def postgres_lines(bench: BenchRecord) -> list[str]:
         "",
         "Execution seconds of the busiest statements during each load (µs per message handled, "
         "calls) from `pg_stat_statements`, and Postgres's CPU seconds by process kind "
-        "(*reaped*: autovacuum workers and backends that ended meanwhile):",
+        "(*reaped*: autovacuum workers, parallel workers and backends that ended meanwhile); "
+        "then the table's autovacuums and autoanalyzes, the parallel workers launched and the "
+        "WAL written per message:",
         "",
     ]
     for rec in recs:
@@ -375,8 +377,31 @@ def postgres_lines(bench: BenchRecord) -> list[str]:
             for s in pg.statements
         )
         kinds = ", ".join(f"{k} {fmt(v, 2)}" for k, v in pg.cpu_by_kind_s.items())
-        lines.append(f"- **{rec.name}**: {statements or 'none'}. CPU s: {kinds or 'n/a'}.")
+        line = f"- **{rec.name}**: {statements or 'none'}. CPU s: {kinds or 'n/a'}."
+        if pg.activity:
+            messages = rec.cpu_per_message.messages if rec.cpu_per_message else None
+            line += " " + activity_text(pg.activity, messages)
+        lines.append(line)
     return lines
+
+
+def activity_text(counters: dict[str, float], messages: int | None) -> str:
+    """The table's maintenance and the WAL of one load, in words."""
+    parts = []
+    for name, label in (("autovacuums", "autovacuums"), ("autoanalyzes", "autoanalyzes")):
+        if name in counters:
+            seconds = counters.get(name[:-1] + "_s")
+            took = f" ({fmt(seconds, 2)} s)" if seconds is not None else ""
+            parts.append(f"{fmt(int(counters[name]))} {label}{took}")
+    if "parallel_workers" in counters:
+        parts.append(f"{fmt(int(counters['parallel_workers']))} parallel workers")
+    if messages and "wal_records" in counters:
+        per = {k: counters.get(k, 0.0) / messages for k in ("wal_records", "wal_fpi", "wal_bytes")}
+        parts.append(
+            f"WAL per message: {per['wal_records']:.2f} records, {per['wal_bytes']:.0f} bytes, "
+            f"{per['wal_fpi']:.3f} full-page images"
+        )
+    return ("Table and WAL: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _burst_or_backlog(rec: ScenarioRecord) -> str | None:
@@ -437,7 +462,7 @@ def one_line(rec: ScenarioRecord) -> str:
     if rec.drain is not None:
         parts.append(f"drain {fmt(rec.drain.rate_per_s)}/s")
     parts.append(f"claim mean {fmt(rec.claim.mean_ms, 2)} ms")
-    parts.append(f"RSS max {fmt(rec.rss_max_mb, 0)} MB")
+    parts.append(f"memory max {fmt(rec.rss_max_mb, 0)} MB")
     return "; ".join(parts)
 
 

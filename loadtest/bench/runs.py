@@ -550,9 +550,9 @@ def _plot_stack(
             xs,
             [float("nan") if y is None else y for y in ys],
             linestyle=":",
-            label=f"node {i} RSS MB",
+            label=f"node {i} memory MB (PSS)",
         )
-    ax2.set_ylabel("RSS MB")
+    ax2.set_ylabel("memory MB (PSS)")
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
     ax.legend(handles, labels, loc="upper left", fontsize="small")

@@ -1,5 +1,6 @@
-"""The sampler: every second, node RSS and process-tree CPU, the table's waiting/claimed/overdue
-rows and each node's consumer lag; and the stall watch that saves a stalled node's stacks."""
+"""The sampler: every second, node memory (PSS) and process-tree CPU, the table's
+waiting/claimed/overdue rows and each node's consumer lag; and the stall watch that saves a
+stalled node's stacks."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.procstats import TreeCpu, proc_stat, tree_rss_kb
+from loadtest.bench.procstats import TreeCpu, proc_stat, tree_pss_kb
 from loadtest.bench.profiles import py_spy_binary
 from loadtest.bench.promtext import metric_total, parse_prometheus
 from loadtest.bench.results.node import Stall
@@ -23,7 +24,7 @@ SAMPLE_INTERVAL_S = 1.0
 
 
 class Sampler(threading.Thread):
-    """Every second: node RSS, the table's waiting/claimed/overdue rows, consumer lag."""
+    """Every second: node memory (PSS), the table's waiting/claimed/overdue rows, consumer lag."""
 
     def __init__(
         self,
@@ -83,6 +84,9 @@ class Sampler(threading.Thread):
                 if conn is None:
                     conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
                     conn.execute("SET statement_timeout = '5s'")
+                    # One process: the count's CPU is this backend's, measured and left out of
+                    # Postgres's figures (parallel workers would end and hide in *reaped*).
+                    conn.execute("SET max_parallel_workers_per_gather = 0")
                 row = conn.execute(SAMPLE_SQL).fetchone()
                 self.note_backend(conn)
                 table = TableCounts(
@@ -120,10 +124,11 @@ class Sampler(threading.Thread):
                 conn.close()
 
     def _rss_mb(self) -> dict[int, float | None]:
-        """Each node's RSS now (all its processes); the largest seen is kept in ``rss_max_kb``."""
+        """Each node's memory now (all its processes, shared pages once: ``tree_pss_kb``); the
+        largest seen is kept in ``rss_max_kb``."""
         out: dict[int, float | None] = {}
         for node in self.nodes:
-            rss = tree_rss_kb(node.pid)
+            rss = tree_pss_kb(node.pid)
             out[node.index] = None if rss is None else round(rss / 1024, 1)
             if rss is not None:
                 self.rss_max_kb[node.index] = max(self.rss_max_kb.get(node.index, 0), rss)

@@ -20,7 +20,7 @@ from chronos.embedded import launcher
 from loadtest.bench.results.load import Preload
 
 if TYPE_CHECKING:
-    from psycopg.sql import Composable
+    from psycopg.sql import Composed
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0
@@ -205,7 +205,7 @@ class Stack:
     def broker_pid(self) -> int | None:
         return None if self.broker is None else self.broker.pid
 
-    def sql(self, statement: str | Composable, params: dict[str, Any] | None = None) -> list[Any]:
+    def sql(self, statement: str | Composed, params: dict[str, Any] | None = None) -> list[Any]:
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True) as conn:

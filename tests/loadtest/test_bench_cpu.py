@@ -247,3 +247,35 @@ def test_report_separates_the_brokers_cost_from_the_control() -> None:
     # 9 s - 0.25 x 30 s = 1.5 s beyond the control over 100,000 messages: 15 µs/msg.
     assert "| sustained | 100,000 | 10.0 | 90.0 | 0.30 | 15.0 | 5.0 | 2.0 |" in text
     assert "| relay | 10,000 | 100.0 | 500.0 | 0.25 | n/a | 50.0 | 20.0 |" in text
+
+
+def test_tree_memory_counts_the_pages_a_fork_shares_once() -> None:
+    """A process that forks a child sharing its 200 MB (as intake's header probe does): the
+    sum of their RSS counts the 200 MB twice, the tree's memory once."""
+    script = (
+        "import os, sys, time\n"
+        "block = bytearray(200 * 1024 * 1024)\n"
+        "for i in range(0, len(block), 4096): block[i] = 1\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == b"ready"
+        limit = time.monotonic() + 30
+        while not psutil.Process(parent.pid).children():
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        rss_sum = procstats.tree_rss_kb(parent.pid) or 0
+        memory = procstats.tree_pss_kb(parent.pid) or 0
+        own = procstats.rss_kb(parent.pid) or 0
+        assert rss_sum > 400 * 1024  # both count the block
+        assert 200 * 1024 < memory < own + 50 * 1024  # once, plus the child's own few pages
+    finally:
+        for child in psutil.Process(parent.pid).children():
+            child.kill()
+        parent.kill()
+        parent.wait()
+    assert procstats.tree_pss_kb(parent.pid) is None

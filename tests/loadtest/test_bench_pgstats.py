@@ -69,3 +69,41 @@ def test_breakdown_of_a_load() -> None:
         "(20.0 µs/msg, 100 calls); `delete_fired` 1.00 s (10.0 µs/msg, 100 calls). "
         "CPU s: autovacuum 0.75, backend 6.00, reaped 0.50."
     ) in md
+
+
+def test_the_table_and_wal_activity_of_a_load() -> None:
+    before = PgSnapshot(
+        {},
+        {},
+        {"autovacuums": 2.0, "autovacuum_s": 1.5, "wal_records": 1_000.0, "wal_bytes": 9e4},
+    )
+    after = PgSnapshot(
+        {},
+        {},
+        {
+            "autovacuums": 5.0,
+            "autovacuum_s": 4.0,
+            "wal_records": 601_000.0,
+            "wal_bytes": 9e4 + 57_300_000,
+            "wal_fpi": 10.0,  # not in the first snapshot: left out
+        },
+    )
+    pg = breakdown(before, after, 100_000)
+    assert pg.activity == {
+        "autovacuums": 3.0,
+        "autovacuum_s": 2.5,
+        "wal_records": 600_000.0,
+        "wal_bytes": 57_300_000.0,
+    }
+    assert PgBreakdown.from_dict(pg.as_dict()) == pg
+    rec = {
+        "name": "burst-1m",
+        "kind": "burst",
+        "postgres_breakdown": pg.as_dict(),
+        "cpu_per_message": {"messages": 100_000},
+    }
+    md = render_markdown(BenchRecord.from_dict({"scenarios": [rec]}))
+    assert (
+        "Table and WAL: 3 autovacuums (2.50 s); WAL per message: 6.00 records, 573 bytes, "
+        "0.000 full-page images."
+    ) in md

@@ -39,11 +39,15 @@ class PgBreakdown:
 
     statements: list[StatementCost] = field(default_factory=list)
     cpu_by_kind_s: dict[str, float] = field(default_factory=dict)
+    # Autovacuums and autoanalyzes of the table (count, seconds), parallel workers, WAL records,
+    # full-page images and bytes during the load (loadtest.bench.pgstats.ACTIVITY_FIELDS).
+    activity: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "statements": [s.as_dict() for s in self.statements],
             "cpu_by_kind_s": dict(self.cpu_by_kind_s),
+            "activity": dict(self.activity),
         }
 
     @classmethod
@@ -54,4 +58,5 @@ class PgBreakdown:
         return cls(
             statements=[StatementCost.from_dict(s) for s in data.get("statements") or []],
             cpu_by_kind_s={str(k): float(v) for k, v in kinds.items()},
+            activity={str(k): float(v) for k, v in (data.get("activity") or {}).items()},
         )
