@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
+
 from loadtest.bench.results.node import Profile, RankedFunction
 
 TOP_FUNCTIONS = 30
@@ -109,15 +111,24 @@ def py_spy_binary() -> str | None:
 
 
 class Profiler(threading.Thread):
-    """py-spy on one node's processes for ``seconds``, ``delay`` seconds after the load
-    starts."""
+    """py-spy on one node for ``seconds``, ``delay`` seconds after the load starts: on its
+    main process (``raw_path``) and on its intake process (``intake_raw_path``), each its own
+    recording (py-spy's ``--subprocesses`` records nothing once a short-lived header probe
+    exits)."""
 
     def __init__(self, pid: int, delay: float, seconds: float, raw_path: Path) -> None:
         super().__init__(name="bench-profiler", daemon=True)
         self.pid, self.delay, self.seconds, self.raw_path = pid, delay, seconds, raw_path
+        self.intake_raw_path = raw_path.with_name(raw_path.name.replace("node", "intake"))
         self.cancel = threading.Event()
         self.error: str | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _record(self, binary: str, pid: int, raw: Path) -> subprocess.Popen[bytes]:
+        argv = [binary, "record", "-p", str(pid), "-d", str(int(self.seconds)), "-r", "100"]
+        argv += ["-f", "raw", "-o", str(raw), "--threads", "--gil", "--nonblocking"]
+        with raw.with_suffix(".log").open("wb") as sink:
+            return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
 
     def run(self) -> None:
         binary = py_spy_binary()
@@ -126,41 +137,37 @@ class Profiler(threading.Thread):
             return
         if self.cancel.wait(self.delay):
             return
-        argv = [
-            binary,
-            "record",
-            "-p",
-            str(self.pid),
-            "-d",
-            str(int(self.seconds)),
-            "-r",
-            "100",
-            "-f",
-            "raw",
-            "-o",
-            str(self.raw_path),
-            "--threads",
-            "--gil",
-            "--nonblocking",
-            "--subprocesses",  # the node's intake process (and its probes) too
-        ]
-        log = self.raw_path.with_suffix(".log")
-        with log.open("wb") as sink:
-            self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            code = self.proc.wait(self.seconds + 60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-        if code != 0:
-            self.error = f"py-spy exited with {code} (see {log.name})"
+        self.procs.append(self._record(binary, self.pid, self.raw_path))
+        intake = intake_pid(self.pid)
+        if intake is not None:
+            self.procs.append(self._record(binary, intake, self.intake_raw_path))
+        for proc in self.procs:
+            try:
+                code = proc.wait(self.seconds + 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            if code != 0 and self.error is None:
+                self.error = f"py-spy exited with {code} (see {self.raw_path.stem}.log)"
 
     def stop(self) -> None:
         self.cancel.set()
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGINT)
         self.join(90)
+
+
+def intake_pid(node: int) -> int | None:
+    """The pid of a node's intake process (``python -m chronos.intake.child``), if it runs."""
+    try:
+        for child in psutil.Process(node).children():
+            if "chronos.intake.child" in " ".join(child.cmdline()):
+                return int(child.pid)
+    except psutil.Error:
+        return None
+    return None
 
 
 def finish_profile(profiler: Profiler, sdir: Path) -> Profile:
@@ -169,4 +176,8 @@ def finish_profile(profiler: Profiler, sdir: Path) -> Profile:
         return Profile(samples=0, error=profiler.error or "no profile written")
     prof = aggregate_profile(raw.read_text(errors="replace"))
     (sdir / "profile-node0.txt").write_text(profile_text(prof))
+    intake = profiler.intake_raw_path
+    if intake.exists():
+        text = profile_text(aggregate_profile(intake.read_text(errors="replace")))
+        (sdir / "profile-intake0.txt").write_text(text)
     return prof

@@ -500,6 +500,7 @@ def _files(name: str, sdir: Path) -> dict[str, str]:
         ("throughput", "throughput.png"),
         ("samples", "samples.json"),
         ("profile", "profile-node0.txt"),
+        ("intake profile", "profile-intake0.txt"),
         ("load generator log", "harness.log"),
     ):
         if (sdir / filename).exists():

@@ -35,3 +35,34 @@ def test_aggregate_profile() -> None:
     assert prof["threads"]["thread (101): chronos-firing"] == 40
     text = profiles.profile_text(profile)
     assert "decode_headers (chronos/protocol.py)" in text and text.startswith("100 samples")
+
+
+def test_the_intake_process_of_a_node_is_found() -> None:
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    intake = "import time; time.sleep(30)"
+    spawn = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {intake!r}, 'chronos.intake.child'])\n"
+        f"subprocess.Popen([sys.executable, '-c', {intake!r}, 'another'])\n"
+        "time.sleep(30)\n"
+    )
+    node = subprocess.Popen([sys.executable, "-c", spawn])
+    try:
+        limit = time.monotonic() + 20
+        while len(psutil.Process(node.pid).children()) < 2:
+            assert time.monotonic() < limit
+            time.sleep(0.05)
+        pid = profiles.intake_pid(node.pid)
+        assert pid is not None
+        assert "chronos.intake.child" in psutil.Process(pid).cmdline()
+    finally:
+        for child in psutil.Process(node.pid).children():
+            child.kill()
+        node.kill()
+        node.wait()
+    assert profiles.intake_pid(node.pid) is None
