@@ -16,7 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from chronos.protocol import Action, ScheduledMessage
-from chronos.store.batch import ENQUEUE_CHUNK_BYTES, chunks_by_size, encode_batch
+from chronos.store.batch import (
+    ENQUEUE_CHUNK_BYTES,
+    chunks_by_size,
+    encode_batch,
+    encoded_bytes,
+)
 from chronos.store.postgres_admin import AdminQueries
 from chronos.store.postgres_leadership import LeadershipQueries
 from chronos.store.postgres_session import SLOW_STATEMENT_S, PostgresSession
@@ -77,8 +82,14 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
         if not messages:
             return []
         outcomes = [Outcome.INSERTED] * len(messages)
-        for start, end in chunks_by_size(messages, ENQUEUE_CHUNK_BYTES):
+        whole = encode_batch(messages)
+        if encoded_bytes(whole) <= ENQUEUE_CHUNK_BYTES:
+            ranges = [(0, len(messages))]  # an ordinary batch: one statement
+        else:
+            ranges = chunks_by_size(messages, ENQUEUE_CHUNK_BYTES)
+        for start, end in ranges:
             chunk = messages[start:end]
+            encoded = whole if len(ranges) == 1 else encode_batch(chunk)
             if time.monotonic() - self._known_since > KNOWN_TENANTS_TTL_S:
                 # The leader forgets tenants with nothing waiting (prune_tenants): write ours
                 # again now and then (no-ops while they are known), so an active one comes back.
@@ -89,7 +100,7 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
             rows, _ = self._execute_tuples(
                 "enqueue_batch",
                 {
-                    **encode_batch(chunk),
+                    **encoded,
                     "advance_ms": advance_ms,
                     "cancel_ttl_ms": cancel_ttl_ms,
                     "new_tenants": sorted(new_tenants),
