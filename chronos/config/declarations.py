@@ -17,6 +17,7 @@ from chronos.config.values import (
     Option,
     Secret,
     _batch_size,
+    _niceness,
     _non_empty,
     _non_negative_int,
     _optional_topic,
@@ -275,6 +276,13 @@ class Settings:
             "separate",
             "thread",
         ),
+    )
+    intake_niceness: int = setting(
+        10,
+        "how much lower the CPU priority of the intake process is than the node's (nice): "
+        "when they compete for CPU, the firing timers win over consuming (0: the same); "
+        "with CHRONOS_INTAKE_PROCESS=separate",
+        _niceness,
     )
     http_host: str = setting(
         "0.0.0.0",

@@ -84,6 +84,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _niceness(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 19:
+        raise ValueError("must be between 0 (the node's priority) and 19 (the lowest)")
+    return value
+
+
 def _non_empty(text: str) -> str:
     if not text.strip():
         raise ValueError("must not be empty")

@@ -181,6 +181,9 @@ def main(argv: list[str]) -> int:
         secrets=settings.secret_values(config),
     )
     dependencies.quiet()  # the node process reports the dependencies' outages
+    # Consuming is throughput work and firing is timing work: under CPU contention the node's
+    # timers come first (the header probes, forked from this process, inherit the priority).
+    os.nice(config.intake_niceness)
     threading.current_thread().name = "chronos-intake"
     faults.kill_also(parent)
     store = PostgresStore(

@@ -67,6 +67,8 @@ def test_the_node_fires_what_its_intake_process_consumed_and_serves_its_metrics(
 ) -> None:
     node, intake = started(cluster)
     assert intake.pid != node.pid
+    # CHRONOS_INTAKE_NICENESS (10): consuming yields the CPU to the node's firing timers.
+    assert intake.nice() == min(psutil.Process(node.pid).nice() + 10, 19)
     assert node.assignment() == {(topics.input, p) for p in range(topics.partitions)}
 
     message = due_in(2)
