@@ -114,6 +114,12 @@ DEFAULT_LINGER_MS = 5
 # (measured: the broker's cost here is per second of idle fetching, not per record). An idle
 # fetch waits at most fetch.wait.max.ms: short delays and the late fast path depend on it.
 FETCH_WAIT_MAX_MS = 100
+# librdkafka prefetches ahead of intake up to 100,000 records per partition and 64 MiB by
+# default; intake takes CHRONOS_CONSUME_BATCH_SIZE records at a time, so a few batches ahead keep
+# it busy. The bound keeps the intake process small: its memory, and the header probe's fork per
+# batch, whose cost grows with the process's resident pages.
+PREFETCH_BATCHES = 5
+PREFETCH_KBYTES = 16 * 1024
 
 
 def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
@@ -170,6 +176,8 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+            "queued.min.messages": PREFETCH_BATCHES * settings.consume_batch_size,
+            "queued.max.messages.kbytes": PREFETCH_KBYTES,
         }
     )
     conf.update(failover_config(settings))
