@@ -31,3 +31,11 @@ def test_request_size_defaults_are_overridable() -> None:
     assert producer_config(s, "intake")["batch.size"] == "16384"
     conf = consumer_config(s)
     assert (conf["fetch.min.bytes"], conf["fetch.wait.max.ms"]) == ("1", "10")
+
+
+def test_the_consumer_prefetches_a_few_batches_not_librdkafkas_64_mib() -> None:
+    conf = consumer_config(settings(consume_batch_size=2000))
+    assert conf["queued.min.messages"] == 10_000  # five consumed batches per partition
+    assert conf["queued.max.messages.kbytes"] == 16 * 1024
+    wider = consumer_config(settings(consumer_properties={"queued.max.messages.kbytes": "65536"}))
+    assert wider["queued.max.messages.kbytes"] == "65536"
