@@ -61,7 +61,8 @@ def _array(kind: type[Array], count: int, has_null: bool, body: list[bytes]) -> 
     return kind(_HEADER.pack(1, has_null, kind.element_oid, count, 1) + b"".join(body))
 
 
-def bytea_array(values: Sequence[bytes | None]) -> ByteaArray:
+def _varlena(kind: type[Array], values: Sequence[bytes | None]) -> Array:
+    """An array of variable-length elements (bytea, or text already encoded to UTF-8)."""
     body: list[bytes] = []
     add = body.append
     has_null = False
@@ -72,22 +73,16 @@ def bytea_array(values: Sequence[bytes | None]) -> ByteaArray:
         else:
             add(_LEN(len(value)))
             add(value)
-    return _array(ByteaArray, len(values), has_null, body)  # type: ignore[return-value]
+    return _array(kind, len(values), has_null, body)
+
+
+def bytea_array(values: Sequence[bytes | None]) -> ByteaArray:
+    return _varlena(ByteaArray, values)  # type: ignore[return-value]
 
 
 def text_array(values: Sequence[str | None]) -> TextArray:
-    body: list[bytes] = []
-    add = body.append
-    has_null = False
-    for value in values:
-        if value is None:
-            add(_NULL)
-            has_null = True
-        else:
-            data = value.encode()
-            add(_LEN(len(data)))
-            add(data)
-    return _array(TextArray, len(values), has_null, body)  # type: ignore[return-value]
+    encoded = [None if v is None else v.encode() for v in values]
+    return _varlena(TextArray, encoded)  # type: ignore[return-value]
 
 
 def int4_array(values: Sequence[int | None]) -> Int4Array:

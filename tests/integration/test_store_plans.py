@@ -82,6 +82,14 @@ def _generic_plan(url: str, name: str, params: dict[str, Any]) -> tuple[str, flo
     return "\n".join(r[0] for r in rows), elapsed
 
 
+def _claim_a_batch(store: PostgresStore) -> tuple[str, list[tuple[str, Any]]]:
+    """A new node id and the claims of the BATCH rows it claimed."""
+    node_id = str(uuid.uuid4())
+    rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
+    assert len(rows) == BATCH
+    return node_id, [(r.id, r.readied_at) for r in rows]
+
+
 def _rows_examined(plan: str) -> int:
     """Rows a plan read and threw away (filters, join filters)."""
     return sum(int(n) for n in re.findall(r"Rows Removed by [\w ]+: (\d+)", plan))
@@ -102,10 +110,7 @@ def test_generic_plans_of_batch_writes_probe_the_primary_key(
     filled: tuple[str, PostgresStore], name: str
 ) -> None:
     url, store = filled
-    node_id = str(uuid.uuid4())
-    rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
-    assert len(rows) == BATCH
-    claims = [(r.id, r.readied_at) for r in rows]
+    node_id, claims = _claim_a_batch(store)
     try:
         params = statement_params(name, node_id, claims)
         plan, elapsed = _generic_plan(url, name, params)
@@ -154,10 +159,7 @@ def test_statements_reading_claimed_rows_read_an_index_of_claimed_rows(
     """The claimed rows are few beside the waiting ones: the statements that read them (by node,
     or all of them by age) read an index of claimed rows, never the table."""
     url, store = filled
-    node_id = str(uuid.uuid4())
-    rows = store.claim(node_id, HORIZON_MS, BATCH, 10)
-    assert len(rows) == BATCH
-    claims = [(r.id, r.readied_at) for r in rows]
+    node_id, claims = _claim_a_batch(store)
     try:
         plan, elapsed = _generic_plan(url, name, {"node_id": node_id, **params})
         assert re.search(r"Index (Only )?Scan .*chronos_messages_claimed(_by)?_idx", plan), plan
