@@ -25,7 +25,13 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
 
-from chronos.recurrence import RecurrenceError, Rule, make_rule, parse_duration_ms
+from chronos.recurrence import (
+    RecurrenceError,
+    Rule,
+    format_duration,
+    make_rule,
+    parse_duration_ms,
+)
 
 MESSAGE_ID_HEADER = "chronosMessageId"
 DEADLINE_HEADER = "chronosDeadline"
@@ -369,9 +375,26 @@ def _parse_rule(optional: dict[str, bytes | None]) -> Rule | Rejection | None:
         return Rejection("invalid_recurrence", str(exc))
 
 
+MAX_EXPIRES_MS = 2**31 - 1
+"""The longest ``chronosExpires`` (24 days 20 h 31 min): what the stored column holds."""
+
+
 def _parse_expires(raw: bytes | None, deadline: datetime, recurring: bool) -> int | Rejection:
     """``chronosExpires`` as the milliseconds an occurrence may fire after its deadline: a
-    duration (``PT30S``), or, for a one-shot message, an instant after its deadline."""
+    duration (``PT30S``), or, for a one-shot message, an instant after its deadline; at most
+    ``MAX_EXPIRES_MS``."""
+    expires = _expires_ms(raw, deadline, recurring)
+    if isinstance(expires, int) and expires > MAX_EXPIRES_MS:
+        return Rejection(
+            "invalid_expires",
+            f"header {EXPIRES_HEADER} allows a message to fire at most "
+            f"{format_duration(MAX_EXPIRES_MS)} (about 24.8 days) after its deadline, not "
+            f"{format_duration(expires)}",
+        )
+    return expires
+
+
+def _expires_ms(raw: bytes | None, deadline: datetime, recurring: bool) -> int | Rejection:
     text = _header_text(raw, EXPIRES_HEADER, "invalid_expires")
     if isinstance(text, Rejection):
         return text

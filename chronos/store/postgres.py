@@ -10,11 +10,13 @@ statements are ``AdminQueries`` (``postgres_admin``), leadership ``LeadershipQue
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from chronos.errors import StoreError
 from chronos.protocol import Action, ScheduledMessage
 from chronos.store.batch import (
     ENQUEUE_CHUNK_BYTES,
@@ -82,14 +84,14 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
         if not messages:
             return []
         outcomes = [Outcome.INSERTED] * len(messages)
-        whole = encode_batch(messages)
+        whole = _encoded(messages)
         if encoded_bytes(whole) <= ENQUEUE_CHUNK_BYTES:
             ranges = [(0, len(messages))]  # an ordinary batch: one statement
         else:
             ranges = chunks_by_size(messages, ENQUEUE_CHUNK_BYTES)
         for start, end in ranges:
             chunk = messages[start:end]
-            encoded = whole if len(ranges) == 1 else encode_batch(chunk)
+            encoded = whole if len(ranges) == 1 else _encoded(chunk)
             if time.monotonic() - self._known_since > KNOWN_TENANTS_TTL_S:
                 # The leader forgets tenants with nothing waiting (prune_tenants): write ours
                 # again now and then (no-ops while they are known), so an active one comes back.
@@ -258,6 +260,16 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
             return []
         result = self._execute("reset_stuck", _reset_params(rows))
         return [(r["id"], r["readied_by"]) for r in result]
+
+
+def _encoded(messages: Sequence[ScheduledMessage]) -> dict[str, Any]:
+    """The enqueue's parameters; a value that no column can hold (an integer out of its range,
+    a string that is not UTF-8) is the database refusing the data: the caller isolates the
+    message that carries it, as it does with what Postgres itself refuses."""
+    try:
+        return encode_batch(messages)
+    except (struct.error, ValueError, TypeError, OverflowError) as exc:
+        raise StoreError(f"enqueue_batch refused the batch's data: {exc}", retryable=False) from exc
 
 
 def statement_params(

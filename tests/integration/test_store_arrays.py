@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from chronos.errors import StoreError
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore
 from chronos.store import postgres as store_module
@@ -88,5 +89,25 @@ def test_a_batch_over_the_statement_budget_is_split_and_every_outcome_kept(
             ).fetchone()
         assert count == (50,)
         assert headers == ([{"h": "eHh4" * 33 + "eA=="}],)
+    finally:
+        store.close()
+
+
+def test_a_value_no_column_holds_is_refused_like_data_postgres_refuses(
+    migrated_database_url: str,
+) -> None:
+    """An integer beyond its column, caught while encoding: a refusal of the data (not
+    retryable), so intake isolates the message and dead-letters it, as it does when Postgres
+    refuses a value; never an exception that stops intake."""
+    store = PostgresStore(migrated_database_url)
+    try:
+        due = store.ping() + timedelta(hours=1)
+        bad = ScheduledMessage("too-long", due, None, b"v", [], expires_ms=2**31)
+        with pytest.raises(StoreError) as refused:
+            store.enqueue([ScheduledMessage("fine", due, None, b"v", []), bad], 0)
+        assert not refused.value.retryable
+        assert store.enqueue([ScheduledMessage("fine", due, None, b"v", [])], 0) == [
+            Outcome.INSERTED
+        ]
     finally:
         store.close()

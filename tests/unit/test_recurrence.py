@@ -190,6 +190,8 @@ def test_expires_as_a_duration_or_an_instant_after_the_deadline() -> None:
     assert isinstance(m, ScheduledMessage) and m.expires_ms == 2_500
     m = _parse(id="c", every="PT1M", expires="PT10S")
     assert isinstance(m, ScheduledMessage) and m.expires_ms == 10_000
+    m = _parse(id="d", deadline="2026-06-01T13:00:00Z", expires="PT2147483.647S")
+    assert isinstance(m, ScheduledMessage) and m.expires_ms == 2**31 - 1  # the longest
 
 
 @pytest.mark.parametrize(
@@ -199,6 +201,9 @@ def test_expires_as_a_duration_or_an_instant_after_the_deadline() -> None:
         ({"deadline": "2026-06-01T13:00:00Z", "expires": "soon"}, "neither an ISO-8601"),
         ({"every": "PT1M", "expires": "2026-06-01T13:00:00Z"}, "is a duration"),
         ({"deadline": "2026-06-01T13:00:00Z", "expires": ""}, "is empty"),
+        # the stored column holds 2**31 - 1 ms: a longer expiry would be refused by Postgres
+        ({"deadline": "2026-06-01T13:00:00Z", "expires": "P30D"}, "at most PT2147483.647S"),
+        ({"deadline": "2026-06-01T13:00:00Z", "expires": "2026-07-01T13:00:00Z"}, "at most"),
     ],
 )
 def test_bad_expiry_is_dead_lettered(headers: dict[str, str], fragment: str) -> None:
