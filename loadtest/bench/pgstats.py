@@ -6,7 +6,7 @@ processes the postmaster reaped)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,20 @@ ACTIVITY_FIELDS = {
     "wal_bytes": (2, "wal_bytes"),
 }
 """Counter name -> (column of ACTIVITY_SQL, key); the ``_s`` ones are milliseconds there."""
+
+
+def alter_system(url: str, settings: Mapping[str, str]) -> None:
+    """``ALTER SYSTEM SET`` each server setting (they take effect at the next restart, or
+    reload for the reloadable ones): the benchmark's and the probes' instrumented Postgres,
+    ``shared_preload_libraries = 'pg_stat_statements'`` among them."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
 
 
 def _words(text: str) -> tuple[str, ...]:

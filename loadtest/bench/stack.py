@@ -14,13 +14,10 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chronos.embedded import launcher
 from loadtest.bench.results.load import Preload
-
-if TYPE_CHECKING:
-    from psycopg.sql import Composed
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0
@@ -178,19 +175,15 @@ class Stack:
         self.nodes: list[NodeProcess] = []
 
     def start(self) -> None:
-        from psycopg import sql
-
         from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
         from chronos.store import migrate
+        from loadtest.bench.pgstats import alter_system
 
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", 0, durable=True)
         self.url = self.postgres.start()
         # pg_stat_statements: each load's Postgres split by statement (loadtest.bench.pgstats).
         server = {"shared_preload_libraries": "pg_stat_statements", **self.postgres_settings}
-        for name, value in server.items():
-            self.sql(
-                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
-            )
+        alter_system(self.url, server)
         self.url = self.postgres.restart()
         self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.broker = EmbeddedBroker(0, log_dir=self.logs_dir)
@@ -205,7 +198,7 @@ class Stack:
     def broker_pid(self) -> int | None:
         return None if self.broker is None else self.broker.pid
 
-    def sql(self, statement: str | Composed, params: dict[str, Any] | None = None) -> list[Any]:
+    def sql(self, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True) as conn:

@@ -58,7 +58,12 @@ from chronos.store.batch import encode_batch
 from chronos.store.postgres import statement_params
 from chronos.store.postgres_session import SESSION_SETTINGS
 from chronos.store.sql import query
-from loadtest.bench.pgstats import chronos_statements, cpu_by_kind, statement_label
+from loadtest.bench.pgstats import (
+    alter_system,
+    chronos_statements,
+    cpu_by_kind,
+    statement_label,
+)
 
 NODE_ID = "6f1c1e0e-0000-4000-8000-0000000000c0"
 HORIZON_MS = 3 * 86_400_000  # past every deadline of the burst, short of the preloaded rows
@@ -424,13 +429,7 @@ def instrumented_postgres(server: Mapping[str, str]) -> Iterator[tuple[str, int]
         workspace = Path(tmp)
         pg = EmbeddedPostgres(workspace / "postgres", durable=True, workspace=workspace)
         with pg:
-            with psycopg.connect(pg.url, autocommit=True) as conn:
-                for name, value in settings.items():
-                    conn.execute(
-                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                            sql.Identifier(name), sql.Literal(value)
-                        )
-                    )
+            alter_system(pg.url, settings)
             url = pg.restart()
             migrate.upgrade(url)
             with psycopg.connect(url, autocommit=True) as conn:

@@ -37,6 +37,8 @@ def test_bench_quick_smoke(tmp_path: Path) -> None:
     names = [(r["name"], r["status"]) for r in data["scenarios"]]
     assert names == [("ceiling", "ok"), ("precision", "ok"), ("ceiling-end", "ok")], names
     assert data["headline"]["ceiling_msg_per_s"] > 0
+    # its Postgres set up as docs/sizing.md recommends (ALTER SYSTEM, then a restart)
+    assert data["stack"]["postgres_settings"] == {"shared_buffers": "1GB", "max_wal_size": "8GB"}
     precision = data["scenarios"][1]
     counts = precision["summary"]["counts"]
     assert counts["sent"] == 10_000 and counts["lost"] == 0
