@@ -15,6 +15,7 @@ import pytest
 
 from loadtest.bench import procstats
 from loadtest.bench.results.cpu import CpuUsage
+from tests.loadtest.processes import process_tree
 
 # Burns 0.3 s of its own CPU (process time, not wall time: the same on a busy machine).
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
@@ -253,29 +254,16 @@ def test_tree_memory_counts_the_pages_a_fork_shares_once() -> None:
     """A process that forks a child sharing its 200 MB (as intake's header probe does): the
     sum of their RSS counts the 200 MB twice, the tree's memory once."""
     script = (
-        "import os, sys, time\n"
+        "import os, time\n"
         "block = bytearray(200 * 1024 * 1024)\n"
         "for i in range(0, len(block), 4096): block[i] = 1\n"
-        "if os.fork() == 0:\n"
-        "    time.sleep(60); os._exit(0)\n"
-        "print('ready', flush=True)\n"
+        "os.fork()\n"
         "time.sleep(60)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    try:
-        assert parent.stdout is not None and parent.stdout.readline().strip() == b"ready"
-        limit = time.monotonic() + 30
-        while not psutil.Process(parent.pid).children():
-            assert time.monotonic() < limit
-            time.sleep(0.05)
-        rss_sum = procstats.tree_rss_kb(parent.pid) or 0
-        memory = procstats.tree_pss_kb(parent.pid) or 0
-        own = procstats.rss_kb(parent.pid) or 0
+    with process_tree(script, children=1) as parent:
+        rss_sum = procstats.tree_rss_kb(parent) or 0
+        memory = procstats.tree_pss_kb(parent) or 0
+        own = procstats.rss_kb(parent) or 0
         assert rss_sum > 400 * 1024  # both count the block
         assert 200 * 1024 < memory < own + 50 * 1024  # once, plus the child's own few pages
-    finally:
-        for child in psutil.Process(parent.pid).children():
-            child.kill()
-        parent.kill()
-        parent.wait()
-    assert procstats.tree_pss_kb(parent.pid) is None
+    assert procstats.tree_pss_kb(parent) is None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import psutil
+
 from loadtest.bench import profiles
+from tests.loadtest.processes import process_tree
 
 RAW_PROFILE = """\
 thread (101): chronos-firing;Thread._bootstrap (threading.py:1002);FiringLoop.run (chronos/firing/loop.py:200);PostgresStore.claim (chronos/store/postgres.py:300);decode_headers (chronos/protocol.py:90) 30
@@ -38,12 +41,6 @@ def test_aggregate_profile() -> None:
 
 
 def test_the_intake_process_of_a_node_is_found() -> None:
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
     intake = "import time; time.sleep(30)"
     spawn = (
         "import subprocess, sys, time\n"
@@ -51,18 +48,8 @@ def test_the_intake_process_of_a_node_is_found() -> None:
         f"subprocess.Popen([sys.executable, '-c', {intake!r}, 'another'])\n"
         "time.sleep(30)\n"
     )
-    node = subprocess.Popen([sys.executable, "-c", spawn])
-    try:
-        limit = time.monotonic() + 20
-        while len(psutil.Process(node.pid).children()) < 2:
-            assert time.monotonic() < limit
-            time.sleep(0.05)
-        pid = profiles.intake_pid(node.pid)
+    with process_tree(spawn, children=2) as node:
+        pid = profiles.intake_pid(node)
         assert pid is not None
         assert "chronos.intake.child" in psutil.Process(pid).cmdline()
-    finally:
-        for child in psutil.Process(node.pid).children():
-            child.kill()
-        node.kill()
-        node.wait()
-    assert profiles.intake_pid(node.pid) is None
+    assert profiles.intake_pid(node) is None
