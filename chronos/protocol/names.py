@@ -1,0 +1,39 @@
+"""The names of the Chronos headers, the limits of their values, and the header types."""
+
+from __future__ import annotations
+
+MESSAGE_ID_HEADER = "chronosMessageId"
+DEADLINE_HEADER = "chronosDeadline"
+ACTION_HEADER = "chronosAction"
+TOPIC_HEADER = "chronosTopic"
+TENANT_HEADER = "chronosTenant"
+EVERY_HEADER = "chronosEvery"
+CRON_HEADER = "chronosCron"
+TIME_ZONE_HEADER = "chronosTimeZone"
+UNTIL_HEADER = "chronosUntil"
+MISSED_HEADER = "chronosMissed"
+EXPIRES_HEADER = "chronosExpires"
+OPTIONAL_HEADERS = (
+    ACTION_HEADER,
+    TOPIC_HEADER,
+    TENANT_HEADER,
+    EVERY_HEADER,
+    CRON_HEADER,
+    TIME_ZONE_HEADER,
+    UNTIL_HEADER,
+    MISSED_HEADER,
+    EXPIRES_HEADER,
+)
+"""The Chronos headers a record may carry at most once besides the id and the deadline."""
+RECURRENCE_HEADERS = (EVERY_HEADER, CRON_HEADER, TIME_ZONE_HEADER, UNTIL_HEADER, MISSED_HEADER)
+CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER, *OPTIONAL_HEADERS})
+
+DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"
+DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"
+
+MAX_ID_LENGTH = 128
+MAX_TENANT_LENGTH = 128
+DEFAULT_TENANT = ""  # the tenant of a message that names none
+
+Header = tuple[str, bytes | None]
+Headers = list[Header]
