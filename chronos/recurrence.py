@@ -13,7 +13,9 @@ occurrence is ever before the series' start (a start in a repeated hour, or betw
 seconds, included). ``chronosUntil`` ends a series: no occurrence after it. ``chronosMissed``
 says what happens to the occurrences a series missed while nothing could fire it (the cluster
 was down, the backlog too deep): ``latest`` (the default) fires only the latest missed one and
-counts the others as skipped; ``all`` fires every one of them, oldest first.
+counts the others as skipped (a cron series' one by one up to ``COUNT_LIMIT``, estimated from
+the rule's period beyond: the work is bounded whatever the series' age); ``all`` fires every one
+of them, oldest first.
 
 The rule is stored as compact JSON text in ``chronos_messages.recurrence`` (``encode`` /
 ``decode``; NULL: a one-shot message).
@@ -33,8 +35,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 MIN_PERIOD_MS = 1000
-MAX_COUNTED_SKIPS = 100_000
-"""Missed occurrences counted one by one at most (a cron series down for years stops counting)."""
+COUNT_LIMIT = 2_000
+"""Missed occurrences of a cron series counted one by one at most when it fires (33 hours of a
+minutely series, 83 days of an hourly one; some 20-50 ms); the ones beyond are estimated from the
+rule's period (see ``Rule.plan``). A period series' count is exact and costs nothing."""
 
 _DURATION_RE = re.compile(
     r"^P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
@@ -116,6 +120,7 @@ class Plan:
     fire: float
     skipped: int
     next: float | None
+    estimated: bool = False  # more were skipped than counted: the rest is an estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,11 +181,15 @@ class Rule:
     def _ended(self, occurrence: datetime) -> bool:
         return self.until is not None and occurrence > self.until
 
-    def plan(self, due: float, now: float) -> Plan:
+    def plan(self, due: float, now: float, *, count_limit: int = COUNT_LIMIT) -> Plan:
         """A claimed occurrence due at ``due`` as the database clock reads ``now`` (both epoch
         seconds): with ``missed: all`` it fires ``due``; with ``latest`` (a series behind by more
         than one occurrence) it fires the latest occurrence not after ``now`` (nor ``until``)
-        and skips the ones between."""
+        and skips the ones between. A cron series counts the skipped occurrences one by one up
+        to ``count_limit``; past it, the rest is estimated from the mean period of the ones
+        counted (none counted: the period from the fired occurrence to the next) and the plan
+        says ``estimated``. The work is bounded whatever the series' age: a few steps of the
+        expression plus at most ``count_limit``."""
         due_at = _from_epoch(due)
         if self.missed is Missed.ALL or now <= due:
             following = self.after(due_at)
@@ -188,6 +197,7 @@ class Rule:
         limit = _from_epoch(now)
         if self.until is not None and self.until < limit:
             limit = self.until
+        estimated = False
         if self.every_ms is not None:
             step = self.every_ms * 1000
             k = max(0, (_micros(limit) - _micros(due_at)) // step)
@@ -199,9 +209,12 @@ class Rule:
             if latest < due_at:  # never: ``due`` is an occurrence, not after ``limit``
                 latest, after_latest = due_at, self._cron_after(due_at)
             following = None if self._ended(after_latest) else after_latest
-            skipped = self._count_between(due_at, latest)
+            skipped, estimated = self._count_between(due_at, latest, after_latest, count_limit)
         return Plan(
-            latest.timestamp(), int(skipped), None if following is None else following.timestamp()
+            latest.timestamp(),
+            int(skipped),
+            None if following is None else following.timestamp(),
+            estimated,
         )
 
     def _cron_after(self, instant: datetime) -> datetime:
@@ -245,16 +258,28 @@ class Rule:
                 return latest, following
             latest = following
 
-    def _count_between(self, first: datetime, last: datetime) -> int:
-        """Occurrences from ``first`` (included) to ``last`` (excluded), counted up to a cap."""
+    def _count_between(
+        self, first: datetime, last: datetime, after_last: datetime, limit: int
+    ) -> tuple[int, bool]:
+        """Occurrences from ``first`` (included) to ``last`` (excluded): counted one by one up to
+        ``limit``, the rest estimated from the mean period of the ones counted (none counted:
+        from ``last`` to the occurrence after it, ``after_last``). Returns the count and whether
+        it is an estimate."""
+        if last <= first:
+            return 0, False
+        if limit <= 0:
+            return max(1, round((last - first) / (after_last - last))), True
         count = 0
         for occurrence in self._cron_from(first - _TICK):
             if occurrence < first:
                 continue  # a fixed-time job's wall clock in a repeated hour (never fired)
-            if occurrence >= last or count >= MAX_COUNTED_SKIPS:
-                break
+            if occurrence >= last:
+                return count, False
+            if count == limit:  # counted that far and ``last`` not reached: estimate the rest
+                period = (occurrence - first) / count
+                return count + max(1, round((last - occurrence) / period)), True
             count += 1
-        return count
+        return count, False  # never: ``last`` is an occurrence
 
 
 def make_rule(

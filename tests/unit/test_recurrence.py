@@ -383,3 +383,31 @@ def test_the_latest_missed_occurrence_in_the_repeated_hour_is_found() -> None:
     plan = daily.plan(yesterday.timestamp(), back.timestamp())
     assert plan.fire == _utc(2026, 11, 1, 1, 30, zone=NEW_YORK).timestamp()
     assert (plan.skipped, plan.next) == (1, _utc(2026, 11, 2, 1, 30, zone=NEW_YORK).timestamp())
+
+
+# ------------------------------------------------------------------------------ far-past series
+
+
+def test_a_cron_series_a_year_behind_is_planned_at_once_with_its_skips_estimated() -> None:
+    rule = Rule(cron="*/1 * * * *")
+    now = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)
+    due = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+    plan = rule.plan(due.timestamp(), now.timestamp())
+    assert plan.fire == datetime(2026, 6, 1, 12, 0, tzinfo=UTC).timestamp()
+    assert plan.next == datetime(2026, 6, 1, 12, 1, tzinfo=UTC).timestamp()
+    assert plan.skipped == 365 * 24 * 60  # every minute of the year but the one fired
+    assert plan.estimated  # more than COUNT_LIMIT: counted that far, the rest from the period
+
+
+def test_skips_are_counted_exactly_up_to_the_limit() -> None:
+    rule = Rule(cron="0 9 * * 1-5", zone="Europe/Paris")
+    due = _utc(2026, 3, 2, 9, 0)  # a Monday
+    now = _utc(2026, 3, 30, 10, 0)  # four weeks later, across the spring change
+    plan = rule.plan(due.timestamp(), now.timestamp())
+    assert plan.fire == _utc(2026, 3, 30, 9, 0).timestamp()
+    assert (plan.skipped, plan.estimated) == (20, False)
+    few = rule.plan(due.timestamp(), now.timestamp(), count_limit=5)
+    assert (few.fire, few.next) == (plan.fire, plan.next)
+    assert few.estimated and 15 <= few.skipped <= 25, few.skipped  # 5 counted, the rest estimated
+    none = rule.plan(due.timestamp(), now.timestamp(), count_limit=0)
+    assert none.estimated and none.skipped >= 1

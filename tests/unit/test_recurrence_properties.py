@@ -1,7 +1,8 @@
 """Properties of a series' occurrences for random rules, zones and starts (most of them near a
 daylight-saving change): no occurrence precedes the series' start, occurrences strictly increase,
 and a claim that missed some fires the latest one due and counts the others as the series
-itself lists them (brute force over a few dozen occurrences)."""
+itself lists them (brute force over a few dozen occurrences), exactly up to the count limit and
+as an estimate beyond it."""
 
 from __future__ import annotations
 
@@ -105,10 +106,11 @@ def test_no_occurrence_precedes_the_start_and_occurrences_strictly_increase(
     series(),
     st.integers(0, 40),  # occurrences missed
     st.floats(0, 0.999),  # how far towards the next one the claim came
+    st.integers(0, 50),  # the count limit
     st.one_of(st.none(), st.integers(0, 45)),  # the occurrence that is the last (until)
 )
 def test_a_claim_fires_the_latest_due_occurrence_and_counts_the_ones_it_skips(
-    drawn: tuple[Rule, datetime], missed: int, towards: float, last: int | None
+    drawn: tuple[Rule, datetime], missed: int, towards: float, count_limit: int, last: int | None
 ) -> None:
     rule, start = drawn
     occurrences = _series(rule, rule.first(start, exact=True), missed + 2)
@@ -120,8 +122,11 @@ def test_a_claim_fires_the_latest_due_occurrence_and_counts_the_ones_it_skips(
             occurrences = occurrences[: last + 1]
             missed = last
     due = occurrences[0].timestamp()
-    plan = rule.plan(due, now.timestamp())
+    plan = rule.plan(due, now.timestamp(), count_limit=count_limit)
     assert plan.fire == occurrences[missed].timestamp()
     following = rule.after(occurrences[missed])
     assert plan.next == (None if following is None else following.timestamp())
-    assert plan.skipped == missed
+    if rule.every_ms is not None or missed <= count_limit:
+        assert (plan.skipped, plan.estimated) == (missed, False)
+    else:  # counted up to the limit, the rest estimated (at least one more)
+        assert plan.estimated and plan.skipped > count_limit, (plan, missed)
