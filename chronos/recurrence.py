@@ -8,11 +8,14 @@ zone, as Debian's cron does across daylight-saving changes (the expression is ev
 ``cronsim``): a job at a fixed time (neither minute nor hour starts with ``*``) that falls in a
 skipped hour fires at the first instant after the gap, and once (the first time) in a repeated
 hour; a job whose minute or hour field starts with ``*`` follows real time (``*/30 * * * *`` fires
-every 30 minutes, so a repeated hour has its occurrences twice and a skipped one none).
-``chronosUntil`` ends a series: no occurrence after it. ``chronosMissed`` says what happens to the
-occurrences a series missed while nothing could fire it (the cluster was down, the backlog too
-deep): ``latest`` (the default) fires only the latest missed one and counts the others as
-skipped; ``all`` fires every one of them, oldest first.
+every 30 minutes, so a repeated hour has its occurrences twice and a skipped one none). No
+occurrence is ever before the series' start (a start in a repeated hour, or between two
+seconds, included). ``chronosUntil`` ends a series: no occurrence after it. ``chronosMissed``
+says what happens to the occurrences a series missed while nothing could fire it (the cluster
+was down, the backlog too deep): ``latest`` (the default) fires only the latest missed one and
+counts the others as skipped (a cron series' one by one up to ``COUNT_LIMIT``, estimated from
+the rule's period beyond: the work is bounded whatever the series' age); ``all`` fires every one
+of them, oldest first.
 
 The rule is stored as compact JSON text in ``chronos_messages.recurrence`` (``encode`` /
 ``decode``; NULL: a one-shot message).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -31,14 +35,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 MIN_PERIOD_MS = 1000
-MAX_COUNTED_SKIPS = 100_000
-"""Missed occurrences counted one by one at most (a cron series down for years stops counting)."""
+COUNT_LIMIT = 2_000
+"""Missed occurrences of a cron series counted one by one at most when it fires (33 hours of a
+minutely series, 83 days of an hourly one; some 20-50 ms); the ones beyond are estimated from the
+rule's period (see ``Rule.plan``). A period series' count is exact and costs nothing."""
 
 _DURATION_RE = re.compile(
     r"^P(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
     r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+)(?:[.,](?P<frac>\d{1,3}))?S)?)?$"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TICK = timedelta(microseconds=1)  # "at or after" an instant is "after" the instant a tick before
 
 
 class RecurrenceError(ValueError):
@@ -113,6 +120,7 @@ class Plan:
     fire: float
     skipped: int
     next: float | None
+    estimated: bool = False  # more were skipped than counted: the rest is an estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,11 +165,10 @@ class Rule:
     def first(self, start: datetime, *, exact: bool) -> datetime:
         """The series' first occurrence: ``start`` itself for a period when ``exact`` (a
         ``chronosDeadline`` was given), else one period after it; for a cron rule, its first
-        occurrence at or after ``start`` (``exact``) or after it."""
+        occurrence at or after ``start`` (``exact``) or after it. Never before ``start``."""
         if self.every_ms is not None:
             return start if exact else start + timedelta(milliseconds=self.every_ms)
-        before = start - timedelta(seconds=1) if exact else start
-        return self._cron_after(before)
+        return self._cron_after(start - _TICK if exact else start)
 
     def after(self, occurrence: datetime) -> datetime | None:
         """The occurrence after ``occurrence`` (None: past ``until``)."""
@@ -169,15 +176,20 @@ class Rule:
             following = occurrence + timedelta(milliseconds=self.every_ms)
         else:
             following = self._cron_after(occurrence)
-        if self.until is not None and following > self.until:
-            return None
-        return following
+        return None if self._ended(following) else following
 
-    def plan(self, due: float, now: float) -> Plan:
+    def _ended(self, occurrence: datetime) -> bool:
+        return self.until is not None and occurrence > self.until
+
+    def plan(self, due: float, now: float, *, count_limit: int = COUNT_LIMIT) -> Plan:
         """A claimed occurrence due at ``due`` as the database clock reads ``now`` (both epoch
         seconds): with ``missed: all`` it fires ``due``; with ``latest`` (a series behind by more
         than one occurrence) it fires the latest occurrence not after ``now`` (nor ``until``)
-        and skips the ones between."""
+        and skips the ones between. A cron series counts the skipped occurrences one by one up
+        to ``count_limit``; past it, the rest is estimated from the mean period of the ones
+        counted (none counted: the period from the fired occurrence to the next) and the plan
+        says ``estimated``. The work is bounded whatever the series' age: a few steps of the
+        expression plus at most ``count_limit``."""
         due_at = _from_epoch(due)
         if self.missed is Missed.ALL or now <= due:
             following = self.after(due_at)
@@ -185,37 +197,89 @@ class Rule:
         limit = _from_epoch(now)
         if self.until is not None and self.until < limit:
             limit = self.until
+        estimated = False
         if self.every_ms is not None:
             step = self.every_ms * 1000
             k = max(0, (_micros(limit) - _micros(due_at)) // step)
             latest = due_at + timedelta(microseconds=k * step)
             skipped = k
+            following = self.after(latest)
         else:
-            latest = max(due_at, self._cron_latest(limit))
-            skipped = self._count_between(due_at, latest)
-        following = self.after(latest)
+            latest, after_latest = self._cron_latest(limit)
+            if latest < due_at:  # never: ``due`` is an occurrence, not after ``limit``
+                latest, after_latest = due_at, self._cron_after(due_at)
+            following = None if self._ended(after_latest) else after_latest
+            skipped, estimated = self._count_between(due_at, latest, after_latest, count_limit)
         return Plan(
-            latest.timestamp(), int(skipped), None if following is None else following.timestamp()
+            latest.timestamp(),
+            int(skipped),
+            None if following is None else following.timestamp(),
+            estimated,
         )
 
     def _cron_after(self, instant: datetime) -> datetime:
-        local = instant.astimezone(zone(self.zone))
-        return next(CronSim(self.cron or "", local)).astimezone(UTC)
+        """The first occurrence after ``instant``. The expression is evaluated from the local
+        time, which for a fixed-time job (cronsim's Debian rules) is the wall clock alone: in a
+        repeated hour it may name an occurrence that already passed, so step on until one is
+        after ``instant`` (an hour's worth of steps at most)."""
+        occurrences = self._cron_from(instant)
+        while (occurrence := next(occurrences)) <= instant:
+            pass
+        return occurrence
 
-    def _cron_latest(self, limit: datetime) -> datetime:
-        """The latest occurrence at or before ``limit``."""
-        local = limit.astimezone(zone(self.zone)).replace(microsecond=0) + timedelta(seconds=1)
-        return next(CronSim(self.cron or "", local, reverse=True)).astimezone(UTC)
+    def _cron_from(self, instant: datetime, *, reverse: bool = False) -> Iterator[datetime]:
+        """The occurrences after (``reverse``: before) the second ``instant`` falls in, in order,
+        in UTC. The local time is converted from UTC, so an instant in a repeated hour keeps its
+        fold. A local time that does not exist (cronsim names one when a job that follows real
+        time, ``0 */4 * * 0``, reaches a day that starts in a skipped hour) is no occurrence:
+        the skipped hour has none."""
+        tz = zone(self.zone)
+        if self.zone == "UTC":
+            yield from CronSim(self.cron or "", instant.astimezone(UTC), reverse=reverse)
+            return
+        for local in CronSim(self.cron or "", instant.astimezone(tz), reverse=reverse):
+            occurrence = local.astimezone(UTC)
+            if occurrence.astimezone(tz) == local:  # a local time that exists
+                yield occurrence
 
-    def _count_between(self, first: datetime, last: datetime) -> int:
-        """Occurrences from ``first`` (included) to ``last`` (excluded), counted up to a cap."""
+    def _cron_latest(self, limit: datetime) -> tuple[datetime, datetime]:
+        """The latest occurrence at or before ``limit`` and the one after it: the expression
+        evaluated backwards from the local time, then forwards while the next occurrence is not
+        after ``limit`` (a fixed-time job's wall clock misses the first pass of a repeated
+        hour)."""
+        second = limit.replace(microsecond=0) + timedelta(seconds=1)
+        latest = next(self._cron_from(second, reverse=True))
+        occurrences = self._cron_from(latest)
+        while True:
+            following = next(occurrences)
+            if following <= latest:
+                continue
+            if following > limit:
+                return latest, following
+            latest = following
+
+    def _count_between(
+        self, first: datetime, last: datetime, after_last: datetime, limit: int
+    ) -> tuple[int, bool]:
+        """Occurrences from ``first`` (included) to ``last`` (excluded): counted one by one up to
+        ``limit``, the rest estimated from the mean period of the ones counted (none counted:
+        from ``last`` to the occurrence after it, ``after_last``). Returns the count and whether
+        it is an estimate."""
+        if last <= first:
+            return 0, False
+        if limit <= 0:
+            return max(1, round((last - first) / (after_last - last))), True
         count = 0
-        local = first.astimezone(zone(self.zone)) - timedelta(seconds=1)
-        for occurrence in CronSim(self.cron or "", local):
-            if occurrence.astimezone(UTC) >= last or count >= MAX_COUNTED_SKIPS:
-                break
+        for occurrence in self._cron_from(first - _TICK):
+            if occurrence < first:
+                continue  # a fixed-time job's wall clock in a repeated hour (never fired)
+            if occurrence >= last:
+                return count, False
+            if count == limit:  # counted that far and ``last`` not reached: estimate the rest
+                period = (occurrence - first) / count
+                return count + max(1, round((last - occurrence) / period)), True
             count += 1
-        return count
+        return count, False  # never: ``last`` is an occurrence
 
 
 def make_rule(

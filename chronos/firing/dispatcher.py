@@ -24,11 +24,18 @@ from chronos.protocol import (
     DEAD_LETTER_SOURCE_HEADER,
     relay_headers,
 )
-from chronos.recurrence import decode
+from chronos.recurrence import COUNT_LIMIT, decode
 from chronos.runtime.faults import fault_point
 from chronos.store import ClaimedRow, row_bytes
 
 log = logging.getLogger(__name__)
+
+COUNT_BUDGET_SHARE = 0.02
+"""The share of the hold time one claimed batch may spend counting its series' missed
+occurrences one by one (at most COUNT_LIMIT a series); past it, the batch's other series estimate
+theirs from their rule's period, in a few steps each: a batch of series far behind (imported with
+their original start) is timed in a fraction of the hold time, never given back for taking too
+long."""
 
 
 @dataclass(slots=True)
@@ -42,6 +49,7 @@ class Timer:
     reason: str = ""  # why it was dead-lettered: "publish_failed" or "expired"
     next_deadline: datetime | None = None  # a series' next occurrence (None: delete the row)
     skipped: int = 0  # missed occurrences of a series this fire skips (chronosMissed: latest)
+    estimated: bool = False  # ``skipped`` is partly estimated (more than were counted)
 
 
 Entry = tuple[float, int, Timer]
@@ -84,15 +92,31 @@ class Dispatcher:
         seq = self._seq
         entries: list[Entry] = []
         total = 0
+        count_until: float | None = None  # the batch's budget for counting skips one by one
+        estimated = 0
         for row in rows:
             size = row_bytes(row.key, row.value, row.headers)
             total += size
             seq += 1
-            timer = Timer(row, size) if row.recurrence is None else _occurrence(row, size)
+            if row.recurrence is None:
+                timer = Timer(row, size)
+            else:
+                now = self.monotonic()
+                if count_until is None:
+                    count_until = now + self.hold * COUNT_BUDGET_SHARE
+                timer = _occurrence(row, size, COUNT_LIMIT if now < count_until else 0)
+                estimated += timer.estimated
             row = timer.row
             fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
             entries.append((fire_at, seq, timer))
         self._seq = seq
+        if estimated:
+            log.info(
+                "%d series in a claimed batch missed more occurrences than were counted: "
+                "their skipped counts are estimated from their rules' periods",
+                estimated,
+                extra={"event": "skips_estimated"},
+            )
         push = heapq.heappush
         with self.cond:
             timers = self.timers  # read under the lock: take_unfired swaps the list
@@ -262,15 +286,16 @@ class Dispatcher:
                 )
 
 
-def _occurrence(row: ClaimedRow, size: int) -> Timer:
+def _occurrence(row: ClaimedRow, size: int, count_limit: int) -> Timer:
     """The timer of a claimed series: the occurrence it fires (the row's deadline, or with
     ``chronosMissed: latest`` the latest of the occurrences it missed, which moves the timer's
-    deadline and remaining time to it), the skipped ones, and the next one its row advances to.
-    A rule that cannot be read (never written by this release) fires once and ends the series."""
+    deadline and remaining time to it), the skipped ones (counted up to ``count_limit``, then
+    estimated), and the next one its row advances to. A rule that cannot be read (never written
+    by this release) fires once and ends the series."""
     assert row.recurrence is not None
     now = row.deadline - row.remaining_ms / 1000  # the database clock when the claim finished
     try:
-        plan = decode(row.recurrence).plan(row.deadline, now)
+        plan = decode(row.recurrence).plan(row.deadline, now, count_limit=count_limit)
     except (ValueError, KeyError, TypeError, OverflowError, StopIteration) as exc:
         log.error(
             "message %s has an unreadable rule %r (%s): it fires once",
@@ -284,4 +309,4 @@ def _occurrence(row: ClaimedRow, size: int) -> Timer:
         shift_ms = (plan.fire - row.deadline) * 1000
         row = row._replace(deadline=plan.fire, remaining_ms=row.remaining_ms + shift_ms)
     following = None if plan.next is None else datetime.fromtimestamp(plan.next, UTC)
-    return Timer(row, size, next_deadline=following, skipped=plan.skipped)
+    return Timer(row, size, next_deadline=following, skipped=plan.skipped, estimated=plan.estimated)

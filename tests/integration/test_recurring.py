@@ -1,7 +1,8 @@
 """Recurring messages against the real broker and Postgres: an ``every`` series fires on time at
 each occurrence and stops at its ``chronosUntil`` and at a cancel; a cron series fires at a real
-minute boundary and its row advances to the next one; ``chronosExpires`` dead-letters what would
-fire stale, stored or arriving."""
+minute boundary and its row advances to the next one; series a year behind fire with the rest
+of their claimed batch; ``chronosExpires`` dead-letters what would fire stale, stored or
+arriving."""
 
 from __future__ import annotations
 
@@ -197,3 +198,39 @@ def test_a_series_replaced_while_its_occurrence_is_claimed_is_given_back_not_adv
         assert store.enqueue([again], 0) == [Outcome.RESCHEDULE_CLAIMED]
     finally:
         store.close()
+
+
+def test_series_a_year_behind_fire_with_the_rest_of_their_claimed_batch(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics
+) -> None:
+    # Series imported with their original start a year ago, and a one-shot message, all due:
+    # one claim takes them together. Counting a year of minutes one by one took ~1 s a series,
+    # so the batch passed the hold time, was given back, and was claimed again, for ever.
+    minutely = Rule(cron="* * * * *").encode()
+    with psycopg.connect(nodes.database_url, autocommit=True) as conn:
+        for i in range(12):
+            conn.execute(
+                "INSERT INTO chronos_messages"
+                " (id, deadline, message_key, message_value, recurrence)"
+                " VALUES (%s, date_trunc('minute', now()) - interval '365 days', 'k', %s, %s)",
+                (f"old-{i}", f"old-{i}".encode(), minutely),
+            )
+        conn.execute(
+            "INSERT INTO chronos_messages (id, deadline, message_key, message_value)"
+            " VALUES ('once', now() - interval '1 second', 'k', 'once')"
+        )
+    nodes.start(relay_deadline_header=AT)
+    out = read(kafka_bootstrap, topics.output, topics.partitions, 13, timeout=30, settle=1)
+    fired: dict[bytes, list[datetime]] = {}
+    for record in out:
+        at = parse_deadline((_header(record, AT) or b"").decode())
+        fired.setdefault(record.value() or b"", []).append(at)
+    assert sorted(fired) == sorted([b"once", *(f"old-{i}".encode() for i in range(12))])
+    assert len(fired.pop(b"once")) == 1
+    started = now()
+    for instants in fired.values():  # the latest minute each time (a minute may pass), once
+        assert len(set(instants)) == len(instants), instants
+        assert all(i.second == 0 and started - i < timedelta(minutes=2) for i in instants)
+    with psycopg.connect(nodes.database_url) as conn:  # each row advanced past its year
+        deadlines = [d for (d,) in conn.execute("SELECT deadline FROM chronos_messages")]
+    assert len(deadlines) == 12 and all(d > started - timedelta(minutes=1) for d in deadlines)

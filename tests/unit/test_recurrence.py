@@ -332,3 +332,82 @@ def test_the_stored_rule_round_trips() -> None:
         Rule(cron="* * * * *"),
     ):
         assert decode(rule.encode()) == rule
+
+
+# ------------------------------------------------------------------------- never before the start
+
+
+def test_a_fixed_time_cron_created_in_the_repeated_hour_waits_for_the_next_day() -> None:
+    # New York 2026-11-01: 02:00 EDT goes back to 01:00 EST. 01:30 fired once, at 01:30 EDT
+    # (05:30 UTC); a series created at 01:10 EST (06:10 UTC) starts the next day, as cron does.
+    rule = Rule(cron="30 1 * * *", zone="America/New_York")
+    start = _utc(2026, 11, 1, 1, 10, zone=NEW_YORK, fold=1)
+    assert start == datetime(2026, 11, 1, 6, 10, tzinfo=UTC)
+    following = _utc(2026, 11, 2, 1, 30, zone=NEW_YORK)
+    assert rule.first(start, exact=False) == following
+    assert rule.first(start, exact=True) == following
+
+
+def test_a_sub_second_deadline_never_starts_a_cron_series_before_it() -> None:
+    start = datetime(2026, 6, 1, 10, 0, 0, 500_000, tzinfo=UTC)
+    assert Rule(cron="0 10 * * *").first(start, exact=True) == datetime(
+        2026, 6, 2, 10, 0, tzinfo=UTC
+    )
+    assert Rule(cron="* * * * *").first(start, exact=True) == datetime(
+        2026, 6, 1, 10, 1, tzinfo=UTC
+    )
+    on_the_second = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
+    assert Rule(cron="0 10 * * *").first(on_the_second, exact=True) == on_the_second
+
+
+def test_the_skip_count_across_the_fall_back_hour_counts_each_occurrence_once() -> None:
+    rule = Rule(cron="*/30 * * * *", zone="America/New_York")
+    due = _utc(2026, 11, 1, 1, 0, zone=NEW_YORK, fold=1)  # 01:00 EST, the second 01:00
+    plan = rule.plan(due.timestamp(), _utc(2026, 11, 1, 2, 10, zone=NEW_YORK).timestamp())
+    assert plan.fire == _utc(2026, 11, 1, 2, 0, zone=NEW_YORK).timestamp()
+    assert plan.skipped == 2  # 01:00 EST and 01:30 EST (not the EDT ones before the due)
+    assert plan.next == _utc(2026, 11, 1, 2, 30, zone=NEW_YORK).timestamp()
+
+
+def test_the_latest_missed_occurrence_in_the_repeated_hour_is_found() -> None:
+    # Down from 00:00 EDT to 01:20 EST: the latest real-time occurrence is 01:00 EST, not EDT.
+    every_half_hour = Rule(cron="*/30 * * * *", zone="America/New_York")
+    due = _utc(2026, 11, 1, 0, 0, zone=NEW_YORK)
+    back = _utc(2026, 11, 1, 1, 20, zone=NEW_YORK, fold=1)
+    plan = every_half_hour.plan(due.timestamp(), back.timestamp())
+    assert plan.fire == _utc(2026, 11, 1, 1, 0, zone=NEW_YORK, fold=1).timestamp()
+    assert plan.skipped == 4  # 00:00, 00:30, 01:00 and 01:30 EDT
+    # A fixed-time job's occurrence of the day (01:30 EDT) passed before 01:20 EST.
+    daily = Rule(cron="30 1 * * *", zone="America/New_York")
+    yesterday = _utc(2026, 10, 31, 1, 30, zone=NEW_YORK)
+    plan = daily.plan(yesterday.timestamp(), back.timestamp())
+    assert plan.fire == _utc(2026, 11, 1, 1, 30, zone=NEW_YORK).timestamp()
+    assert (plan.skipped, plan.next) == (1, _utc(2026, 11, 2, 1, 30, zone=NEW_YORK).timestamp())
+
+
+# ------------------------------------------------------------------------------ far-past series
+
+
+def test_a_cron_series_a_year_behind_is_planned_at_once_with_its_skips_estimated() -> None:
+    rule = Rule(cron="*/1 * * * *")
+    now = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)
+    due = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+    plan = rule.plan(due.timestamp(), now.timestamp())
+    assert plan.fire == datetime(2026, 6, 1, 12, 0, tzinfo=UTC).timestamp()
+    assert plan.next == datetime(2026, 6, 1, 12, 1, tzinfo=UTC).timestamp()
+    assert plan.skipped == 365 * 24 * 60  # every minute of the year but the one fired
+    assert plan.estimated  # more than COUNT_LIMIT: counted that far, the rest from the period
+
+
+def test_skips_are_counted_exactly_up_to_the_limit() -> None:
+    rule = Rule(cron="0 9 * * 1-5", zone="Europe/Paris")
+    due = _utc(2026, 3, 2, 9, 0)  # a Monday
+    now = _utc(2026, 3, 30, 10, 0)  # four weeks later, across the spring change
+    plan = rule.plan(due.timestamp(), now.timestamp())
+    assert plan.fire == _utc(2026, 3, 30, 9, 0).timestamp()
+    assert (plan.skipped, plan.estimated) == (20, False)
+    few = rule.plan(due.timestamp(), now.timestamp(), count_limit=5)
+    assert (few.fire, few.next) == (plan.fire, plan.next)
+    assert few.estimated and 15 <= few.skipped <= 25, few.skipped  # 5 counted, the rest estimated
+    none = rule.plan(due.timestamp(), now.timestamp(), count_limit=0)
+    assert none.estimated and none.skipped >= 1

@@ -5,10 +5,13 @@ series' policy; chronosExpires bounds how late an occurrence or message may fire
 
 from __future__ import annotations
 
+import itertools
+import time
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import REGISTRY
 
+from chronos.firing.dispatcher import Dispatcher
 from chronos.protocol import (
     DEAD_LETTER_REASON_HEADER,
     Action,
@@ -16,8 +19,10 @@ from chronos.protocol import (
     format_deadline,
     parse_record,
 )
-from chronos.store import Outcome
-from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing
+from chronos.recurrence import Rule
+from chronos.store import ClaimedRow, Outcome
+from chronos.testing import FakePublisher, unfenced
+from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing, claimed_rows, settings
 
 
 def _series(f: Firing, message_id: str, **headers: str) -> ScheduledMessage:
@@ -233,3 +238,67 @@ def test_a_reschedule_of_a_claimed_one_shot_message_is_still_not_applied() -> No
     f.run_for(200, step_ms=10)
     again = ScheduledMessage("m", f.at(5_000), b"k", b"v2", [], Action.RESCHEDULE)
     assert f.store.enqueue([again], 0) == [Outcome.RESCHEDULE_CLAIMED]
+
+
+# ------------------------------------------------------------------------------ far-past series
+
+
+def _far_past(rule: Rule, due: datetime, count: int) -> list[ClaimedRow]:
+    """Series rows as a claim returns them, their occurrence ``due`` long past (imported with
+    their original start, or the cluster was away)."""
+    now = datetime.now(UTC)
+    return [
+        row._replace(
+            id=f"series-{i}",
+            deadline=due.timestamp(),
+            remaining_ms=(due - now).total_seconds() * 1000,
+            recurrence=rule.encode(),
+        )
+        for i, row in enumerate(claimed_rows(count, size=10))
+    ]
+
+
+def test_a_claimed_batch_of_series_a_year_behind_is_timed_well_within_the_hold_time() -> None:
+    config = settings()
+    dispatcher = Dispatcher(config, FakePublisher(), unfenced(config.node_id))
+    now = datetime.now(UTC)
+    minute = now.replace(second=0, microsecond=0)
+    rows = _far_past(Rule(cron="*/1 * * * *"), minute - timedelta(days=365), 20)
+    rows += claimed_rows(5, size=10, due_in_ms=200)  # one-shot messages in the same batch
+    started = time.monotonic()
+    dispatcher.add(rows)
+    elapsed = time.monotonic() - started
+    # Before: each series counted up to 100,000 missed occurrences (~0.5-1.2 s a row), so the
+    # batch passed the hold time (5 s) and was given back to be claimed again, for ever.
+    assert elapsed < config.hold_time_ms / 1000 / 4, elapsed
+    timers = [timer for _, _, timer in dispatcher.timers if timer.row.recurrence]
+    assert len(timers) == 20
+    latest = minute if datetime.now(UTC) < minute + timedelta(minutes=1) else None
+    for timer in timers:
+        fired = datetime.fromtimestamp(timer.row.deadline, UTC)
+        assert latest is None or fired == latest  # the latest occurrence not after now
+        assert timer.next_deadline == fired + timedelta(minutes=1)
+        # every minute of the year up to the one fired (counted, then estimated)
+        assert timer.skipped == (fired - (minute - timedelta(days=365))) // timedelta(minutes=1)
+
+
+def test_once_a_batch_spent_its_counting_budget_its_series_estimate_their_skips() -> None:
+    config = settings()
+    # Every look at the clock is 0.3 s later: the budget (2% of the 5 s hold time) is spent
+    # after the first series.
+    ticks = itertools.count(start=0.0, step=0.3)
+    dispatcher = Dispatcher(
+        config, FakePublisher(), unfenced(config.node_id), monotonic=lambda: next(ticks)
+    )
+    weekdays = Rule(cron="0 9 * * 1-5")
+    due = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday; claimed four weeks later
+    rows = _far_past(weekdays, due, 3)
+    back = datetime(2026, 3, 30, 10, 0, tzinfo=UTC)
+    rows = [r._replace(remaining_ms=(due - back).total_seconds() * 1000) for r in rows]
+    dispatcher.add(rows)
+    skipped = sorted(timer.skipped for _, _, timer in dispatcher.timers)
+    # The first row counts its 20 missed weekdays; the others, past the budget, estimate them
+    # in O(1) from the rule's period after the occurrence fired (a day): 28.
+    assert skipped == [20, 28, 28]
+    fired = {timer.row.deadline for _, _, timer in dispatcher.timers}
+    assert fired == {datetime(2026, 3, 30, 9, 0, tzinfo=UTC).timestamp()}
