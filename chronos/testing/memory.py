@@ -331,7 +331,7 @@ class InMemoryStore(InMemoryAdmin):
     ) -> set[str]:
         if not claims:
             return set()
-        advancing = nexts is not None and any(n is not None for n in nexts)
+        advancing = nexts is not None  # a batch with series: advance_fired, even with no next
         with self._lock:
             now = self._statement("advance_fired" if advancing else "delete_fired")
             node = check_uuid(node_id, "delete_fired")
@@ -341,11 +341,16 @@ class InMemoryStore(InMemoryAdmin):
                 if row is None:
                     continue
                 done.add(claim[0])
+                if not advancing:  # the plain delete of one-shot messages
+                    del self._rows[claim[0]]
+                    continue
+                if self._cancels.get(row.id, now) > now:  # cancelled while claimed: it wins
+                    del self._rows[claim[0]]
+                    continue
                 if row.readied_at is not None and row.enqueued_at > row.readied_at:
                     row.readied_at = row.readied_by = None  # replaced while claimed: given back
                     continue
-                cancelled = self._cancels.get(row.id, now) > now
-                if next_at is None or row.recurrence is None or cancelled:
+                if next_at is None or row.recurrence is None:
                     del self._rows[claim[0]]
                     continue
                 row.deadline, row.readied_at, row.readied_by = next_at, None, None

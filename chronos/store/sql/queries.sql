@@ -324,26 +324,28 @@ WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id;
 
 -- name: advance_fired
--- Phase 2 of a batch holding occurrences of series ("delete or advance"): delete_fired, except
--- that a claim given a next occurrence (`nexts`; NULL: the series ends, or a one-shot message)
--- moves its row to it, unclaimed again with a fresh attempts count, instead of deleting it: one
--- statement, so a crash before it repeats the fired occurrence and never skips one. A series
--- cancelled while its occurrence was claimed (a live cancel marker) is deleted: the cancel wins.
--- A row replaced by a reschedule while claimed (enqueued_at after readied_at: it is a new
--- message) is given back unchanged, neither advanced nor deleted.
+-- Phase 2 of a batch holding occurrences of series ("delete or advance"; the firing loop runs it
+-- for every such batch, even when no claim has a next occurrence): delete_fired, except that a
+-- claim given a next occurrence (`nexts`; NULL: the series ends, or a one-shot message) moves its
+-- row to it, unclaimed again with a fresh attempts count, instead of deleting it: one statement,
+-- so a crash before it repeats the fired occurrence and never skips one. A row replaced by a
+-- reschedule while claimed (enqueued_at after readied_at: it is a new message) is given back
+-- unchanged, neither advanced nor deleted, whether or not the fired occurrence had a next one.
+-- A row cancelled while claimed (a live cancel marker) is deleted, replaced or not: the cancel
+-- wins, as in release_claims, reset_stuck and release_node.
 -- Same fence, index use and lock order as delete_fired; `ids`, `readied_ats`, `nexts`: binary
--- arrays, claim by claim. Returns the ids deleted or advanced.
+-- arrays, claim by claim. Returns the ids deleted, advanced or given back.
 WITH fence AS (
     SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.next)) AS claims
     FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(nexts)b::timestamptz[])
          AS f(id, readied_at, next)
 ), target AS (
     SELECT m.id,
-           m.enqueued_at > m.readied_at AS replaced,
-           ((SELECT claims FROM fence) -> m.id ->> 1) IS NOT NULL
-           AND m.recurrence IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
-                           WHERE c.id = m.id AND c.expires_at > now()) AS advance
+           NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                       WHERE c.id = m.id AND c.expires_at > now())
+           AND (m.enqueued_at > m.readied_at  -- replaced
+                OR ((SELECT claims FROM fence) -> m.id ->> 1) IS NOT NULL
+                   AND m.recurrence IS NOT NULL) AS kept
     FROM chronos_messages m
     WHERE m.id = ANY(%(ids)b::text[])
       AND m.readied_by = %(node_id)s::uuid
@@ -357,11 +359,11 @@ WITH fence AS (
         readied_at = NULL, readied_by = NULL,
         attempts = CASE WHEN m.enqueued_at > m.readied_at THEN m.attempts ELSE 0 END,
         last_error = CASE WHEN m.enqueued_at > m.readied_at THEN m.last_error END
-    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE advance OR replaced))
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE kept))
     RETURNING m.id
 ), deleted AS (
     DELETE FROM chronos_messages m
-    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT advance AND NOT replaced))
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT kept))
     RETURNING m.id
 )
 SELECT id FROM advanced
