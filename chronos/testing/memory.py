@@ -297,13 +297,15 @@ class InMemoryStore(InMemoryAdmin):
                 running += size
                 if running > max_bytes and not (first_always and running == size):
                     break
-                row.readied_at = now
+                # Never stamped before the enqueue of the row it claims (a replacement of a
+                # claimed series is stamped a microsecond after its claim): as the SQL does.
+                row.readied_at = max(now, row.enqueued_at)
                 row.readied_by = node
                 claimed.append(
                     ClaimedRow(
                         id=row.id,
                         deadline=row.deadline.timestamp(),
-                        readied_at=now,
+                        readied_at=row.readied_at,
                         key=row.key,
                         value=row.value,
                         headers=row.headers,

@@ -1,5 +1,6 @@
 """Batch writes under concurrency, slow statements and the session time zone, on real Postgres
-(deadlocks, a long statement made visible, a deadline in year 9999)."""
+(deadlocks, a claim racing a reschedule, a long statement made visible, a deadline in year
+9999)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import pytest
 from prometheus_client import REGISTRY
 from psycopg import sql
 
-from chronos.store import PostgresStore, StuckRow
+from chronos.protocol import Action, ScheduledMessage
+from chronos.recurrence import Rule
+from chronos.store import Outcome, PostgresStore, StuckRow
+from chronos.store.sql import query
 from tests.support.store_contract import msg
 
 pytestmark = pytest.mark.integration
@@ -123,6 +127,47 @@ def test_a_deadlock_victim_is_retried_not_dropped(
         thread.join(30)
     assert result == [{"a", "b"}]
     assert _sample("chronos_deadlock_retries_total", "delete_fired") == before + 1
+
+
+@pytest.mark.parametrize("statement", ["claim_due", "claim_due_fair"])
+def test_a_claim_that_began_before_a_reschedule_committed_does_not_see_its_row_replaced(
+    migrated_database_url: str, store: PostgresStore, statement: str
+) -> None:
+    """A claim's statement starts, a reschedule of the waiting series commits, then the claim
+    reaches the row (READ COMMITTED follows the update: it claims the replacement). The claim
+    is after the reschedule: the occurrence it fires is the replacement's, and its delete
+    advances the series instead of giving the row back to fire again. The claim's transaction
+    is opened before the reschedule to put the two in that order every time."""
+    every = Rule(every_ms=1_000).encode()
+    at = store.ping() + timedelta(milliseconds=300)
+    store.enqueue([ScheduledMessage("s", at, b"k", b"v1", [], recurrence=every)], 0)
+    node_id = str(uuid.uuid4())
+    params: dict[str, object] = {
+        "node_id": node_id,
+        "horizon_ms": 1_000,
+        "limit": 10,
+        "park_attempts": 10,
+        "max_bytes": 1 << 40,
+        "first_always": True,
+        "cursor": "",
+        "tenants": 10,
+        "exclude_tenants": [],
+        "fill": True,
+    }
+    soon = at + timedelta(milliseconds=100)
+    replacement = ScheduledMessage("s", soon, b"k", b"v2", [], Action.RESCHEDULE, recurrence=every)
+    with psycopg.connect(migrated_database_url) as claimer:
+        claimer.execute("SELECT now()")  # the claim's transaction (and its now()) has begun
+        assert store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]  # committed
+        rows = claimer.execute(query(statement), params).fetchall()
+        claimer.commit()
+    ((message_id, _, readied_at, _, value, *_),) = [r for r in rows if r[0] is not None]
+    assert (message_id, value) == ("s", b"v2")
+    following = soon + timedelta(seconds=1)
+    assert store.delete_fired(node_id, [("s", readied_at)], [following]) == {"s"}
+    stored = store.get_message("s")
+    assert stored is not None
+    assert (stored.deadline, stored.readied_at) == (following, None)
 
 
 def test_a_slow_statement_is_counted_logged_and_visible_while_it_runs(

@@ -10,7 +10,11 @@
 -- topic of the unclaimed row with that id (a parked one is given a fresh start); a claimed row is
 -- left alone, unless it is a series: then it is replaced all the same, its claim kept (the
 -- occurrence in flight fires as it was; advance_fired sees enqueued_at after the claim and
--- gives the replaced row back instead of advancing it). "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
+-- gives the replaced row back instead of advancing it). "Replaced while claimed" is decided by
+-- the row lock alone, never by two clocks: a replacement of a claimed row is stamped after its
+-- claim (enqueued_at > readied_at), and a claim is never stamped before the enqueue of the row it
+-- claims (claim_due).
+-- "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
 -- until now + cancel_ttl_ms (a claimed series loses its rule: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
 -- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
@@ -68,7 +72,11 @@ WITH headers AS (
         message_value = excluded.message_value, message_headers = excluded.message_headers,
         target_topic = excluded.target_topic, tenant = excluded.tenant,
         recurrence = excluded.recurrence, expires_ms = excluded.expires_ms, attempts = 0,
-        last_error = NULL, parked_at = NULL, enqueued_at = clock_timestamp()
+        last_error = NULL, parked_at = NULL,
+        enqueued_at = CASE WHEN chronos_messages.readied_at IS NULL THEN clock_timestamp()
+                           ELSE greatest(clock_timestamp(),
+                                         chronos_messages.readied_at + interval '1 microsecond')
+                      END
     WHERE chronos_messages.readied_at IS NULL OR chronos_messages.recurrence IS NOT NULL
     RETURNING id
 ), known_tenants AS (
@@ -146,6 +154,9 @@ ORDER BY b.ord;
 -- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
 -- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
 -- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
+-- The claim is stamped now(), or the row's enqueued_at if later: a statement that began before a
+-- reschedule committed and reaches its row after it claims the replacement, and its claim must
+-- not look older than it (advance_fired would take the row for replaced and give it back).
 -- The stored headers come back decoded, as two arrays in order: names (text) and raw values
 -- (bytea, NULL kept); jsonpath keeps document order.
 WITH candidates AS (
@@ -167,7 +178,7 @@ WITH candidates AS (
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 )
 UPDATE chronos_messages m
-SET readied_at = now(), readied_by = %(node_id)s::uuid
+SET readied_at = greatest(now(), m.enqueued_at), readied_by = %(node_id)s::uuid
 FROM due
 WHERE m.id = due.id
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
@@ -272,7 +283,7 @@ WITH visit AS (
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 ), claimed AS (
     UPDATE chronos_messages m
-    SET readied_at = now(), readied_by = %(node_id)s::uuid
+    SET readied_at = greatest(now(), m.enqueued_at), readied_by = %(node_id)s::uuid
     WHERE m.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch,
               m.readied_at, m.message_key, m.message_value,

@@ -1,6 +1,7 @@
 """The store contract of a series whose occurrence is claimed when a reschedule or a cancel
 arrives ("delete or advance"): a replacement is never deleted by the fired occurrence's delete,
-and a cancel that followed it wins."""
+a cancel that followed it wins, and a replacement claimed again at once is advanced like any
+occurrence (a claim is never older than the row it claims)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,25 @@ class SeriesContract:
         assert store.delete_fired(me, claims([row]), nexts) == {"s"}
         assert store.get_message("s") is None
         assert store.claim(me, HORIZON, 10, 5) == []
+
+    def test_a_replacement_given_back_and_claimed_again_at_once_advances(
+        self, harness: Harness
+    ) -> None:
+        # No time passes between the steps (the in-memory clock stands still; Postgres is fast):
+        # the second claim is after the reschedule, so its occurrence is not "replaced" again.
+        store, me = harness.store, node()
+        at = harness.now() + timedelta(milliseconds=300)
+        store.enqueue([series("s", at)], 0)
+        (row,) = store.claim(me, HORIZON, 10, 5)
+        soon = at + timedelta(milliseconds=100)
+        assert store.enqueue([series("s", soon, b"v2", action=Action.RESCHEDULE)], 0) == [
+            Outcome.RESCHEDULED
+        ]
+        assert store.delete_fired(me, claims([row]), [at + timedelta(seconds=1)]) == {"s"}
+        (again,) = store.claim(me, HORIZON, 10, 5)
+        assert again.value == b"v2"
+        following = soon + timedelta(seconds=1)
+        assert store.delete_fired(me, claims([again]), [following]) == {"s"}
+        stored = store.get_message("s")
+        assert stored is not None
+        assert (stored.deadline, stored.readied_at) == (following, None)
