@@ -200,7 +200,7 @@ class InMemoryStore(InMemoryAdmin):
             if row is None:
                 return Outcome.CANCEL_UNKNOWN
             if row.readied_at is not None:
-                row.recurrence = None  # a claimed series: that occurrence is its last
+                row.end_claimed()  # a claimed series: that occurrence is its last
                 return Outcome.CANCEL_CLAIMED
             del self._rows[m.id]
             return Outcome.CANCELLED

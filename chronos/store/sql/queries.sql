@@ -15,7 +15,8 @@
 -- claim (enqueued_at > readied_at), and a claim is never stamped before the enqueue of the row it
 -- claims (claim_due).
 -- "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
--- until now + cancel_ttl_ms (a claimed series loses its rule: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
+-- until now + cancel_ttl_ms (a claimed series loses its rule, and a replacement since the claim
+-- is void: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
 -- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
 -- tenants the fair claim visits (chronos_tenants).
@@ -96,11 +97,13 @@ WITH headers AS (
     RETURNING m.id
 ), ended AS (
     -- a series whose occurrence is claimed: that occurrence fires, none follows (its row ends
-    -- as a one-shot message; a write on the row, so an advance waiting on its lock sees it)
+    -- as a one-shot message, and a replacement of it since the claim is void; a write on the
+    -- row, so an advance waiting on its lock sees it: the markers it reads predate the cancel)
     UPDATE chronos_messages m
-    SET recurrence = NULL
+    SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)
     FROM cancel_target t
-    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL
+      AND (m.recurrence IS NOT NULL OR m.enqueued_at > m.readied_at)
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)
@@ -803,7 +806,8 @@ ORDER BY deadline, id;
 -- Delete a message unless claimed (it may be firing); no row returned = not scheduled. Leaves
 -- the same cancel marker a Kafka cancel does (for `cancel_ttl_ms`): a schedule of the id arriving
 -- meanwhile is dropped, and a claimed message is deleted, not given back, when its claim ends (a
--- claimed series fires that occurrence and ends: its rule is cleared).
+-- claimed series fires that occurrence and ends: its rule is cleared, and a replacement of it
+-- since the claim is void, as enqueue_batch's cancel does).
 WITH target AS (
     SELECT id, readied_at FROM chronos_messages WHERE id = %(id)s FOR UPDATE
 ), deleted AS (
@@ -813,9 +817,10 @@ WITH target AS (
     RETURNING m.id
 ), ended AS (
     UPDATE chronos_messages m
-    SET recurrence = NULL
+    SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)
     FROM target t
-    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL
+      AND (m.recurrence IS NOT NULL OR m.enqueued_at > m.readied_at)
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)

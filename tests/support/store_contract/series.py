@@ -11,7 +11,7 @@ import pytest
 
 from chronos.protocol import Action, ScheduledMessage
 from chronos.recurrence import Rule
-from chronos.store import Outcome
+from chronos.store import CancelOutcome, Outcome
 from tests.support.store_contract.common import HORIZON, Harness, claims, node
 
 EVERY = Rule(every_ms=1_000).encode()
@@ -54,9 +54,10 @@ class SeriesContract:
         (again,) = store.claim(me, HORIZON, 10, 5)  # it fires: claimed like any due row
         assert (again.id, again.value, again.recurrence) == ("s", b"v2", rule)
 
+    @pytest.mark.parametrize("via", ["kafka", "admin"])
     @pytest.mark.parametrize("has_next", [True, False], ids=["next", "last"])
     def test_a_series_replaced_then_cancelled_while_claimed_ends_with_its_occurrence(
-        self, harness: Harness, has_next: bool
+        self, harness: Harness, has_next: bool, via: str
     ) -> None:
         store, me = harness.store, node()
         at = harness.now() + timedelta(milliseconds=300)
@@ -65,8 +66,11 @@ class SeriesContract:
         later = harness.now() + timedelta(milliseconds=600)
         replacement = series("s", later, b"v2", HOURLY, Action.RESCHEDULE)
         assert store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
-        cancel = ScheduledMessage("s", harness.now(), None, None, [], Action.CANCEL)
-        assert store.enqueue([cancel], 0) == [Outcome.CANCEL_CLAIMED]
+        if via == "kafka":
+            cancel = ScheduledMessage("s", harness.now(), None, None, [], Action.CANCEL)
+            assert store.enqueue([cancel], 0) == [Outcome.CANCEL_CLAIMED]
+        else:
+            assert store.cancel_message("s") is CancelOutcome.CLAIMED
         # The occurrence in flight is delivered: the cancel wins over the replacement.
         nexts = [at + timedelta(seconds=1) if has_next else None]
         assert store.delete_fired(me, claims([row]), nexts) == {"s"}
