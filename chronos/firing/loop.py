@@ -370,7 +370,9 @@ class FiringLoop(Loop):
         batch, self.pending_delete = self.pending_delete, []
         fault_point("after_report")
         claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
-        # Occurrences of series advance their rows to the next one in the same statement.
+        # Occurrences of series advance their rows to the next one in the same statement. A
+        # batch with any series passes its nexts even when none has a next occurrence: a series
+        # replaced by a reschedule while claimed is then given back, not deleted.
         nexts = [t.next_deadline for t in batch] if any(t.row.recurrence for t in batch) else None
         t0 = time.perf_counter()
         try:

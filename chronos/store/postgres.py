@@ -193,11 +193,13 @@ class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
     def delete_fired(
         self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
     ) -> set[str]:
-        """Delete fired rows; a batch with occurrences of series runs ``advance_fired`` (delete
-        or advance) instead, so a batch of one-shot messages keeps the plain delete."""
+        """Delete fired rows; a batch with occurrences of series (``nexts`` given, even with no
+        next occurrence at all: a series replaced while claimed is given back, never deleted)
+        runs ``advance_fired`` (delete or advance) instead, so a batch of one-shot messages
+        keeps the plain delete."""
         if not claims:
             return set()
-        if nexts is not None and any(n is not None for n in nexts):
+        if nexts is not None:
             if len(nexts) != len(claims):
                 raise ValueError(f"{len(nexts)} next occurrences for {len(claims)} claims")
             params = statement_params("delete_fired", node_id, claims) | {"nexts": list(nexts)}

@@ -263,7 +263,11 @@ class Store(Protocol):
         self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
     ) -> set[str]:
         """Delete the fired claims' rows ("delete or advance": a claim whose ``nexts`` entry is
-        an instant advances its series' row to it instead); returns the ids done."""
+        an instant advances its series' row to it instead); returns the ids done. A batch
+        holding any occurrence of a series passes ``nexts`` (None for a claim with no next
+        occurrence): only then is a row replaced by a reschedule while claimed given back (a
+        new message) rather than deleted, and a live cancel deletes it. Without ``nexts`` it is
+        the plain delete of one-shot messages (a claimed one is never replaced)."""
         ...
 
     def release(

@@ -200,7 +200,7 @@ class InMemoryStore(InMemoryAdmin):
             if row is None:
                 return Outcome.CANCEL_UNKNOWN
             if row.readied_at is not None:
-                row.recurrence = None  # a claimed series: that occurrence is its last
+                row.end_claimed()  # a claimed series: that occurrence is its last
                 return Outcome.CANCEL_CLAIMED
             del self._rows[m.id]
             return Outcome.CANCELLED
@@ -297,13 +297,15 @@ class InMemoryStore(InMemoryAdmin):
                 running += size
                 if running > max_bytes and not (first_always and running == size):
                     break
-                row.readied_at = now
+                # Never stamped before the enqueue of the row it claims (a replacement of a
+                # claimed series is stamped a microsecond after its claim): as the SQL does.
+                row.readied_at = max(now, row.enqueued_at)
                 row.readied_by = node
                 claimed.append(
                     ClaimedRow(
                         id=row.id,
                         deadline=row.deadline.timestamp(),
-                        readied_at=now,
+                        readied_at=row.readied_at,
                         key=row.key,
                         value=row.value,
                         headers=row.headers,
@@ -331,7 +333,7 @@ class InMemoryStore(InMemoryAdmin):
     ) -> set[str]:
         if not claims:
             return set()
-        advancing = nexts is not None and any(n is not None for n in nexts)
+        advancing = nexts is not None  # a batch with series: advance_fired, even with no next
         with self._lock:
             now = self._statement("advance_fired" if advancing else "delete_fired")
             node = check_uuid(node_id, "delete_fired")
@@ -341,11 +343,16 @@ class InMemoryStore(InMemoryAdmin):
                 if row is None:
                     continue
                 done.add(claim[0])
+                if not advancing:  # the plain delete of one-shot messages
+                    del self._rows[claim[0]]
+                    continue
+                if self._cancels.get(row.id, now) > now:  # cancelled while claimed: it wins
+                    del self._rows[claim[0]]
+                    continue
                 if row.readied_at is not None and row.enqueued_at > row.readied_at:
                     row.readied_at = row.readied_by = None  # replaced while claimed: given back
                     continue
-                cancelled = self._cancels.get(row.id, now) > now
-                if next_at is None or row.recurrence is None or cancelled:
+                if next_at is None or row.recurrence is None:
                     del self._rows[claim[0]]
                     continue
                 row.deadline, row.readied_at, row.readied_by = next_at, None, None

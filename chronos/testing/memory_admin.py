@@ -208,7 +208,7 @@ class InMemoryAdmin:
             if row is None:
                 return CancelOutcome.NOT_FOUND
             if row.readied_at is not None:
-                row.recurrence = None  # a claimed series: that occurrence is its last
+                row.end_claimed()  # a claimed series: that occurrence is its last
                 return CancelOutcome.CLAIMED
             del self._rows[message_id]
             return CancelOutcome.CANCELLED

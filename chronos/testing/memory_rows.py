@@ -34,6 +34,13 @@ class StoredRow:
     def headers(self) -> Headers:
         return decode_headers(self.headers_json)
 
+    def end_claimed(self) -> None:
+        """A cancel of this claimed row: the occurrence in flight is its last (the rule goes)
+        and a replacement since the claim is void (no longer enqueued after it)."""
+        if self.readied_at is not None:
+            self.recurrence = None
+            self.enqueued_at = min(self.enqueued_at, self.readied_at)
+
     def parked(self, park_attempts: int) -> bool:
         """Unclaimed and parked: stamped, or at the threshold by its attempts alone."""
         return self.readied_at is None and (

@@ -1,5 +1,6 @@
 """Batch writes under concurrency, slow statements and the session time zone, on real Postgres
-(deadlocks, a long statement made visible, a deadline in year 9999)."""
+(deadlocks, a claim racing a reschedule, a fired occurrence's delete racing a cancel, a long
+statement made visible, a deadline in year 9999)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 from prometheus_client import REGISTRY
 from psycopg import sql
 
-from chronos.store import PostgresStore, StuckRow
+from chronos.protocol import Action, ScheduledMessage
+from chronos.recurrence import Rule
+from chronos.store import Outcome, PostgresStore, StuckRow
+from chronos.store.batch import encode_batch
+from chronos.store.sql import query
 from tests.support.store_contract import msg
 
 pytestmark = pytest.mark.integration
@@ -123,6 +129,102 @@ def test_a_deadlock_victim_is_retried_not_dropped(
         thread.join(30)
     assert result == [{"a", "b"}]
     assert _sample("chronos_deadlock_retries_total", "delete_fired") == before + 1
+
+
+@pytest.mark.parametrize("statement", ["claim_due", "claim_due_fair"])
+def test_a_claim_that_began_before_a_reschedule_committed_does_not_see_its_row_replaced(
+    migrated_database_url: str, store: PostgresStore, statement: str
+) -> None:
+    """A claim's statement starts, a reschedule of the waiting series commits, then the claim
+    reaches the row (READ COMMITTED follows the update: it claims the replacement). The claim
+    is after the reschedule: the occurrence it fires is the replacement's, and its delete
+    advances the series instead of giving the row back to fire again. The claim's transaction
+    is opened before the reschedule to put the two in that order every time."""
+    every = Rule(every_ms=1_000).encode()
+    at = store.ping() + timedelta(milliseconds=300)
+    store.enqueue([ScheduledMessage("s", at, b"k", b"v1", [], recurrence=every)], 0)
+    node_id = str(uuid.uuid4())
+    params: dict[str, object] = {
+        "node_id": node_id,
+        "horizon_ms": 1_000,
+        "limit": 10,
+        "park_attempts": 10,
+        "max_bytes": 1 << 40,
+        "first_always": True,
+        "cursor": "",
+        "tenants": 10,
+        "exclude_tenants": [],
+        "fill": True,
+    }
+    soon = at + timedelta(milliseconds=100)
+    replacement = ScheduledMessage("s", soon, b"k", b"v2", [], Action.RESCHEDULE, recurrence=every)
+    with psycopg.connect(migrated_database_url) as claimer:
+        claimer.execute("SELECT now()")  # the claim's transaction (and its now()) has begun
+        assert store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]  # committed
+        rows = claimer.execute(query(statement), params).fetchall()
+        claimer.commit()
+    ((message_id, _, readied_at, _, value, *_),) = [r for r in rows if r[0] is not None]
+    assert (message_id, value) == ("s", b"v2")
+    following = soon + timedelta(seconds=1)
+    assert store.delete_fired(node_id, [("s", readied_at)], [following]) == {"s"}
+    stored = store.get_message("s")
+    assert stored is not None
+    assert (stored.deadline, stored.readied_at) == (following, None)
+
+
+def _advance_waits_for_a_lock(conn: psycopg.Connection[Any]) -> bool:
+    """advance_fired (known by its comment, sent with it) waits for a row lock."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        ("%Phase 2 of a batch holding occurrences of series%",),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("rule", ["series", "one-shot"])
+def test_a_cancel_committed_while_the_fired_occurrence_waits_for_its_row_wins(
+    migrated_database_url: str, store: PostgresStore, rule: str
+) -> None:
+    """A series replaced while its occurrence is claimed, then cancelled: the cancel's statement
+    holds the row when the fired occurrence's delete reaches it, and commits while the delete
+    waits. The delete's view of the cancel markers predates the cancel (a statement's snapshot):
+    the cancel must show on the row itself, or the replacement is given back and fires."""
+    every = Rule(every_ms=1_000).encode()
+    at = store.ping() + timedelta(milliseconds=300)
+    store.enqueue([ScheduledMessage("s", at, b"k", b"v1", [], recurrence=every)], 0)
+    node_id = str(uuid.uuid4())
+    (row,) = store.claim(node_id, 1_000, 10, 10)
+    replacement = ScheduledMessage(
+        "s", at, b"k", b"v2", [], Action.RESCHEDULE, recurrence=every if rule == "series" else None
+    )
+    assert store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
+    cancel = ScheduledMessage("s", at, None, None, [], Action.CANCEL)
+    params = encode_batch([cancel]) | {"advance_ms": 0, "cancel_ttl_ms": 60_000, "new_tenants": []}
+    done: list[object] = []
+    with (
+        psycopg.connect(migrated_database_url) as canceller,
+        psycopg.connect(migrated_database_url, autocommit=True) as watcher,
+    ):
+        (outcome,) = canceller.execute(query("enqueue_batch"), params).fetchall()
+        assert outcome == (1, "cancel_claimed")  # not committed yet: the row stays locked
+
+        def delete() -> None:
+            try:
+                done.append(store.delete_fired(node_id, [("s", row.readied_at)], [None]))
+            except BaseException as exc:  # noqa: BLE001 - asserted on by the test
+                done.append(exc)
+
+        thread = threading.Thread(target=delete)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not _advance_waits_for_a_lock(watcher) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _advance_waits_for_a_lock(watcher), "the delete never waited for the row"
+        canceller.commit()
+        thread.join(30)
+    assert done == [{"s"}]
+    assert store.get_message("s") is None  # deleted: the replacement never fires
+    assert store.claim(node_id, 1_000, 10, 10) == []
 
 
 def test_a_slow_statement_is_counted_logged_and_visible_while_it_runs(

@@ -10,8 +10,13 @@
 -- topic of the unclaimed row with that id (a parked one is given a fresh start); a claimed row is
 -- left alone, unless it is a series: then it is replaced all the same, its claim kept (the
 -- occurrence in flight fires as it was; advance_fired sees enqueued_at after the claim and
--- gives the replaced row back instead of advancing it). "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
--- until now + cancel_ttl_ms (a claimed series loses its rule: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
+-- gives the replaced row back instead of advancing it). "Replaced while claimed" is decided by
+-- the row lock alone, never by two clocks: a replacement of a claimed row is stamped after its
+-- claim (enqueued_at > readied_at), and a claim is never stamped before the enqueue of the row it
+-- claims (claim_due).
+-- "c" (cancel): the unclaimed row with that id is deleted and a cancel marker kept
+-- until now + cancel_ttl_ms (a claimed series loses its rule, and a replacement since the claim
+-- is void: the claimed occurrence is its last). A schedule or reschedule whose id has a live marker is dropped.
 -- Up to 1,000 expired markers are purged on the way (expires index, skipping locked ones).
 -- `new_tenants` (the batch's tenants this node has not written yet; usually empty) join the known
 -- tenants the fair claim visits (chronos_tenants).
@@ -68,7 +73,11 @@ WITH headers AS (
         message_value = excluded.message_value, message_headers = excluded.message_headers,
         target_topic = excluded.target_topic, tenant = excluded.tenant,
         recurrence = excluded.recurrence, expires_ms = excluded.expires_ms, attempts = 0,
-        last_error = NULL, parked_at = NULL, enqueued_at = clock_timestamp()
+        last_error = NULL, parked_at = NULL,
+        enqueued_at = CASE WHEN chronos_messages.readied_at IS NULL THEN clock_timestamp()
+                           ELSE greatest(clock_timestamp(),
+                                         chronos_messages.readied_at + interval '1 microsecond')
+                      END
     WHERE chronos_messages.readied_at IS NULL OR chronos_messages.recurrence IS NOT NULL
     RETURNING id
 ), known_tenants AS (
@@ -88,11 +97,13 @@ WITH headers AS (
     RETURNING m.id
 ), ended AS (
     -- a series whose occurrence is claimed: that occurrence fires, none follows (its row ends
-    -- as a one-shot message; a write on the row, so an advance waiting on its lock sees it)
+    -- as a one-shot message, and a replacement of it since the claim is void; a write on the
+    -- row, so an advance waiting on its lock sees it: the markers it reads predate the cancel)
     UPDATE chronos_messages m
-    SET recurrence = NULL
+    SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)
     FROM cancel_target t
-    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL
+      AND (m.recurrence IS NOT NULL OR m.enqueued_at > m.readied_at)
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)
@@ -146,6 +157,9 @@ ORDER BY b.ord;
 -- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
 -- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
 -- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
+-- The claim is stamped now(), or the row's enqueued_at if later: a statement that began before a
+-- reschedule committed and reaches its row after it claims the replacement, and its claim must
+-- not look older than it (advance_fired would take the row for replaced and give it back).
 -- The stored headers come back decoded, as two arrays in order: names (text) and raw values
 -- (bytea, NULL kept); jsonpath keeps document order.
 WITH candidates AS (
@@ -167,7 +181,7 @@ WITH candidates AS (
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 )
 UPDATE chronos_messages m
-SET readied_at = now(), readied_by = %(node_id)s::uuid
+SET readied_at = greatest(now(), m.enqueued_at), readied_by = %(node_id)s::uuid
 FROM due
 WHERE m.id = due.id
 RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch, m.readied_at,
@@ -272,7 +286,7 @@ WITH visit AS (
     WHERE running <= %(max_bytes)s::bigint OR (running = size AND %(first_always)s::boolean)
 ), claimed AS (
     UPDATE chronos_messages m
-    SET readied_at = now(), readied_by = %(node_id)s::uuid
+    SET readied_at = greatest(now(), m.enqueued_at), readied_by = %(node_id)s::uuid
     WHERE m.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epoch,
               m.readied_at, m.message_key, m.message_value,
@@ -324,26 +338,28 @@ WHERE m.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING m.id;
 
 -- name: advance_fired
--- Phase 2 of a batch holding occurrences of series ("delete or advance"): delete_fired, except
--- that a claim given a next occurrence (`nexts`; NULL: the series ends, or a one-shot message)
--- moves its row to it, unclaimed again with a fresh attempts count, instead of deleting it: one
--- statement, so a crash before it repeats the fired occurrence and never skips one. A series
--- cancelled while its occurrence was claimed (a live cancel marker) is deleted: the cancel wins.
--- A row replaced by a reschedule while claimed (enqueued_at after readied_at: it is a new
--- message) is given back unchanged, neither advanced nor deleted.
+-- Phase 2 of a batch holding occurrences of series ("delete or advance"; the firing loop runs it
+-- for every such batch, even when no claim has a next occurrence): delete_fired, except that a
+-- claim given a next occurrence (`nexts`; NULL: the series ends, or a one-shot message) moves its
+-- row to it, unclaimed again with a fresh attempts count, instead of deleting it: one statement,
+-- so a crash before it repeats the fired occurrence and never skips one. A row replaced by a
+-- reschedule while claimed (enqueued_at after readied_at: it is a new message) is given back
+-- unchanged, neither advanced nor deleted, whether or not the fired occurrence had a next one.
+-- A row cancelled while claimed (a live cancel marker) is deleted, replaced or not: the cancel
+-- wins, as in release_claims, reset_stuck and release_node.
 -- Same fence, index use and lock order as delete_fired; `ids`, `readied_ats`, `nexts`: binary
--- arrays, claim by claim. Returns the ids deleted or advanced.
+-- arrays, claim by claim. Returns the ids deleted, advanced or given back.
 WITH fence AS (
     SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.next)) AS claims
     FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(nexts)b::timestamptz[])
          AS f(id, readied_at, next)
 ), target AS (
     SELECT m.id,
-           m.enqueued_at > m.readied_at AS replaced,
-           ((SELECT claims FROM fence) -> m.id ->> 1) IS NOT NULL
-           AND m.recurrence IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM chronos_cancels c
-                           WHERE c.id = m.id AND c.expires_at > now()) AS advance
+           NOT EXISTS (SELECT 1 FROM chronos_cancels c
+                       WHERE c.id = m.id AND c.expires_at > now())
+           AND (m.enqueued_at > m.readied_at  -- replaced
+                OR ((SELECT claims FROM fence) -> m.id ->> 1) IS NOT NULL
+                   AND m.recurrence IS NOT NULL) AS kept
     FROM chronos_messages m
     WHERE m.id = ANY(%(ids)b::text[])
       AND m.readied_by = %(node_id)s::uuid
@@ -357,11 +373,11 @@ WITH fence AS (
         readied_at = NULL, readied_by = NULL,
         attempts = CASE WHEN m.enqueued_at > m.readied_at THEN m.attempts ELSE 0 END,
         last_error = CASE WHEN m.enqueued_at > m.readied_at THEN m.last_error END
-    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE advance OR replaced))
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE kept))
     RETURNING m.id
 ), deleted AS (
     DELETE FROM chronos_messages m
-    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT advance AND NOT replaced))
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT kept))
     RETURNING m.id
 )
 SELECT id FROM advanced
@@ -790,7 +806,8 @@ ORDER BY deadline, id;
 -- Delete a message unless claimed (it may be firing); no row returned = not scheduled. Leaves
 -- the same cancel marker a Kafka cancel does (for `cancel_ttl_ms`): a schedule of the id arriving
 -- meanwhile is dropped, and a claimed message is deleted, not given back, when its claim ends (a
--- claimed series fires that occurrence and ends: its rule is cleared).
+-- claimed series fires that occurrence and ends: its rule is cleared, and a replacement of it
+-- since the claim is void, as enqueue_batch's cancel does).
 WITH target AS (
     SELECT id, readied_at FROM chronos_messages WHERE id = %(id)s FOR UPDATE
 ), deleted AS (
@@ -800,9 +817,10 @@ WITH target AS (
     RETURNING m.id
 ), ended AS (
     UPDATE chronos_messages m
-    SET recurrence = NULL
+    SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)
     FROM target t
-    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL
+      AND (m.recurrence IS NOT NULL OR m.enqueued_at > m.readied_at)
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)

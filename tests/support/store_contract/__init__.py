@@ -22,12 +22,18 @@ from tests.support.store_contract.common import FAR, HORIZON, Harness, claims, m
 from tests.support.store_contract.enqueue import EnqueueContract
 from tests.support.store_contract.recovery import RecoveryContract
 from tests.support.store_contract.release import ReleaseContract
+from tests.support.store_contract.series import SeriesContract
 from tests.support.store_contract.tenant_backlog import TenantBacklogContract
 from tests.support.store_contract.tenants import TenantContract
 
 
 class StoreContract(
-    EnqueueContract, ClaimContract, ReleaseContract, RecoveryContract, AdminContract
+    EnqueueContract,
+    ClaimContract,
+    ReleaseContract,
+    SeriesContract,
+    RecoveryContract,
+    AdminContract,
 ):
     """Every part of the store contract but actions and tenants. Subclasses provide a
     ``harness`` fixture."""

@@ -302,3 +302,56 @@ def test_once_a_batch_spent_its_counting_budget_its_series_estimate_their_skips(
     assert skipped == [20, 28, 28]
     fired = {timer.row.deadline for _, _, timer in dispatcher.timers}
     assert fired == {datetime(2026, 3, 30, 9, 0, tzinfo=UTC).timestamp()}
+
+
+def _replacement(f: Firing, deadline: datetime, *series: tuple[str, bytes]) -> ScheduledMessage:
+    m = parse_record(
+        b"k2",
+        b"v2",
+        [
+            ("chronosMessageId", b"s"),
+            ("chronosAction", b"reschedule"),
+            ("chronosDeadline", format_deadline(deadline).encode()),
+            *series,
+        ],
+        now=f.clock.now(),
+    )
+    assert isinstance(m, ScheduledMessage)
+    return m
+
+
+def test_a_reschedule_while_a_series_last_occurrence_is_claimed_fires_after_it() -> None:
+    # The claimed occurrence is the series' last (its until): the delete of the fired batch has
+    # no next occurrence at all, and still gives the replacement back (the store deletes it in a
+    # plain delete of one-shot messages).
+    f = Firing.create(auto=False)
+    start = f.at(100)
+    _series(f, "s", every="PT1S", deadline=format_deadline(start), until=format_deadline(start))
+    f.run_for(200, step_ms=10)  # claimed and produced, delivery pending
+    assert len(f.publisher.pending()) == 1
+    replacement = _replacement(f, f.at(2_000))
+    assert f.store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
+    f.publisher.deliver()
+    f.run_for(1_000, step_ms=10)
+    row = f.store.get("s")
+    assert row is not None and row.readied_at is None and row.deadline == replacement.deadline
+    f.run_for(1_500, step_ms=10)
+    f.publisher.deliver()
+    f.run_for(100, step_ms=10)
+    assert [r.value for r in f.publisher.records if r.topic == OUTPUT] == [b"v", b"v2"]
+    assert len(f.store) == 0  # the replacement was a one-shot message: fired and deleted
+
+
+def test_a_reschedule_then_a_cancel_while_an_occurrence_is_claimed_ends_the_series() -> None:
+    f = Firing.create(auto=False)
+    _series(f, "s", every="PT1S", deadline=format_deadline(f.at(100)))
+    f.run_for(200, step_ms=10)  # claimed and produced, delivery pending
+    replacement = _replacement(f, f.at(2_000), ("chronosEvery", b"PT1M"))
+    assert f.store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
+    cancel = ScheduledMessage("s", f.clock.now(), None, None, [], Action.CANCEL)
+    assert f.store.enqueue([cancel], 0) == [Outcome.CANCEL_CLAIMED]
+    f.publisher.deliver()
+    f.run_for(5_000, step_ms=10)
+    f.publisher.deliver()
+    assert [r.value for r in f.publisher.records if r.topic == OUTPUT] == [b"v"]
+    assert len(f.store) == 0  # the cancel won over the replacement
