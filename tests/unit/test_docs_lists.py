@@ -238,3 +238,21 @@ def test_every_admin_status_is_listed() -> None:
     }
     assert answered_statuses() - listed == set(), "statuses answered but not documented"
     assert listed - answered_statuses() == set(), "statuses documented that nothing answers"
+
+
+# -- the grants of "Running against your own Kafka and Postgres"
+
+
+def test_the_documented_grants_are_those_the_least_privilege_test_runs_with() -> None:
+    from tests.integration.test_least_privilege import NODE_GRANTS
+
+    page = (ROOT / "docs" / "own-infrastructure.md").read_text()
+    documented = {
+        " ".join(statement.split())
+        for statement in re.findall(r"^(GRANT [^;]+);", page, re.M | re.S)
+    }
+    tested = {
+        " ".join(grant.format(role="chronos_node", database="chronos").split())
+        for grant in NODE_GRANTS
+    }
+    assert documented == tested
