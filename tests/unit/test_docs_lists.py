@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 import chronos.cli
 import chronos.node.supervisor  # registers every loop's metrics
 from chronos.config.settings import OPTIONS
+from chronos.observability.relay import ProcessFamilies
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference.md"
@@ -84,9 +85,10 @@ def table_rows(markdown: str) -> list[list[str]]:
 
 
 def registered_metrics() -> set[str]:
-    """What /metrics exposes, by the names the docs use (counters with their ``_total``)."""
+    """What /metrics exposes, by the names the docs use (counters with their ``_total``): the
+    families registered and those each process reports of itself."""
     names = set()
-    for family in REGISTRY.collect():
+    for family in [*REGISTRY.collect(), *ProcessFamilies("node").collect()]:
         if family.name.startswith("chronos_"):
             suffix = "_total" if family.type == "counter" else ""
             names.add(family.name + suffix)
