@@ -20,7 +20,7 @@ raw key and value and a reason (their headers cannot be read by this client). Ev
 every batch, so the node that inherits a partition recognises a poison record as the first did,
 without ever crashing.
 
-Cost: one fork and wait per consumed batch, not per record (see docs/lab-notes.md
+Cost: one fork and wait per consumed batch, not per record (see docs/benchmark-results.md
 for the figure); the parent's CPU for it grows with its resident memory (page tables), so it is
 measured on a node-sized process.
 """

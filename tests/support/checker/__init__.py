@@ -19,7 +19,7 @@ compares them with the sent set:
 * **late**: statistics of ``fire time - deadline`` over the first copy of each fired message;
 * **dead-lettered**: each dead-lettered message with its ``chronosDeadLetterReason``.
 
-``python -m tests.support.checker [DIR]`` prints the "Reliability" table of docs/reliability.md
+``python -m tests.support.checker [DIR]`` prints the fault-suite table of docs/benchmark-results.md
 from the result files the fault suite writes (``.chronos/reliability/<scenario>.json`` by default).
 
 The parts: ``sent`` (what a test sends), ``sending`` (producing it), ``reading`` (reading the

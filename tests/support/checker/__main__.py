@@ -1,5 +1,5 @@
-"""``python -m tests.support.checker [DIR]``: the "Reliability" table of docs/reliability.md from
-the result files in DIR (default ``.chronos/reliability``)."""
+"""``python -m tests.support.checker [DIR]``: the fault-suite table of docs/benchmark-results.md
+from the result files in DIR (default ``.chronos/reliability``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fault suite's results: one file per scenario, and the "Reliability" table of
-docs/reliability.md made of them."""
+docs/benchmark-results.md made of them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ RESULTS_DIR = Path(__file__).resolve().parents[3] / ".chronos" / "reliability"
 
 @dataclass
 class ScenarioResult:
-    """One row of the "Reliability" table of docs/reliability.md."""
+    """One row of the fault-suite table of docs/benchmark-results.md."""
 
     scenario: str
     fault: str
@@ -59,7 +59,7 @@ def record_result(result: ScenarioResult, directory: Path | None = None) -> Path
 
 
 def render_table(directory: Path | None = None) -> str:
-    """The "Reliability" table (docs/reliability.md) from the result files, in scenario order."""
+    """The fault-suite table (docs/benchmark-results.md) from the result files, by scenario."""
     directory = directory or RESULTS_DIR
     rows = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
     lines = [
