@@ -212,7 +212,10 @@ def test_tail_prints_the_records_own_timestamp_and_lateness() -> None:
     """A record produced 50 ms before its scheduled instant reads as 50 ms early, not late."""
     due = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
     ms = round(due.timestamp() * 1000) - 50
-    headers = [("x", b"1"), ("chronosScheduledFor", b"2030-01-01T12:00:00.000Z")]
+    headers: list[tuple[str, bytes | None]] = [
+        ("x", b"1"),
+        ("chronosScheduledFor", b"2030-01-01T12:00:00.000Z"),
+    ]
     line = produce.describe_timestamp(1, ms, headers, "chronosScheduledFor")
     assert line == "2030-01-01T11:59:59.950Z CreateTime lateness=-50ms"
     line = produce.describe_timestamp(2, ms + 145, headers, "chronosScheduledFor")
