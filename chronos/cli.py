@@ -27,6 +27,7 @@ from chronos.observability import logs
 log = logging.getLogger("chronos")
 
 PRODUCER_COMMANDS = ("schedule", "reschedule", "cancel", "tail")  # chronos.produce
+DEAD_LETTER_COMMANDS = ("dead-letters", "replay")  # chronos.admin.deadletters_cli: Kafka only
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "admin":
+    if args.command == "admin" and args.admin_command not in DEAD_LETTER_COMMANDS:
         from chronos.admin import cli as admin_cli
 
         return admin_cli.run(args)
@@ -104,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from chronos.embedded import dev as dev_module
 
             return dev_module.run_dev(args)
+        if args.command == "admin":
+            from chronos.admin import deadletters_cli
+
+            return deadletters_cli.run(config.validate(require_database=False), args)
         if args.command in PRODUCER_COMMANDS:
             from chronos import produce
 
