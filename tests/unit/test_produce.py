@@ -236,3 +236,26 @@ def test_importing_the_client_leaves_the_database_stack_out() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+BLOCK_NODE_STACK = (
+    "import sys\n"
+    "for name in ('psycopg', 'sqlalchemy', 'alembic'):\n"
+    "    sys.modules[name] = None  # as if the `node` extra were not installed\n"
+    "from chronos import cli\n"
+)
+
+
+def test_the_producer_commands_work_without_the_node_extra() -> None:
+    code = BLOCK_NODE_STACK + (
+        "import contextlib, io\n"
+        "for argv in (['schedule', '--help'], ['tail', '--help'], ['admin', 'replay', '--help']):\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        cli.main(argv)\n"
+        "print(cli.main(['run']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+    assert "pip install 'chronos-scheduler[node]'" in result.stderr
+    assert "Traceback" not in result.stderr
