@@ -86,6 +86,18 @@ def test_schedule_reschedule_cancel_and_tail_through_a_node(
     assert [(n, v) for n, v in a.headers if n == "x"] == [("x", b"1"), ("x", b"2")]
     assert header(a, RELAY) is not None
 
+    # A target topic the node does not allow: dead-lettered with its code, listed by it.
+    ok(chronos("schedule", "--id", "d", "--in", "1s", "--topic", "not-allowed-x", env=cli_env))
+
+    def listed() -> list[dict[str, Any]]:
+        args = ("admin", "dead-letters", "--reason", "topic_not_allowed", "--json")
+        return list(json.loads(ok(chronos(*args, env=cli_env)))["dead_letters"])
+
+    assert eventually(lambda: len(listed()) == 1, timeout=30), node.output()
+    (dead,) = listed()
+    assert dead["source"].startswith(topics.input + "/")
+    assert "not-allowed-x" in dead["reason"] and dead["replayed"] is False
+
 
 def _dead_letters(bootstrap: str, topics: Topics) -> list[tuple[bytes, list[Any]]]:
     """What intake writes for two records whose topic was not allowed and one without a
