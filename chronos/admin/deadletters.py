@@ -191,7 +191,15 @@ class DeadLetterTopic:
             while todo:
                 record = self.consumer.poll(0.5)
                 if record is None or record.error() is not None:
-                    if time.monotonic() > idle_until:
+                    # Past the end with nothing to read (the last offsets may hold no record:
+                    # a compacted or transactional topic): done with those partitions.
+                    positions = self.consumer.position(
+                        [TopicPartition(self.topic, p) for p in todo]
+                    )
+                    for tp in positions:
+                        if tp.offset >= todo[tp.partition][1]:
+                            del todo[tp.partition]
+                    if todo and time.monotonic() > idle_until:
                         raise ReplayError(f"no record arrived from {self.topic} in time")
                     continue
                 idle_until = time.monotonic() + self.timeout
