@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from chronos import client
 from chronos.config import settings
-from chronos.errors import ConfigError
+from chronos.errors import ChronosError, ConfigError
 from chronos.protocol import DeadlineError, parse_deadline
 from chronos.recurrence import RecurrenceError, parse_duration_ms
 
@@ -255,6 +255,15 @@ def message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(command: str, config: settings.Settings, args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
+    try:
+        return _run(command, config, args)
+    except KafkaException as exc:  # the broker is unreachable or refused: said, exit 1
+        raise ChronosError(f"Kafka at {config.kafka_bootstrap_servers}: {exc.args[0]}") from None
+
+
+def _run(command: str, config: settings.Settings, args: argparse.Namespace) -> int:
     if command == "tail":
         return tail(config, args)
     from confluent_kafka import Producer

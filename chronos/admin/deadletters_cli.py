@@ -26,6 +26,7 @@ from chronos.admin.deadletters import (
     DeadLetterTopic,
     Progress,
     Replayer,
+    ReplayError,
     parse_position,
 )
 from chronos.config import settings
@@ -82,11 +83,16 @@ def add_parsers(commands: Any) -> None:
 
 
 def run(config: settings.Settings, args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    with DeadLetterTopic(config) as dlq:
-        if args.admin_command == "dead-letters":
-            _list(dlq, args, out)
-        else:
-            _replay(dlq, args, out)
+    from confluent_kafka import KafkaException
+
+    try:
+        with DeadLetterTopic(config) as dlq:
+            if args.admin_command == "dead-letters":
+                _list(dlq, args, out)
+            else:
+                _replay(dlq, args, out)
+    except KafkaException as exc:  # the broker is unreachable or refused: said, exit 1
+        raise ReplayError(f"Kafka at {config.kafka_bootstrap_servers}: {exc.args[0]}") from None
     return 0
 
 

@@ -259,3 +259,13 @@ def test_the_producer_commands_work_without_the_node_extra() -> None:
     assert result.stdout.strip() == "2"
     assert "pip install 'chronos-scheduler[node]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # the metadata request's 10 s timeout
+@pytest.mark.parametrize("argv", [["tail"], ["admin", "dead-letters"]])
+def test_an_unreachable_broker_is_said_with_status_1(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([*argv, "--kafka-bootstrap-servers", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert "Kafka at 127.0.0.1:1" in err and "Traceback" not in err
