@@ -303,6 +303,7 @@ def _produce(
             return 1
         kwargs = message_kwargs(args)
         if command == "reschedule":
+            kwargs = _fixed(kwargs)
             client.reschedule(
                 producer, message_id=args.id, topic=topic, on_delivery=delivered, **kwargs
             )
@@ -310,25 +311,32 @@ def _produce(
             return 1
         for n in range(args.count):
             message_id = args.id if args.count == 1 else (f"{args.id}-{n}" if args.id else None)
+            sent = _fixed(kwargs)
             message_id = client.schedule(
-                producer, message_id=message_id, topic=topic, on_delivery=delivered, **kwargs
+                producer, message_id=message_id, topic=topic, on_delivery=delivered, **sent
             )
-            print(f"scheduled {message_id} on {topic}{_when(kwargs)}")
+            print(f"scheduled {message_id} on {topic}{_when(sent)}")
         return int(args.count)
     except ValueError as exc:  # the client refused a value the flags let through
         raise ConfigError(str(exc)) from None
+
+
+def _fixed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A delay made the deadline it gives now, so that what is printed is what is sent."""
+    if kwargs["delay"] is None:
+        return kwargs
+    return {**kwargs, "deadline": client.deadline_of(None, kwargs["delay"]), "delay": None}
 
 
 def _when(kwargs: dict[str, Any]) -> str:
     from chronos.protocol import format_deadline
 
     parts = []
-    if kwargs["deadline"] is not None or kwargs["delay"] is not None:
-        deadline = client.deadline_of(kwargs["deadline"], kwargs["delay"])
-        parts.append(f" for {format_deadline(deadline)}")
-    if kwargs["repeat"] is not None:
-        rule = kwargs["repeat"]
-        parts.append(f" repeating {'every ' + str(rule.every) if rule.every else rule.cron}")
+    if kwargs["deadline"] is not None:
+        parts.append(f" for {format_deadline(kwargs['deadline'])}")
+    rule = kwargs["repeat"]
+    if rule is not None:
+        parts.append(f" repeating {rule.cron or 'every ' + str(rule.every)}")
     return "".join(parts)
 
 

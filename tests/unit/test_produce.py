@@ -269,3 +269,24 @@ def test_an_unreachable_broker_is_said_with_status_1(
     assert cli.main([*argv, "--kafka-bootstrap-servers", "127.0.0.1:1"]) == 1
     err = capsys.readouterr().err
     assert "Kafka at 127.0.0.1:1" in err and "Traceback" not in err
+
+
+def test_what_is_printed_is_what_is_sent(capsys: pytest.CaptureFixture[str]) -> None:
+    from chronos.config.settings import load
+
+    args = _args("schedule", "--in", "30s", "--count", "2", "--id", "x", "--every", "1h")
+    p = Recording()
+    config = load(args, environ={})
+    assert produce._produce("schedule", config, args, p, lambda _e, _m: None) == 2
+    lines = capsys.readouterr().out.splitlines()
+    for (topic, kwargs), line, expected_id in zip(p.records, lines, ["x-0", "x-1"], strict=True):
+        m = _parsed(kwargs)
+        assert (topic, m.id) == ("chronos-input", expected_id)
+        from chronos.protocol import format_deadline
+
+        assert line == (
+            f"scheduled {expected_id} on chronos-input for {format_deadline(m.deadline)} "
+            "repeating every 1:00:00"
+        )
+    assert produce._produce("cancel", config, _args("cancel", "x-0"), p, lambda _e, _m: None) == 1
+    assert _parsed(p.records[-1][1]).action == Action.CANCEL
