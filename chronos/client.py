@@ -4,7 +4,9 @@
     from chronos import client
 
     producer = Producer({"bootstrap.servers": "kafka:9092", "enable.idempotence": True})
-    message_id = client.schedule(producer, value=b'{"do": "it"}', key=b"order-42", delay=30)
+    message_id = client.schedule(
+        producer, value=b'{"do": "it"}', key=b"order-42", delay=30, tenant="acme"
+    )
     client.reschedule(producer, message_id=message_id, value=b"...", key=b"order-42", delay=60)
     client.cancel(producer, message_id, key=b"order-42")
     # a series: weekdays at 9:00 in Paris until the end of the year (cancel ends it too)
@@ -42,12 +44,14 @@ from chronos.protocol import (
     EXPIRES_HEADER,
     MESSAGE_ID_HEADER,
     MISSED_HEADER,
+    TENANT_HEADER,
     TIME_ZONE_HEADER,
     TOPIC_HEADER,
     UNTIL_HEADER,
     Action,
     format_deadline,
 )
+from chronos.protocol.fields import parse_tenant
 from chronos.recurrence import format_duration, make_rule
 
 __all__ = [
@@ -123,6 +127,15 @@ def _expires_header(expires: timedelta | datetime | None) -> list[tuple[str, byt
     return [(EXPIRES_HEADER, text.encode())]
 
 
+def _tenant_header(tenant: str | None) -> list[tuple[str, bytes | None]]:
+    if tenant is None:
+        return []
+    checked = parse_tenant(tenant.encode("utf-8", "surrogatepass"))
+    if not isinstance(checked, str):
+        raise ValueError(f"tenant {tenant[:64]!r}: {checked.reason.replace('header ', '')}")
+    return [(TENANT_HEADER, tenant.encode("utf-8"))]
+
+
 def deadline_of(
     deadline: datetime | None, delay: timedelta | float | None, now: datetime | None = None
 ) -> datetime:
@@ -153,6 +166,8 @@ def _headers(
         out.append((TOPIC_HEADER, target_topic.encode()))
     out.extend(chronos)
     for name, value in headers or ():
+        if name == TENANT_HEADER:
+            raise ValueError(f"header {name!r} is set by the client: pass tenant=")
         if name in CHRONOS_HEADERS:
             raise ValueError(f"header {name!r} is set by the client")
         out.append((name, value.encode() if isinstance(value, str) else value))
@@ -174,6 +189,7 @@ def _send(
     on_delivery: DeliveryCallback | None,
     repeat: Repeat | None = None,
     expires: timedelta | datetime | None = None,
+    tenant: str | None = None,
 ) -> str:
     message_id = message_id or str(uuid.uuid4())
     if not 0 < len(message_id) <= 128:
@@ -181,7 +197,11 @@ def _send(
     when = None
     if action is not Action.CANCEL and (repeat is None or deadline or delay is not None):
         when = deadline_of(deadline, delay)  # a series without either: its rule says when
-    chronos = [*(repeat.headers() if repeat else []), *_expires_header(expires)]
+    chronos = [
+        *(repeat.headers() if repeat else []),
+        *_expires_header(expires),
+        *_tenant_header(tenant),
+    ]
     kwargs: dict[str, Any] = {
         "key": key.encode() if isinstance(key, str) else key,
         "value": value.encode() if isinstance(value, str) else value,
@@ -207,13 +227,16 @@ def schedule(
     on_delivery: DeliveryCallback | None = None,
     repeat: Repeat | None = None,
     expires: timedelta | datetime | None = None,
+    tenant: str | None = None,
 ) -> str:
     """Schedule ``value`` (and ``key``, ``headers``) to be fired at ``deadline`` or after
     ``delay`` (seconds or a timedelta), to the output topic or ``target_topic`` (which the nodes
     must allow: ``CHRONOS_ALLOWED_TOPICS``). Returns the message id (a new UUID if none given).
     Ignored by Chronos while a message with that id is waiting. With ``repeat`` it is a series
     (``deadline``/``delay``, optional, is its first occurrence); ``expires`` (a timedelta after
-    the deadline, or an instant) is how late it may still fire."""
+    the deadline, or an instant) is how late it may still fire; ``tenant`` (1-128 characters)
+    names the tenant it belongs to for fair claiming (``chronosTenant``; none: the key's prefix
+    under ``CHRONOS_TENANT_FROM_KEY``, else the default tenant)."""
     return _send(
         producer,
         Action.SCHEDULE,
@@ -228,6 +251,7 @@ def schedule(
         on_delivery=on_delivery,
         repeat=repeat,
         expires=expires,
+        tenant=tenant,
     )
 
 
@@ -245,6 +269,7 @@ def reschedule(
     on_delivery: DeliveryCallback | None = None,
     repeat: Repeat | None = None,
     expires: timedelta | datetime | None = None,
+    tenant: str | None = None,
 ) -> str:
     """Replace the waiting message ``message_id`` (deadline, key, value, headers, topic, and
     its series: a series replaced without ``repeat`` becomes a one-shot message), or schedule
@@ -263,6 +288,7 @@ def reschedule(
         on_delivery=on_delivery,
         repeat=repeat,
         expires=expires,
+        tenant=tenant,
     )
 
 

@@ -9,6 +9,8 @@ chronos admin tenants           the busiest tenants: waiting, overdue, claimed, 
 chronos admin cancel ID         cancel a waiting or parked message
 chronos admin requeue ID        requeue a parked message
 chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
+chronos admin dead-letters      the dead-letter topic (chronos.admin.deadletters_cli)
+chronos admin replay            replay dead letters to the input topic, once each
 
 The node's URL and the bearer token come from ``--url``/``--token`` or ``CHRONOS_ADMIN_URL``/
 ``CHRONOS_ADMIN_TOKEN``. Output is a table for people, or the API's JSON with ``--json``.
@@ -213,6 +215,10 @@ def add_parser(sub: Any) -> None:
     when.add_argument(
         "--in", dest="delay", type=_seconds, default=None, help="new deadline, seconds from now"
     )
+
+    from chronos.admin import deadletters_cli  # the dead-letter topic: straight to Kafka
+
+    deadletters_cli.add_parsers(commands)
 
 
 def client_from(args: argparse.Namespace, environ: Mapping[str, str]) -> AdminClient:

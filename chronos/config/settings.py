@@ -40,6 +40,7 @@ from chronos.errors import ConfigError
 __all__ = [
     "AT_LEAST_ONCE_PRODUCER",
     "ENV_PREFIX",
+    "KAFKA_CLIENT_SETTINGS",
     "KAFKA_PASSTHROUGH_PREFIXES",
     "MIN_LIVENESS_WINDOW_MS",
     "OPTIONS",
@@ -102,10 +103,26 @@ def _passthrough_from_flags(items: Sequence[str] | None, flag: str) -> dict[str,
     return props
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per option; the help shows its env var and default."""
+# The settings of a command that only talks to Kafka (schedule, cancel, reschedule, tail,
+# import, the dead-letter commands): the connection (with the pass-through properties for TLS
+# and SASL) and the log; each command adds the topics it uses. Every other setting is still read
+# from its CHRONOS_* variable, but is not a flag of these commands.
+KAFKA_CLIENT_SETTINGS = (
+    "kafka_bootstrap_servers",
+    "kafka_oauth_provider",
+    "log_level",
+    "log_format",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """Add one flag per option (or per option named in ``only``) and the Kafka pass-through
+    flags; the help shows each one's env var and default."""
+    unknown = set(only or ()) - set(OPTIONS_BY_NAME)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}")
     group = parser.add_argument_group("settings (flag > environment > default)")
-    for option in OPTIONS:
+    for option in OPTIONS if only is None else [o for o in OPTIONS if o.name in only]:
         default = "***" if option.secret and option.default else option.default
         if option.name == "node_id":
             default = "random UUID"

@@ -19,11 +19,7 @@ from chronos.config.policy import expiry_limit_ms, expiry_limit_text, should_dea
 from chronos.config.settings import Settings
 from chronos.kafka import Publisher
 from chronos.observability import metrics
-from chronos.protocol import (
-    DEAD_LETTER_REASON_HEADER,
-    DEAD_LETTER_SOURCE_HEADER,
-    relay_headers,
-)
+from chronos.protocol import dead_letter_headers, relay_headers
 from chronos.recurrence import COUNT_LIMIT, decode
 from chronos.runtime.faults import fault_point
 from chronos.store import ClaimedRow, row_bytes
@@ -232,11 +228,7 @@ class Dispatcher:
                 self.settings.relay_deadline_header,
             )
         if reason:
-            headers = [
-                *row.headers,
-                (DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")),
-                (DEAD_LETTER_SOURCE_HEADER, f"chronos/{row.id}".encode()),
-            ]
+            headers = dead_letter_headers(row.headers, reason, f"chronos/{row.id}", timer.reason)
             topic = self.settings.dead_letter_topic
             timer.dead_letter = True
         self.in_flight += 1

@@ -445,7 +445,7 @@ class IntakeLoop(Loop):
                 self.settings.dead_letter_topic,
                 record.key(),
                 record.value(),
-                dead_letter_headers(headers, reason, where),
+                dead_letter_headers(headers, reason, where, "expired"),
                 "dead_letter:expired",
                 source=where,
             )

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from chronos.protocol import Headers
+from chronos.protocol import DEAD_LETTER_REDUCED_HEADER, Headers
 
 
 @dataclass(slots=True)
@@ -79,7 +79,7 @@ def reduced(item: Pending, topic: str) -> Pending:
         f"key {len(item.key) if item.key is not None else 'null'} bytes, "
         f"{dropped} headers left out"
     )
-    kept.append(("chronosDeadLetterReduced", sizes.encode()))
+    kept.append((DEAD_LETTER_REDUCED_HEADER, sizes.encode()))
     return Pending(
         topic, key, None, kept, "dead_letter_reduced:publish_refused", source=item.source
     )

@@ -54,7 +54,7 @@ def dead_letter(
         settings.dead_letter_topic,
         record.key(),
         record.value(),
-        dead_letter_headers(headers, rejection.reason, source),
+        dead_letter_headers(headers, rejection.reason, source, rejection.code),
         "dead_letter:" + rejection.code,
         source=source,
     )
@@ -210,7 +210,9 @@ class Settlement:
                 dead_letter,
                 item.key,
                 item.value,
-                dead_letter_headers(item.headers, reason, item.source or item.topic),
+                dead_letter_headers(
+                    item.headers, reason, item.source or item.topic, "publish_failed"
+                ),
                 "dead_letter:publish_failed",
                 source=item.source,
             )

@@ -9,7 +9,12 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from chronos.protocol.deadline import format_deadline
-from chronos.protocol.names import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER, Headers
+from chronos.protocol.names import (
+    DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_REASON_HEADER,
+    DEAD_LETTER_SOURCE_HEADER,
+    Headers,
+)
 
 
 def relay_headers(
@@ -61,10 +66,12 @@ def decode_headers(stored: list[dict[str, str | None]] | str | None) -> Headers:
 
 
 def dead_letter_headers(
-    headers: Sequence[tuple[str, bytes | None]] | None, reason: str, source: str
+    headers: Sequence[tuple[str, bytes | None]] | None, reason: str, source: str, code: str
 ) -> Headers:
-    """Original headers (all of them, Chronos ones included) plus the reason and the source."""
+    """Original headers (all of them, Chronos ones included) plus the reason, the source and the
+    reason's stable code (``topic_not_allowed``, ``expired``, ``publish_failed``...)."""
     out: Headers = list(headers or ())
     out.append((DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")))
     out.append((DEAD_LETTER_SOURCE_HEADER, source.encode("utf-8")))
+    out.append((DEAD_LETTER_CODE_HEADER, code.encode("utf-8")))
     return out

@@ -28,8 +28,17 @@ OPTIONAL_HEADERS = (
 RECURRENCE_HEADERS = (EVERY_HEADER, CRON_HEADER, TIME_ZONE_HEADER, UNTIL_HEADER, MISSED_HEADER)
 CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER, *OPTIONAL_HEADERS})
 
-DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"
-DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"
+DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"  # the reason, for people
+DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"  # topic/partition/offset or chronos/ID
+DEAD_LETTER_CODE_HEADER = "chronosDeadLetterCode"  # the reason's stable code, for filters
+DEAD_LETTER_REDUCED_HEADER = "chronosDeadLetterReduced"  # what a reduced dead letter left out
+DEAD_LETTER_HEADERS = (
+    DEAD_LETTER_REASON_HEADER,
+    DEAD_LETTER_SOURCE_HEADER,
+    DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_REDUCED_HEADER,
+)
+"""The headers Chronos adds to a dead-lettered record (a replay removes them)."""
 
 MAX_ID_LENGTH = 128
 MAX_TENANT_LENGTH = 128

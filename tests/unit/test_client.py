@@ -133,3 +133,28 @@ def test_recurrence_headers_cannot_be_passed_as_plain_headers() -> None:
         client.schedule(
             RecordingProducer(), value=b"v", delay=1, headers=[("chronosEvery", "PT1S")]
         )
+
+
+def test_a_tenant_is_given_by_name_and_parses_back() -> None:
+    p = RecordingProducer()
+    client.schedule(p, value=b"v", delay=1, message_id="t1", tenant="acme")
+    assert parsed(p).tenant == "acme"
+    client.reschedule(p, message_id="t1", value=b"w", delay=2, tenant="acme")
+    assert (parsed(p).tenant, parsed(p).action) == ("acme", Action.RESCHEDULE)
+    client.schedule(p, value=b"v", delay=1)
+    assert parsed(p).tenant == ""  # none given: the default tenant
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 129, "a\x00b"])
+def test_a_bad_tenant_is_refused_when_called(tenant: str) -> None:
+    p = RecordingProducer()
+    with pytest.raises(ValueError, match="tenant"):
+        client.schedule(p, value=b"v", delay=1, tenant=tenant)
+    assert p.records == []
+
+
+def test_a_tenant_header_points_to_the_tenant_argument() -> None:
+    with pytest.raises(ValueError, match="tenant="):
+        client.schedule(
+            RecordingProducer(), value=b"v", delay=1, headers=[("chronosTenant", "acme")]
+        )

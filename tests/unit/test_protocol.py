@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from chronos.protocol import (
     CHRONOS_HEADERS,
+    DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_HEADERS,
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
     DEADLINE_HEADER,
@@ -274,13 +276,20 @@ def test_past_deadlines_are_valid() -> None:
     assert message.deadline.year == 1999
 
 
-def test_dead_letter_headers_keep_the_originals_and_add_the_reason() -> None:
+def test_dead_letter_headers_keep_the_originals_and_add_the_reason_and_its_code() -> None:
     original = [("a", b"1"), (MESSAGE_ID_HEADER, b"x"), ("a", None)]
-    out = dead_letter_headers(original, "missing header chronosDeadline", "in/0/42")
+    out = dead_letter_headers(
+        original, "missing header chronosDeadline", "in/0/42", "missing_deadline"
+    )
     assert out[:3] == original
-    assert (DEAD_LETTER_REASON_HEADER, b"missing header chronosDeadline") in out
-    assert (DEAD_LETTER_SOURCE_HEADER, b"in/0/42") in out
-    assert dead_letter_headers(None, "r", "s")[0] == (DEAD_LETTER_REASON_HEADER, b"r")
+    assert out[3:] == [
+        (DEAD_LETTER_REASON_HEADER, b"missing header chronosDeadline"),
+        (DEAD_LETTER_SOURCE_HEADER, b"in/0/42"),
+        (DEAD_LETTER_CODE_HEADER, b"missing_deadline"),
+    ]
+    assert dead_letter_headers(None, "r", "s", "c")[0] == (DEAD_LETTER_REASON_HEADER, b"r")
+    assert DEAD_LETTER_CODE_HEADER == "chronosDeadLetterCode"
+    assert {name for name, _ in out[3:]} <= set(DEAD_LETTER_HEADERS)
 
 
 # ------------------------------------------------------------------------------ header storage

@@ -112,6 +112,7 @@ def test_permanent_refusals_count_and_end_in_the_dead_letter_topic() -> None:
     reason = reasons[DEAD_LETTER_REASON_HEADER]
     assert reason is not None and b"failed 2 times" in reason
     assert reasons[DEAD_LETTER_SOURCE_HEADER] == b"chronos/big"
+    assert reasons["chronosDeadLetterCode"] == b"publish_failed"
     assert len(f.store) == 0
 
 

@@ -39,6 +39,7 @@ def test_a_stale_message_is_dead_lettered_with_reason_expired_not_fired() -> Non
     assert reason is not None and reason.startswith(b"expired:"), reason
     assert b"CHRONOS_MAX_LATENESS_MS" in reason
     assert reasons[DEAD_LETTER_SOURCE_HEADER] == b"chronos/stale"
+    assert reasons["chronosDeadLetterCode"] == b"expired"
     assert (dead.key, dead.value) == (b"k", b"v")
     assert len(f.store) == 0  # both settled
     assert _sample("chronos_dead_lettered_messages_total", "expired") == before + 1
@@ -78,6 +79,7 @@ def test_a_record_that_arrives_past_the_limit_is_dead_lettered_by_intake() -> No
     assert set(topics) == {OUTPUT, DEAD_LETTER}
     reason = dict(topics[DEAD_LETTER].headers)[DEAD_LETTER_REASON_HEADER]
     assert reason is not None and reason.startswith(b"expired:"), reason
+    assert dict(topics[DEAD_LETTER].headers)["chronosDeadLetterCode"] == b"expired"
     assert "stale" not in t.store and "fresh" not in t.store
     assert t.consumer.stored == {(INPUT, 0): 3}  # both settled: the offsets move on
 

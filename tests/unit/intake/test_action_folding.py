@@ -186,6 +186,7 @@ def test_a_denied_topic_is_dead_lettered_and_an_allowed_one_stored() -> None:
     (dead,) = t.publisher.produced(DEAD_LETTER)
     reason = dict(dead.headers)[DEAD_LETTER_REASON_HEADER] or b""
     assert b"'secret' is not allowed" in reason
+    assert dict(dead.headers)["chronosDeadLetterCode"] == b"topic_not_allowed"
 
 
 def test_a_lapsed_message_fires_straight_to_its_topic() -> None:

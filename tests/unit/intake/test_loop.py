@@ -9,6 +9,7 @@ from typing import cast
 from confluent_kafka import Consumer, KafkaError
 
 from chronos.protocol import (
+    DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
     DEADLINE_HEADER,
@@ -83,15 +84,20 @@ def test_bad_records_go_to_the_dead_letter_topic_with_the_reason() -> None:
         b"is not ISO-8601",
         b"not a valid instant",
     ]
-    for record, original, reason in zip(dead, bad.values(), expected_reasons, strict=True):
+    expected_codes = [b"missing_id", b"missing_deadline", b"invalid_id"]
+    expected_codes += [b"invalid_deadline", b"invalid_deadline"]
+    for record, original, reason, code in zip(
+        dead, bad.values(), expected_reasons, expected_codes, strict=True
+    ):
         assert record.key == original.key()
         assert record.value == original.value()
-        assert record.headers[:-2] == (original.headers() or [])  # all originals, in order
-        (rname, rvalue), (sname, svalue) = record.headers[-2:]
+        assert record.headers[:-3] == (original.headers() or [])  # all originals, in order
+        (rname, rvalue), (sname, svalue), (cname, cvalue) = record.headers[-3:]
         assert rname == DEAD_LETTER_REASON_HEADER
         assert rvalue is not None and reason in rvalue
         assert sname == DEAD_LETTER_SOURCE_HEADER
         assert svalue == f"{INPUT}/0/{original.offset()}".encode()
+        assert (cname, cvalue) == (DEAD_LETTER_CODE_HEADER, code)
     assert t.consumer.stored == {(INPUT, 0): good.offset() + 1}
 
 
@@ -163,7 +169,8 @@ def test_a_lapsed_record_the_output_topic_refuses_for_good_does_not_stall_intake
         worker.join(10)
     attempts = len(t.publisher.produced(OUTPUT))
     assert done == [True], f"intake still retrying after {attempts} refused publishes"
-    assert len(t.publisher.delivered(DEAD_LETTER)) == 1
+    (dead,) = t.publisher.delivered(DEAD_LETTER)
+    assert dict(dead.headers)[DEAD_LETTER_CODE_HEADER] == b"publish_failed"
     assert t.consumer.stored == {(INPUT, 0): 2}
 
 

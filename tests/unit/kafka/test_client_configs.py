@@ -86,14 +86,16 @@ def test_every_kafka_client_takes_its_configuration_from_the_one_place() -> None
     constructions = client_constructions()
     modules = {module for module, *_ in constructions}
     # The node (publishers, consumer, start-up check and preflight, broker probe, readiness),
-    # chronos import and chronos tail: if this set shrinks, the scan has gone blind.
+    # chronos import, the producer's commands (schedule, reschedule, cancel, tail) and the
+    # dead-letter commands: if this set shrinks, the scan has gone blind.
     assert {
         "kafka/clients.py",
         "kafka/startup.py",
         "kafka/probe.py",
         "node/http.py",
         "importer.py",
-        "cli.py",
+        "produce.py",
+        "admin/deadletters.py",
     } <= modules, modules
     for module, line, kind, argument in constructions:
         if module in EXEMPT or argument in WRAPPERS.values():
@@ -113,6 +115,7 @@ def test_every_builder_carries_the_security_settings() -> None:
         "firing producer": clients.producer_config(settings, "firing"),
         "intake producer": clients.producer_config(settings, "intake"),
         "cli producer": clients.producer_config(settings, "cli"),
+        "replay producer": clients.producer_config(settings, "replay"),
         "intake consumer": clients.consumer_config(settings),
         "import producer": clients.import_producer_config(settings),
         "tail consumer": clients.tail_consumer_config(settings, "tail-group"),
