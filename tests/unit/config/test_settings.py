@@ -161,6 +161,21 @@ def test_unknown_chronos_variable_is_refused_by_name() -> None:
     load(environ={"CHRONOS_TEST_ANYTHING": "x", "OTHER": "y"})  # not settings: ignored
 
 
+@pytest.mark.parametrize("command", [["check"], ["run"], ["migrate"], ["tail"]])
+def test_a_shell_set_up_for_the_admin_cli_loads_every_commands_settings(
+    command: list[str],
+) -> None:
+    """docs/operations.md exports the admin CLI's variables; every other command still runs."""
+    env = {
+        "CHRONOS_ADMIN_URL": "http://127.0.0.1:8080",
+        "CHRONOS_ADMIN_TOKEN": "t0ken-of-the-node",
+        "CHRONOS_DATABASE_URL": DB,
+    }
+    config = load(cli._parser().parse_args(command), environ=env)
+    config.validate()
+    assert config.admin_token is not None and config.admin_token.reveal() == "t0ken-of-the-node"
+
+
 def test_validate_requires_a_postgres_url() -> None:
     with pytest.raises(ConfigError, match="CHRONOS_DATABASE_URL"):
         load(environ={}).validate()
