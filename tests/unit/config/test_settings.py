@@ -248,6 +248,49 @@ def test_as_environment_reproduces_the_settings() -> None:
 # ------------------------------------------------------------------------ Kafka client safety
 
 
+@pytest.mark.parametrize(
+    ("variable", "setting"),
+    [
+        ("CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS", "CHRONOS_DELIVERY_TIMEOUT_MS"),
+        ("CHRONOS_KAFKA__MESSAGE_TIMEOUT_MS", "CHRONOS_DELIVERY_TIMEOUT_MS"),
+        ("CHRONOS_KAFKA__BOOTSTRAP_SERVERS", "CHRONOS_KAFKA_BOOTSTRAP_SERVERS"),
+        ("CHRONOS_KAFKA__METADATA_BROKER_LIST", "CHRONOS_KAFKA_BOOTSTRAP_SERVERS"),
+        ("CHRONOS_CONSUMER__GROUP_ID", "CHRONOS_CONSUMER_GROUP"),
+        ("CHRONOS_CONSUMER__GROUP_INSTANCE_ID", "CHRONOS_GROUP_INSTANCE_ID"),
+        ("CHRONOS_CONSUMER__GROUP_PROTOCOL", "CHRONOS_GROUP_PROTOCOL"),
+    ],
+)
+def test_a_passthrough_that_overrides_a_setting_is_refused(variable: str, setting: str) -> None:
+    """CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS=600000 would replace the validated delivery timeout
+    (the hold time would no longer cover it): refused, naming the property and the setting."""
+    env = {"CHRONOS_DATABASE_URL": DB, variable: "600000"}
+    with pytest.raises(ConfigError, match=rf"{variable}.*{setting}"):
+        load(environ=env).validate()
+
+
+def test_a_property_flag_that_overrides_a_setting_is_refused() -> None:
+    args = cli._parser().parse_args(["run", "--producer-property", "Delivery.Timeout.Ms=600000"])
+    with pytest.raises(ConfigError, match=r"--producer-property.*CHRONOS_DELIVERY_TIMEOUT_MS"):
+        load(args, environ={"CHRONOS_DATABASE_URL": DB}).validate()
+
+
+def test_max_publish_attempts_fits_the_attempts_column() -> None:
+    """attempts is a smallint and a row is parked after 2 x max_publish_attempts: beyond 16,383
+    the release would fail "out of range" for ever."""
+    assert _valid(max_publish_attempts=16383).validate()
+    with pytest.raises(ConfigError, match=r"CHRONOS_MAX_PUBLISH_ATTEMPTS.*16383"):
+        _valid(max_publish_attempts=16384).validate()
+
+
+def test_a_refused_passthrough_exits_2_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CHRONOS_DATABASE_URL", DB)
+    monkeypatch.setenv("CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS", "600000")
+    assert cli.main(["run"]) == 2
+    assert "CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS" in capsys.readouterr().err
+
+
 def test_producer_is_idempotent_acks_all_java_partitioner_and_bounded() -> None:
     settings = _valid(delivery_timeout_ms=1234, producer_properties={"acks": "all"})
     conf = producer_config(settings, "firing")
