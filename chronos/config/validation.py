@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from chronos.config.values import POSTGRES_URL_PREFIXES
 from chronos.errors import ConfigError
+from chronos.protocol import RELAYED_INSTANT_HEADER
 
 if TYPE_CHECKING:
     from chronos.config.declarations import Settings
@@ -65,6 +66,12 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
         raise ConfigError(
             "CHRONOS_RELAY_ID_HEADER and CHRONOS_RELAY_DEADLINE_HEADER name the same header "
             f"({relayed[0]!r}): give them two names"
+        )
+    if settings.relay_id_header == RELAYED_INSTANT_HEADER and not settings.relay_deadline_header:
+        raise ConfigError(
+            f"CHRONOS_RELAY_ID_HEADER ({RELAYED_INSTANT_HEADER!r}) is the header the scheduled "
+            "instant is relayed under beside the id: name another, or set "
+            "CHRONOS_RELAY_DEADLINE_HEADER"
         )
     for env, name in (
         ("CHRONOS_RELAY_ID_HEADER", settings.relay_id_header),
