@@ -320,7 +320,7 @@ def test_the_relayed_id_comes_with_the_scheduled_instant() -> None:
     deadline header, else ``chronosScheduledFor``). A one-shot's id header is unchanged."""
     first = datetime(2030, 1, 1, 10, tzinfo=UTC)
     second = first + timedelta(days=1)
-    own = [("trace", b"t")]
+    own: list[tuple[str, bytes | None]] = [("trace", b"t")]
     assert relay_headers(own, "daily", first, "chronosMessageId", "") == [
         ("trace", b"t"),
         ("chronosMessageId", b"daily"),
