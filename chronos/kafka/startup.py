@@ -37,8 +37,8 @@ _REFUSALS = (
     (
         re.compile(r"SSL handshake failed|certificate verify failed|ssl\.\w+\.location", re.I),
         "the TLS handshake with Kafka failed (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
-        "CHRONOS_KAFKA__SSL_CA_LOCATION, CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
-        "CHRONOS_KAFKA__SSL_KEY_LOCATION)",
+        "CHRONOS_KAFKA__SSL_CA_LOCATION or CHRONOS_KAFKA__SSL_CA_PEM, "
+        "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, CHRONOS_KAFKA__SSL_KEY_LOCATION)",
     ),
     (
         re.compile(r"incorrect security\.protocol", re.I),
