@@ -113,6 +113,18 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
                 )
         if "CONSUMER" in source:
             continue
+        for name in ("linger.ms", "queue.buffering.max.ms"):  # the producer refuses to start
+            try:
+                linger = float(str(props.get(name, "0")))  # librdkafka takes fractions
+            except ValueError:
+                linger = float("nan")
+            if not 0 <= linger < settings.delivery_timeout_ms:
+                env = source.split(" ")[0] + name.upper().replace(".", "_")
+                raise ConfigError(
+                    f"{env} / {source.split(' / ')[1]} {name}={props[name]!r} must be a number "
+                    f"of milliseconds below CHRONOS_DELIVERY_TIMEOUT_MS "
+                    f"({settings.delivery_timeout_ms})"
+                )
         for name, allowed in AT_LEAST_ONCE_PRODUCER.items():
             if name in props and str(props[name]).strip().lower() not in allowed:
                 env = source.split(" ")[0] + name.upper().replace(".", "_")

@@ -274,6 +274,21 @@ def test_a_property_flag_that_overrides_a_setting_is_refused() -> None:
         load(args, environ={"CHRONOS_DATABASE_URL": DB}).validate()
 
 
+@pytest.mark.parametrize("name", ["LINGER_MS", "QUEUE_BUFFERING_MAX_MS"])
+def test_a_linger_the_delivery_timeout_cannot_hold_is_refused(name: str) -> None:
+    """librdkafka refuses a producer whose linger is not below its delivery timeout: refused at
+    start naming both, not an exception when the first producer is made."""
+    env = {"CHRONOS_DATABASE_URL": DB, "CHRONOS_DELIVERY_TIMEOUT_MS": "1000"}
+    load(environ={**env, f"CHRONOS_PRODUCER__{name}": "999"}).validate()
+    load(environ={**env, f"CHRONOS_PRODUCER__{name}": "0.5"}).validate()
+    with pytest.raises(
+        ConfigError, match=rf"CHRONOS_PRODUCER__{name}.*CHRONOS_DELIVERY_TIMEOUT_MS"
+    ):
+        load(environ={**env, f"CHRONOS_PRODUCER__{name}": "1000"}).validate()
+    with pytest.raises(ConfigError, match=rf"CHRONOS_KAFKA__{name}"):
+        load(environ={**env, f"CHRONOS_KAFKA__{name}": "soon"}).validate()
+
+
 def test_max_publish_attempts_fits_the_attempts_column() -> None:
     """attempts is a smallint and a row is parked after 2 x max_publish_attempts: beyond 16,383
     the release would fail "out of range" for ever."""
