@@ -129,9 +129,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"imported {result.rows} rows ({result.rate:,.0f} rows/s)")
             return 0
         if args.command == "check":
+            import io
+
             from chronos import preflight
 
-            return preflight.report(preflight.run_checks(config.validate()), args.json, sys.stdout)
+            # What check prints goes through the logs' redaction (libpq echoes a password it
+            # cannot decode, a client library may echo a property).
+            out = io.StringIO()
+            code = preflight.report(preflight.run_checks(config.validate()), args.json, out)
+            sys.stdout.write(logs.redact(out.getvalue(), logs.secret_forms(secrets)))
+            return code
     except ConfigError as exc:
         print(f"chronos: configuration error: {logs.redact(str(exc), secrets)}", file=sys.stderr)
         return 2

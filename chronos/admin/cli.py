@@ -32,11 +32,12 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
+from chronos.config.settings import ADMIN_URL_ENV, OPTIONS_BY_NAME
 from chronos.errors import ChronosError, ConfigError
 from chronos.observability.logs import escape
 
-URL_ENV = "CHRONOS_ADMIN_URL"
-TOKEN_ENV = "CHRONOS_ADMIN_TOKEN"
+URL_ENV = ADMIN_URL_ENV
+TOKEN_ENV = OPTIONS_BY_NAME["admin_token"].env  # the node's own token setting
 DEFAULT_URL = "http://127.0.0.1:8080"
 PREFIX = "/admin/v1"
 STATES = ("waiting", "claimed", "parked")

@@ -190,14 +190,16 @@ class Settings:
     )
     relay_id_header: str = setting(
         "",
-        "name of a header added to every fired record with its chronosMessageId, so that a "
-        "consumer can drop the duplicates at-least-once allows (e.g. chronosMessageId); empty: "
-        "none, the output stays byte-exact",
+        "name of a header added to every fired record with its chronosMessageId, its scheduled "
+        "instant beside it, so that a consumer can drop the duplicates at-least-once allows "
+        "(e.g. chronosMessageId; a series' occurrences share the id: deduplicate on the pair); "
+        "empty: none, the output stays byte-exact",
     )
     relay_deadline_header: str = setting(
         "",
         "name of a header added to every fired record with the instant it was scheduled for "
-        "(ISO-8601 UTC, ms; e.g. chronosScheduledFor); empty: none",
+        "(ISO-8601 UTC, ms; e.g. firedFor); empty: none, or chronosScheduledFor when the id is "
+        "relayed",
     )
     max_publish_attempts: int = setting(
         5,

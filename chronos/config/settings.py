@@ -38,7 +38,9 @@ from chronos.errors import ConfigError
 
 # Re-exported: the declarations and the value types are part of this module's interface.
 __all__ = [
+    "ADMIN_URL_ENV",
     "AT_LEAST_ONCE_PRODUCER",
+    "CLIENT_VARIABLES",
     "ENV_PREFIX",
     "KAFKA_CLIENT_SETTINGS",
     "KAFKA_PASSTHROUGH_PREFIXES",
@@ -59,6 +61,11 @@ __all__ = [
     "secret_values",
     "setting",
 ]
+
+# Variables of Chronos's own client commands, not node settings: known to the loader so that a
+# shell set up for them runs every other command too.
+ADMIN_URL_ENV = "CHRONOS_ADMIN_URL"  # the node the admin CLI talks to
+CLIENT_VARIABLES = frozenset({ADMIN_URL_ENV})
 
 KAFKA_PASSTHROUGH_PREFIXES = {
     "kafka": "CHRONOS_KAFKA__",
@@ -179,6 +186,7 @@ def load(
         if key.startswith(ENV_PREFIX)
         and not any(key.startswith(p) for p in KAFKA_PASSTHROUGH_PREFIXES.values())
         and key[len(ENV_PREFIX) :].lower() not in OPTIONS_BY_NAME
+        and key not in CLIENT_VARIABLES
         and not key.startswith(("CHRONOS_TEST_", "CHRONOS_DEV_", "CHRONOS_FAULT_"))
     ]
     if unknown:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from chronos.config.values import POSTGRES_URL_PREFIXES
 from chronos.errors import ConfigError
+from chronos.protocol import RELAYED_INSTANT_HEADER
 
 if TYPE_CHECKING:
     from chronos.config.declarations import Settings
@@ -19,6 +20,22 @@ AT_LEAST_ONCE_PRODUCER = {
     "enable.idempotence": {"true"},
     "acks": {"all", "-1"},
 }
+
+# librdkafka properties that a Chronos setting owns: through a passthrough they would replace
+# the setting's validated value (a delivery timeout beyond the hold time's budget lets a peer
+# fire a row a healthy node is still delivering). Set the setting instead.
+OWNED_PROPERTIES = {
+    "delivery.timeout.ms": "CHRONOS_DELIVERY_TIMEOUT_MS",
+    "message.timeout.ms": "CHRONOS_DELIVERY_TIMEOUT_MS",  # librdkafka's other name for it
+    "bootstrap.servers": "CHRONOS_KAFKA_BOOTSTRAP_SERVERS",
+    "metadata.broker.list": "CHRONOS_KAFKA_BOOTSTRAP_SERVERS",
+    "group.id": "CHRONOS_CONSUMER_GROUP",
+    "group.instance.id": "CHRONOS_GROUP_INSTANCE_ID",
+    "group.protocol": "CHRONOS_GROUP_PROTOCOL",
+}
+
+# A row's publish attempts are a smallint and it is parked after 2 x max_publish_attempts.
+MAX_PUBLISH_ATTEMPTS = 32767 // 2
 
 
 def check(settings: Settings, *, require_database: bool = True) -> None:
@@ -50,6 +67,12 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
             "CHRONOS_RELAY_ID_HEADER and CHRONOS_RELAY_DEADLINE_HEADER name the same header "
             f"({relayed[0]!r}): give them two names"
         )
+    if settings.relay_id_header == RELAYED_INSTANT_HEADER and not settings.relay_deadline_header:
+        raise ConfigError(
+            f"CHRONOS_RELAY_ID_HEADER ({RELAYED_INSTANT_HEADER!r}) is the header the scheduled "
+            "instant is relayed under beside the id: name another, or set "
+            "CHRONOS_RELAY_DEADLINE_HEADER"
+        )
     for env, name in (
         ("CHRONOS_RELAY_ID_HEADER", settings.relay_id_header),
         ("CHRONOS_RELAY_DEADLINE_HEADER", settings.relay_deadline_header),
@@ -69,10 +92,39 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
             " must exceed the statement timeout "
             f"({settings.effective_statement_timeout_ms} ms) by more than the 5 s retry backoff"
         )
+    if settings.max_publish_attempts > MAX_PUBLISH_ATTEMPTS:
+        raise ConfigError(
+            "CHRONOS_MAX_PUBLISH_ATTEMPTS / --max-publish-attempts "
+            f"({settings.max_publish_attempts}) must be at most {MAX_PUBLISH_ATTEMPTS}: a row is "
+            "parked after twice as many attempts, counted in a smallint"
+        )
     for source, props in (
         ("CHRONOS_PRODUCER__ / --producer-property", settings.producer_properties),
         ("CHRONOS_KAFKA__ / --kafka-property", settings.kafka_properties),
+        ("CHRONOS_CONSUMER__ / --consumer-property", settings.consumer_properties),
     ):
+        for raw_name in props:
+            owner = OWNED_PROPERTIES.get(raw_name.strip().lower())
+            if owner is not None:
+                env = source.split(" ")[0] + raw_name.strip().upper().replace(".", "_")
+                raise ConfigError(
+                    f"{env} / {source.split(' / ')[1]} {raw_name} is refused: it would override "
+                    f"{owner}, which Chronos checks and sets on its clients; set {owner} instead"
+                )
+        if "CONSUMER" in source:
+            continue
+        for name in ("linger.ms", "queue.buffering.max.ms"):  # the producer refuses to start
+            try:
+                linger = float(str(props.get(name, "0")))  # librdkafka takes fractions
+            except ValueError:
+                linger = float("nan")
+            if not 0 <= linger < settings.delivery_timeout_ms:
+                env = source.split(" ")[0] + name.upper().replace(".", "_")
+                raise ConfigError(
+                    f"{env} / {source.split(' / ')[1]} {name}={props[name]!r} must be a number "
+                    f"of milliseconds below CHRONOS_DELIVERY_TIMEOUT_MS "
+                    f"({settings.delivery_timeout_ms})"
+                )
         for name, allowed in AT_LEAST_ONCE_PRODUCER.items():
             if name in props and str(props[name]).strip().lower() not in allowed:
                 env = source.split(" ")[0] + name.upper().replace(".", "_")

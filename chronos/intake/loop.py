@@ -124,6 +124,7 @@ class IntakeLoop(Loop):
                 # next batch is prepared meanwhile); never wait for more: the statement's batch
                 # is completed (its direct publishes sent) as soon as it ends.
                 wait = 0.0 if self.in_flight else min(0.5, self.settings.poll_interval_ms / 1000)
+                wait = self.gaps.reread_due(consumer, wait)  # gaps read again once settled
                 records = consumer.consume(
                     num_messages=self.settings.consume_batch_size, timeout=wait
                 )

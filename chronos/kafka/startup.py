@@ -4,6 +4,7 @@ OpenSSL's reason), check the configured topics exist and may be used."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import ssl
@@ -36,8 +37,8 @@ _REFUSALS = (
     (
         re.compile(r"SSL handshake failed|certificate verify failed|ssl\.\w+\.location", re.I),
         "the TLS handshake with Kafka failed (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
-        "CHRONOS_KAFKA__SSL_CA_LOCATION, CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
-        "CHRONOS_KAFKA__SSL_KEY_LOCATION)",
+        "CHRONOS_KAFKA__SSL_CA_LOCATION or CHRONOS_KAFKA__SSL_CA_PEM, "
+        "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, CHRONOS_KAFKA__SSL_KEY_LOCATION)",
     ),
     (
         re.compile(r"incorrect security\.protocol", re.I),
@@ -60,16 +61,16 @@ class _Collector(logging.Handler):
 def tls_reason(config: dict[str, Any], timeout: float = 5.0) -> str | None:
     """Why the first bootstrap server's certificate is not trusted, in OpenSSL's words
     ("certificate has expired", "Hostname mismatch ..."): librdkafka says only "certificate
-    verify failed". One handshake with the client's CA file, as librdkafka verifies (host name
-    included); None if it succeeds or the server cannot be reached."""
+    verify failed". One handshake with the client's CAs, as librdkafka verifies (host name
+    included); None if it succeeds, the server cannot be reached or the CAs cannot be read."""
     server = str(config.get("bootstrap.servers", "")).split(",")[0].strip()
     host, _, port = server.rpartition(":")
     if not host or not port.isdigit():
         return None
-    context = ssl.create_default_context(cafile=config.get("ssl.ca.location") or None)
-    if str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
-        context.check_hostname = False
     try:
+        context = trust(config)
+        if str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+            context.check_hostname = False
         with (
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
             context.wrap_socket(raw, server_hostname=host.strip("[]")),
@@ -79,6 +80,21 @@ def tls_reason(config: dict[str, Any], timeout: float = 5.0) -> str | None:
         return str(exc.verify_message)
     except (OSError, ValueError):
         return None
+
+
+def trust(config: dict[str, Any]) -> ssl.SSLContext:
+    """A client context trusting the CAs librdkafka would: ``ssl.ca.pem`` (PEM text), else
+    ``ssl.ca.location`` (a file, a directory of hashed certificates, or ``probe``: the system's
+    store), else the system's store. OSError or ssl.SSLError if they cannot be read."""
+    pem = str(config.get("ssl.ca.pem") or "")
+    location = str(config.get("ssl.ca.location") or "")
+    if pem:
+        return ssl.create_default_context(cadata=pem)
+    if not location or location == "probe":
+        return ssl.create_default_context()
+    if os.path.isdir(location):
+        return ssl.create_default_context(capath=location)
+    return ssl.create_default_context(cafile=location)
 
 
 def refusal(lines: list[str]) -> str | None:

@@ -29,7 +29,7 @@ from chronos.cluster.leadership import Leadership
 from chronos.cluster.monitor import Monitor
 from chronos.cluster.recovery import RecoveryLoop
 from chronos.config.settings import Settings
-from chronos.errors import BrokerUnreachableError, ConfigError, StoreError
+from chronos.errors import BrokerUnreachableError, ConfigError, StoreError, TopicMissingError
 from chronos.firing.loop import FiringLoop
 from chronos.intake.loop import IntakeLoop
 from chronos.intake.process import IntakeProcess
@@ -186,8 +186,10 @@ class Node:
 
     def _await(self, what: str, attempt: Callable[[], object]) -> bool:
         """Run ``attempt`` until it stops failing for the dependency's absence (the broker
-        unreachable, Postgres away), with capped back-off; False if stopped meanwhile. The
-        outage is logged by ``chronos.observability.dependencies``, once, then once a minute."""
+        unreachable, a topic not there yet or not allowed to this node, Postgres away), with
+        capped back-off; False if stopped meanwhile. The outage is logged by
+        ``chronos.observability.dependencies``, once, then once a minute; readiness says what
+        is waited for."""
         dependency = KAFKA if what == "Kafka" else POSTGRES
         self.state.waiting_for = what
         backoff = Backoff(initial=0.5, cap=START_BACKOFF_CAP_S)
@@ -195,6 +197,10 @@ class Node:
             try:
                 attempt()
             except BrokerUnreachableError as exc:
+                self.state.waiting_for = what
+                dependency.failed(exc)
+            except TopicMissingError as exc:  # created (or allowed) later: start then
+                self.state.waiting_for = f"{what}: {exc}"
                 dependency.failed(exc)
             except StoreError as exc:
                 if not exc.outage:  # credentials, database name, TLS, schema: the operator's

@@ -71,12 +71,17 @@ class RedactingFormatter(logging.Formatter):
     def __init__(self, inner: logging.Formatter, secrets: Sequence[str]) -> None:
         super().__init__()
         self.inner = inner
-        # As written, and as JSON writes them (a quote or backslash in a password is escaped).
-        forms = {form for s in secrets for form in (s, json.dumps(s)[1:-1])}
-        self.secrets = sorted(forms, key=len, reverse=True)
+        self.secrets = secret_forms(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(self.inner.format(record), self.secrets)
+
+
+def secret_forms(secrets: Sequence[str]) -> list[str]:
+    """Each secret as written, and as JSON writes it (a quote or backslash in a password is
+    escaped), longest first: what ``redact`` is given for output that may be JSON."""
+    forms = {form for s in secrets for form in (s, json.dumps(s)[1:-1])}
+    return sorted(forms, key=len, reverse=True)
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:

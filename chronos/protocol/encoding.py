@@ -13,6 +13,7 @@ from chronos.protocol.names import (
     DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
+    RELAYED_INSTANT_HEADER,
     Headers,
 )
 
@@ -21,12 +22,15 @@ def relay_headers(
     headers: Headers, message_id: str, deadline: datetime, id_header: str, deadline_header: str
 ) -> Headers:
     """A fired record's headers: its own, then (opt-in) its id and scheduled instant under the
-    configured names, for consumers that deduplicate."""
+    configured names, for consumers that deduplicate. Every occurrence of a series shares its
+    id, so a fired record's identity is the pair: whenever the id is relayed, the instant is too
+    (under ``chronosScheduledFor`` if no deadline header is configured)."""
     if not id_header and not deadline_header:
         return headers
     extra: Headers = []
     if id_header:
         extra.append((id_header, message_id.encode()))
+        deadline_header = deadline_header or RELAYED_INSTANT_HEADER
     if deadline_header:
         extra.append((deadline_header, format_deadline(deadline).encode()))
     return [*headers, *extra]

@@ -28,6 +28,11 @@ OPTIONAL_HEADERS = (
 RECURRENCE_HEADERS = (EVERY_HEADER, CRON_HEADER, TIME_ZONE_HEADER, UNTIL_HEADER, MISSED_HEADER)
 CHRONOS_HEADERS = frozenset({MESSAGE_ID_HEADER, DEADLINE_HEADER, *OPTIONAL_HEADERS})
 
+# The scheduled instant relayed beside the id when CHRONOS_RELAY_DEADLINE_HEADER names no header:
+# every occurrence of a series shares its id, so a fired record is (id, scheduled instant).
+RELAYED_INSTANT_HEADER = "chronosScheduledFor"
+
+
 DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"  # the reason, for people
 DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"  # topic/partition/offset or chronos/ID
 DEAD_LETTER_CODE_HEADER = "chronosDeadLetterCode"  # the reason's stable code, for filters

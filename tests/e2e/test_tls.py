@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -208,6 +209,10 @@ def refused(env: dict[str, str]) -> tuple[int, str]:
             "mismatch, certificate is not valid",
         ),
         ("expired certificate", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate has expired"),
+        # Every CA setting librdkafka takes: the system store, a directory, PEM text.
+        ("system CA store", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
+        ("CA directory", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
+        ("expired, CA as PEM text", "CHRONOS_KAFKA__SSL_CA_PEM", "certificate has expired"),
     ],
 )
 def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
@@ -229,6 +234,23 @@ def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
         del env["CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION"]
         del env["CHRONOS_KAFKA__SSL_KEY_LOCATION"]
         code, stderr = refused(env)
+    elif case == "system CA store":
+        env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = "probe"  # the test CA is not in it
+        code, stderr = refused(env)
+    elif case == "CA directory":
+        directory = pki.root / "other-ca.d"
+        directory.mkdir(exist_ok=True)
+        (directory / "other-ca.pem").write_bytes(pki.other_ca.read_bytes())
+        subprocess.run(["openssl", "rehash", str(directory)], check=True, capture_output=True)
+        env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(directory)
+        code, stderr = refused(env)
+    elif case == "expired, CA as PEM text":
+        env["CHRONOS_KAFKA__SSL_CA_PEM"] = Path(
+            env.pop("CHRONOS_KAFKA__SSL_CA_LOCATION")
+        ).read_text()
+        with terminator(mutual_broker, "expired") as bootstrap:
+            env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+            code, stderr = refused(env)
     else:
         name = "wrong-host" if case == "another host's certificate" else "expired"
         with terminator(mutual_broker, name) as bootstrap:

@@ -80,3 +80,22 @@ def test_the_id_and_scheduled_instant_reach_the_consumer_when_asked(
     names = [pair[0] for pair in headers_of(stored)]
     assert names[-2:] == ["x-chronos-id", "x-chronos-scheduled-for"]  # after the message's own
     assert _header(stored, "x-chronos-scheduled-for") == format_deadline(due).encode()
+
+
+def test_each_relayed_occurrence_of_a_series_is_its_own_pair(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """Only the id header asked for: the occurrences of a series share the id, so each carries
+    its scheduled instant beside it (chronosScheduledFor) — a consumer deduplicating on the
+    relayed identity keeps every occurrence and drops only repeats of one."""
+    nodes.start(relay_id_header="x-chronos-id")
+    start = now() + timedelta(seconds=2)
+    until = format_deadline(start + timedelta(seconds=1))
+    series = chronos_record(
+        "daily", start, after=[("chronosEvery", b"PT1S"), ("chronosUntil", until.encode())]
+    )
+    produce(kafka_bootstrap, topics.input, [series])
+    out = read(kafka_bootstrap, topics.output, topics.partitions, 2)
+    identities = {(_header(r, "x-chronos-id"), _header(r, "chronosScheduledFor")) for r in out}
+    assert {i for i, _ in identities} == {b"daily"}
+    assert len(identities) == 2, identities  # two occurrences, two identities

@@ -191,3 +191,21 @@ def test_an_unreachable_broker_fails_its_line_and_skips_the_topics(
     assert "CHRONOS_KAFKA_BOOTSTRAP_SERVERS" in lines["kafka"]["detail"]
     assert {lines[n]["status"] for n in ALL[4:]} == {"skip"}
     assert lines["schema"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_password_libpq_echoes_is_redacted(
+    capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, topics: Topics, as_json: bool
+) -> None:
+    """libpq echoes a password it cannot decode ('invalid percent-encoded token'): what ``check``
+    prints goes through the node's log redaction, in text and JSON."""
+    url = "postgresql://u:s3cr%zzet@127.0.0.1:1/db"
+    args = ["check", "--database-url", url, "--kafka-bootstrap-servers", kafka_bootstrap]
+    args += ["--input-topic", topics.input, "--output-topic", topics.output]
+    args += ["--dead-letter-topic", topics.dead_letter]
+    code = cli.main([*args, "--json"] if as_json else args)
+    printed = capsys.readouterr()
+    assert code == 1
+    assert "percent-encoded" in printed.out  # the reason is still said
+    assert "s3cr" not in printed.out + printed.err
+    assert "***" in printed.out

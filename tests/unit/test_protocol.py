@@ -26,6 +26,7 @@ from chronos.protocol import (
     format_deadline,
     parse_deadline,
     parse_record,
+    relay_headers,
 )
 
 
@@ -320,3 +321,36 @@ def test_every_non_chronos_header_is_relayed_in_order(
 def test_no_headers_are_stored_as_null() -> None:
     assert encode_headers([]) is None
     assert decode_headers(None) == []
+
+
+def test_the_relayed_id_comes_with_the_scheduled_instant() -> None:
+    """Every occurrence of a series shares its id: the relayed identity of a fired record is
+    (id, scheduled instant), so the instant is relayed whenever the id is (under the configured
+    deadline header, else ``chronosScheduledFor``). A one-shot's id header is unchanged."""
+    first = datetime(2030, 1, 1, 10, tzinfo=UTC)
+    second = first + timedelta(days=1)
+    own: list[tuple[str, bytes | None]] = [("trace", b"t")]
+    assert relay_headers(own, "daily", first, "chronosMessageId", "") == [
+        ("trace", b"t"),
+        ("chronosMessageId", b"daily"),
+        ("chronosScheduledFor", b"2030-01-01T10:00:00.000Z"),
+    ]
+    occurrences = [relay_headers([], "daily", t, "chronosMessageId", "") for t in (first, second)]
+    assert occurrences[0] != occurrences[1]
+    assert relay_headers([], "daily", first, "chronosMessageId", "firedFor") == [
+        ("chronosMessageId", b"daily"),
+        ("firedFor", b"2030-01-01T10:00:00.000Z"),
+    ]
+    assert relay_headers(own, "daily", first, "", "") == own  # off: byte-exact
+    assert relay_headers([], "daily", first, "", "firedFor") == [
+        ("firedFor", b"2030-01-01T10:00:00.000Z")
+    ]
+
+
+def test_the_relayed_id_header_may_not_take_the_instants_name() -> None:
+    from chronos.config.settings import load
+    from chronos.errors import ConfigError
+
+    env = {"CHRONOS_DATABASE_URL": "postgresql://u@h/d"}
+    with pytest.raises(ConfigError, match="CHRONOS_RELAY_ID_HEADER"):
+        load(environ={**env, "CHRONOS_RELAY_ID_HEADER": "chronosScheduledFor"}).validate()

@@ -161,6 +161,21 @@ def test_unknown_chronos_variable_is_refused_by_name() -> None:
     load(environ={"CHRONOS_TEST_ANYTHING": "x", "OTHER": "y"})  # not settings: ignored
 
 
+@pytest.mark.parametrize("command", [["check"], ["run"], ["migrate"], ["tail"]])
+def test_a_shell_set_up_for_the_admin_cli_loads_every_commands_settings(
+    command: list[str],
+) -> None:
+    """docs/operations.md exports the admin CLI's variables; every other command still runs."""
+    env = {
+        "CHRONOS_ADMIN_URL": "http://127.0.0.1:8080",
+        "CHRONOS_ADMIN_TOKEN": "t0ken-of-the-node",
+        "CHRONOS_DATABASE_URL": DB,
+    }
+    config = load(cli._parser().parse_args(command), environ=env)
+    config.validate()
+    assert config.admin_token is not None and config.admin_token.reveal() == "t0ken-of-the-node"
+
+
 def test_validate_requires_a_postgres_url() -> None:
     with pytest.raises(ConfigError, match="CHRONOS_DATABASE_URL"):
         load(environ={}).validate()
@@ -231,6 +246,64 @@ def test_as_environment_reproduces_the_settings() -> None:
 
 
 # ------------------------------------------------------------------------ Kafka client safety
+
+
+@pytest.mark.parametrize(
+    ("variable", "setting"),
+    [
+        ("CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS", "CHRONOS_DELIVERY_TIMEOUT_MS"),
+        ("CHRONOS_KAFKA__MESSAGE_TIMEOUT_MS", "CHRONOS_DELIVERY_TIMEOUT_MS"),
+        ("CHRONOS_KAFKA__BOOTSTRAP_SERVERS", "CHRONOS_KAFKA_BOOTSTRAP_SERVERS"),
+        ("CHRONOS_KAFKA__METADATA_BROKER_LIST", "CHRONOS_KAFKA_BOOTSTRAP_SERVERS"),
+        ("CHRONOS_CONSUMER__GROUP_ID", "CHRONOS_CONSUMER_GROUP"),
+        ("CHRONOS_CONSUMER__GROUP_INSTANCE_ID", "CHRONOS_GROUP_INSTANCE_ID"),
+        ("CHRONOS_CONSUMER__GROUP_PROTOCOL", "CHRONOS_GROUP_PROTOCOL"),
+    ],
+)
+def test_a_passthrough_that_overrides_a_setting_is_refused(variable: str, setting: str) -> None:
+    """CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS=600000 would replace the validated delivery timeout
+    (the hold time would no longer cover it): refused, naming the property and the setting."""
+    env = {"CHRONOS_DATABASE_URL": DB, variable: "600000"}
+    with pytest.raises(ConfigError, match=rf"{variable}.*{setting}"):
+        load(environ=env).validate()
+
+
+def test_a_property_flag_that_overrides_a_setting_is_refused() -> None:
+    args = cli._parser().parse_args(["run", "--producer-property", "Delivery.Timeout.Ms=600000"])
+    with pytest.raises(ConfigError, match=r"--producer-property.*CHRONOS_DELIVERY_TIMEOUT_MS"):
+        load(args, environ={"CHRONOS_DATABASE_URL": DB}).validate()
+
+
+@pytest.mark.parametrize("name", ["LINGER_MS", "QUEUE_BUFFERING_MAX_MS"])
+def test_a_linger_the_delivery_timeout_cannot_hold_is_refused(name: str) -> None:
+    """librdkafka refuses a producer whose linger is not below its delivery timeout: refused at
+    start naming both, not an exception when the first producer is made."""
+    env = {"CHRONOS_DATABASE_URL": DB, "CHRONOS_DELIVERY_TIMEOUT_MS": "1000"}
+    load(environ={**env, f"CHRONOS_PRODUCER__{name}": "999"}).validate()
+    load(environ={**env, f"CHRONOS_PRODUCER__{name}": "0.5"}).validate()
+    with pytest.raises(
+        ConfigError, match=rf"CHRONOS_PRODUCER__{name}.*CHRONOS_DELIVERY_TIMEOUT_MS"
+    ):
+        load(environ={**env, f"CHRONOS_PRODUCER__{name}": "1000"}).validate()
+    with pytest.raises(ConfigError, match=rf"CHRONOS_KAFKA__{name}"):
+        load(environ={**env, f"CHRONOS_KAFKA__{name}": "soon"}).validate()
+
+
+def test_max_publish_attempts_fits_the_attempts_column() -> None:
+    """attempts is a smallint and a row is parked after 2 x max_publish_attempts: beyond 16,383
+    the release would fail "out of range" for ever."""
+    assert _valid(max_publish_attempts=16383).validate()
+    with pytest.raises(ConfigError, match=r"CHRONOS_MAX_PUBLISH_ATTEMPTS.*16383"):
+        _valid(max_publish_attempts=16384).validate()
+
+
+def test_a_refused_passthrough_exits_2_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CHRONOS_DATABASE_URL", DB)
+    monkeypatch.setenv("CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS", "600000")
+    assert cli.main(["run"]) == 2
+    assert "CHRONOS_PRODUCER__DELIVERY_TIMEOUT_MS" in capsys.readouterr().err
 
 
 def test_producer_is_idempotent_acks_all_java_partitioner_and_bounded() -> None:

@@ -1,6 +1,7 @@
 """Offset gaps (chronos.intake.gaps): a consumed record past the offset expected next in its
-partition makes intake read the partition again from the offset expected, once; what the second
-read finds decides (recovered: the broker had skipped records; confirmed: a real gap)."""
+partition makes intake read the partition again from the offset expected until the gap is filled
+(recovered: the broker had skipped records) or the same answer comes from a read started once it
+has settled (confirmed: a real gap); no record is ever stepped over."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import threading
 from datetime import timedelta
 from typing import Any, cast
 
-from confluent_kafka import Consumer, Message
+import pytest
+from confluent_kafka import Consumer, Message, TopicPartition
 from prometheus_client import REGISTRY
 
-from chronos.intake.gaps import RECHECK_INTERVAL_S, OffsetGaps
+from chronos.intake.gaps import SETTLE_S, OffsetGaps
 from chronos.testing import FakeConsumer, make_record
 from tests.support.kafka import chronos_headers
 from tests.unit.helpers import INPUT
@@ -68,40 +70,43 @@ def test_a_skipped_range_is_read_again_and_recovered() -> None:
     assert consumer.seeks == [(TOPIC, 0, 3)]
 
 
-def test_a_real_gap_is_read_again_once_then_stepped_over() -> None:
-    consumer, gap_check = FakeConsumer(), OffsetGaps()
+def test_a_real_gap_is_read_again_once_settled_then_stepped_over() -> None:
+    clock = Clock()
+    consumer, gap_check = FakeConsumer(), OffsetGaps(clock)
     confirmed = gaps("confirmed")
     checked(gap_check, consumer, [rec(0, 1)])
     assert checked(gap_check, consumer, [rec(0, 3), rec(0, 4)]) == []  # offset 2: a marker
     assert consumer.seeks == [(TOPIC, 0, 2)]
+    # The same answer at once proves nothing (the broker may still be storing offset 2): the
+    # partition's records are left out until the answer has settled, then read once more.
+    assert checked(gap_check, consumer, [rec(0, 3), rec(0, 4)]) == []
+    assert gap_check.reread_due(cast(Consumer, consumer), 0.5) == pytest.approx(SETTLE_S)
+    assert consumer.seeks == [(TOPIC, 0, 2)]
+    clock.now += SETTLE_S
+    assert gap_check.reread_due(cast(Consumer, consumer), 0.5) == 0.5
+    assert consumer.seeks == [(TOPIC, 0, 2), (TOPIC, 0, 2)]
     assert checked(gap_check, consumer, [rec(0, 3), rec(0, 4)]) == [(0, 3), (0, 4)]
     assert gaps("confirmed") == confirmed + 1
-    assert consumer.seeks == [(TOPIC, 0, 2)]
 
 
-def test_within_a_second_of_a_real_gap_gaps_are_stepped_over() -> None:
+def test_every_gap_is_read_again_even_just_after_a_real_one() -> None:
+    """A real gap does not make the partition's next gaps go unchecked: each costs two seeks."""
     clock = Clock()
     consumer, gap_check = FakeConsumer(), OffsetGaps(clock)
-    unchecked = gaps("unchecked")
     checked(gap_check, consumer, [rec(0, 1)])
     assert checked(gap_check, consumer, [rec(0, 3)]) == []
+    assert checked(gap_check, consumer, [rec(0, 3)]) == []
+    clock.now += SETTLE_S
+    gap_check.reread_due(cast(Consumer, consumer), 0.5)
     assert checked(gap_check, consumer, [rec(0, 3)]) == [(0, 3)]  # confirmed
-    # Another gap within the second (a compacted or transactional topic): stepped over.
-    clock.now += RECHECK_INTERVAL_S / 2
-    assert checked(gap_check, consumer, [rec(0, 5)]) == [(0, 5)]
-    assert gaps("unchecked") == unchecked + 1
-    # Another partition has its own allowance.
-    checked(gap_check, consumer, [rec(1, 1)])
-    assert checked(gap_check, consumer, [rec(1, 3)]) == []
-    # A second later, partition 0 is read again.
-    clock.now += RECHECK_INTERVAL_S
-    assert checked(gap_check, consumer, [rec(0, 7)]) == []
-    assert consumer.seeks == [(TOPIC, 0, 2), (TOPIC, 1, 2), (TOPIC, 0, 6)]
+    assert checked(gap_check, consumer, [rec(0, 5)]) == []  # at once: read again
+    assert checked(gap_check, consumer, [rec(0, 4), rec(0, 5)]) == [(0, 4), (0, 5)]
+    assert consumer.seeks == [(TOPIC, 0, 2), (TOPIC, 0, 2), (TOPIC, 0, 4)]
 
 
 def test_skips_close_together_are_all_read_again() -> None:
     """The broker skipping twice in one partition within a second (seen in a benchmark run):
-    both are read again; only a real gap makes the next ones wait."""
+    both are read again."""
     consumer, gap_check = FakeConsumer(), OffsetGaps(Clock())
     checked(gap_check, consumer, [rec(0, 1)])
     assert checked(gap_check, consumer, [rec(0, 4)]) == []
@@ -112,6 +117,64 @@ def test_skips_close_together_are_all_read_again() -> None:
     ]
     assert checked(gap_check, consumer, [rec(0, 9)]) == []
     assert consumer.seeks == [(TOPIC, 0, 2), (TOPIC, 0, 5)]
+
+
+class ScriptedConsumer(FakeConsumer):
+    """A broker still storing a partition's records: the n-th read from the start (0) or after
+    the n-th seek hands out ``reads[n]`` (the last one again after that)."""
+
+    def __init__(self, reads: list[list[int]]) -> None:
+        super().__init__()
+        self.reads = reads
+        self.feed(rec(0, n) for n in reads[0])
+
+    def seek(self, partition: TopicPartition) -> None:
+        super().seek(partition)
+        with self._cond:
+            answer = self.reads[min(len(self.seeks), len(self.reads) - 1)]
+            self._queue = [rec(0, n) for n in answer if n >= partition.offset]
+
+
+def taken_by_reading(consumer: ScriptedConsumer, clock: Clock, rounds: int = 20) -> list[int]:
+    """Every offset the gap check lets through while reading ``consumer`` (as the loop does)."""
+    gap_check, taken = OffsetGaps(clock), []
+    for _ in range(rounds):
+        clock.now += gap_check.reread_due(cast(Consumer, consumer), SETTLE_S) + 0.001
+        batch = consumer.consume(10, timeout=0)
+        taken += [off for _, off in checked(gap_check, consumer, batch)]
+    return taken
+
+
+def test_a_read_again_that_starts_inside_the_gap_does_not_step_over_its_start() -> None:
+    """Offsets 0, 1, 5, 6, then after the seek to 2 the broker has stored 3 and 4 but not yet 2:
+    2 is not stepped over (it is read again until it is there)."""
+    recovered = gaps("recovered")
+    consumer = ScriptedConsumer([[0, 1, 5, 6], [3, 4, 5, 6], [2, 3, 4, 5, 6]])
+    assert taken_by_reading(consumer, Clock()) == [0, 1, 2, 3, 4, 5, 6]
+    assert consumer.seeks == [(TOPIC, 0, 2), (TOPIC, 0, 2)]
+    assert gaps("recovered") == recovered + 1
+
+
+def test_a_read_again_into_the_same_unwritten_window_does_not_step_over_it() -> None:
+    """The second read gives the same answer (the missing batch is not stored yet): not a real
+    gap yet; once it has settled, the next read finds the records."""
+    confirmed = gaps("confirmed")
+    consumer = ScriptedConsumer([[0, 1, 5, 6], [5, 6], [2, 3, 4, 5, 6]])
+    assert taken_by_reading(consumer, Clock()) == [0, 1, 2, 3, 4, 5, 6]
+    assert gaps("confirmed") == confirmed
+
+
+def test_a_gap_the_broker_keeps_filling_is_read_until_filled() -> None:
+    consumer = ScriptedConsumer([[0, 1, 9], *(list(range(start, 10)) for start in range(8, 1, -1))])
+    assert taken_by_reading(consumer, Clock()) == list(range(10))
+
+
+def test_a_real_gap_costs_two_reads() -> None:
+    confirmed = gaps("confirmed")
+    consumer = ScriptedConsumer([[0, 1, 5, 6], [5, 6]])
+    assert taken_by_reading(consumer, Clock()) == [0, 1, 5, 6]
+    assert consumer.seeks == [(TOPIC, 0, 2), (TOPIC, 0, 2)]
+    assert gaps("confirmed") == confirmed + 1
 
 
 def test_a_partition_assigned_or_sought_again_has_no_expected_offset() -> None:

@@ -107,3 +107,35 @@ def test_a_failed_connection_is_an_outage_unless_a_setting_is_wrong(
     message: str, away: bool
 ) -> None:
     assert unreachable(psycopg.OperationalError(message)) is away
+
+
+def test_start_up_waits_for_a_topic_this_node_may_not_use_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A missing ACL (or topic) at start-up is waited for like an outage, the topic named."""
+    from chronos import kafka
+    from chronos.errors import TopicMissingError
+
+    refusals = [TopicMissingError("topic 'out' (CHRONOS_OUTPUT_TOPIC): this node may not WRITE it")]
+
+    def check_topics(_settings: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+
+    monkeypatch.setattr(kafka, "check_topics", check_topics)
+    store = InMemoryStore()
+    node = make_node(store)
+    health = Health(node.settings, node.state, store)
+    waiting: list[str] = []
+    thread = threading.Thread(target=lambda: node.start(check_broker=True))
+    thread.start()
+    while thread.is_alive():
+        if node.state.waiting_for:
+            waiting.append(health.live()[1]["loops"])
+        time.sleep(0.01)
+    try:
+        assert waiting and "CHRONOS_OUTPUT_TOPIC" in waiting[0] and "WRITE" in waiting[0]
+        assert node.state.waiting_for == "" and not refusals
+    finally:
+        node.request_stop()
+        node.shutdown()
