@@ -3,8 +3,9 @@ its command line."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
+
+import pytest
 
 from loadtest.probes import pg_cost
 from loadtest.probes.pg_cost_figures import SizeResult, Snapshot, phase, render
@@ -39,12 +40,11 @@ def test_a_phase_gives_its_figures_per_message() -> None:
     assert "burst of 1,000 messages" in report and "pk 1.0 MB" in report
 
 
-def test_the_command_line_answers_help() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "loadtest.probes.pg_cost", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "--server-setting" in out
-    assert callable(pg_cost.run_size)
+def test_the_command_line_answers_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["pg_cost", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        pg_cost.main()
+    assert exit_.value.code == 0
+    assert "--server-setting" in capsys.readouterr().out
