@@ -300,6 +300,11 @@ def core_routes(health: Health, registry: Collector = REGISTRY) -> Route:
     return route
 
 
+# How often the server's loop looks whether it is asked to stop: socketserver's default of half a
+# second made every node's stop wait up to that long for its HTTP server.
+STOP_POLL_S = 0.05
+
+
 def start_http_server(
     settings: Settings, state: Any, store: Store, *, registry: Collector = REGISTRY, **limits: Any
 ) -> ChronosHTTPServer:
@@ -311,7 +316,12 @@ def start_http_server(
         core_routes(Health(settings, state, store), registry),
         admin_routes(settings, store),
     ]
-    thread = threading.Thread(target=server.serve_forever, name="chronos-http", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": STOP_POLL_S},
+        name="chronos-http",
+        daemon=True,
+    )
     thread.start()
     log.info(
         "http server on %s:%d",

@@ -67,6 +67,21 @@ def tls_database(tls_server: str, pki: Pki) -> str:
     return verify_full_url(tls_server, pki, name)
 
 
+@pytest.fixture(scope="module")
+def migrated_tls_database(tls_server: str, pki: Pki, mutual_broker: TlsBroker) -> str:
+    """A database on the TLS-only server migrated once by ``chronos migrate`` over TLS, for the
+    tests of what start-up refuses (they only need a schema to get past it); its verify-full
+    URL."""
+    name = f"tls_migrated_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(tls_server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # the test's own name
+    url = verify_full_url(tls_server, pki, name)
+    env = {"CHRONOS_DATABASE_URL": url, **mutual_broker.env()}
+    migrated = chronos("migrate", env=env, timeout=120)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
+    return url
+
+
 @pytest.fixture
 def tls_topics(mutual_broker: TlsBroker) -> Topics:
     suffix = uuid.uuid4().hex[:8]
@@ -219,14 +234,13 @@ def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
     case: str,
     setting: str,
     error: str,
-    tls_database: str,
+    migrated_tls_database: str,
     mutual_broker: TlsBroker,
     tls_topics: Topics,
     pki: Pki,
 ) -> None:
     """Fast (no retry loop), exit 2, the setting and the TLS error named, no secret printed."""
-    env = tls_env(tls_database, mutual_broker, tls_topics)
-    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    env = tls_env(migrated_tls_database, mutual_broker, tls_topics)
     if case == "wrong CA":
         env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
         code, stderr = refused(env)
@@ -269,14 +283,20 @@ def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
     ],
 )
 def test_a_postgres_tls_setting_the_server_refuses_stops_start_up(
-    case: str, error: str, tls_database: str, mutual_broker: TlsBroker, tls_topics: Topics, pki: Pki
+    case: str,
+    error: str,
+    migrated_tls_database: str,
+    mutual_broker: TlsBroker,
+    tls_topics: Topics,
+    pki: Pki,
 ) -> None:
-    env = tls_env(tls_database, mutual_broker, tls_topics)
-    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    env = tls_env(migrated_tls_database, mutual_broker, tls_topics)
     if case == "wrong CA":
-        env["CHRONOS_DATABASE_URL"] = tls_database.replace(str(pki.ca), str(pki.other_ca))
+        env["CHRONOS_DATABASE_URL"] = migrated_tls_database.replace(str(pki.ca), str(pki.other_ca))
     else:
-        env["CHRONOS_DATABASE_URL"] = tls_database.replace("sslmode=verify-full", "sslmode=disable")
+        env["CHRONOS_DATABASE_URL"] = migrated_tls_database.replace(
+            "sslmode=verify-full", "sslmode=disable"
+        )
     code, stderr = refused(env)
     assert code == 2, stderr[-3000:]
     assert "CHRONOS_DATABASE_URL" in stderr, stderr[-3000:]
@@ -284,12 +304,11 @@ def test_a_postgres_tls_setting_the_server_refuses_stops_start_up(
 
 
 def test_chronos_check_names_what_tls_refuses(
-    tls_database: str, mutual_broker: TlsBroker, tls_topics: Topics, pki: Pki
+    migrated_tls_database: str, mutual_broker: TlsBroker, tls_topics: Topics, pki: Pki
 ) -> None:
     """The preflight's lines say "TLS" for Postgres and name the Kafka setting with OpenSSL's
     reason when the broker's certificate does not verify."""
-    env = tls_env(tls_database, mutual_broker, tls_topics)
-    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    env = tls_env(migrated_tls_database, mutual_broker, tls_topics)
     env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
     result = chronos("check", "--json", env=env, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]

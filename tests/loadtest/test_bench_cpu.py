@@ -4,6 +4,7 @@ the CPU per message handled."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -15,10 +16,14 @@ import pytest
 
 from loadtest.bench import procstats
 from loadtest.bench.results.cpu import CpuUsage
-from tests.loadtest.processes import process_tree
-
-# Burns 0.3 s of its own CPU (process time, not wall time: the same on a busy machine).
-BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+from tests.loadtest.processes import (
+    CPU_TOLERANCE_S,
+    burn_script,
+    cpu_close,
+    process_tree,
+    reported_cpu,
+    start_burner,
+)
 
 
 def _wait_for(path: Path, what: str) -> str:
@@ -53,16 +58,16 @@ def test_parse_rss() -> None:
 
 def test_tree_cpu_counts_live_children() -> None:
     """A process tree's CPU time includes its live children (Postgres's backends)."""
-    child = subprocess.Popen([sys.executable, "-c", BURN + "time.sleep(60)"])
+    child = start_burner()
     try:
-        limit = time.monotonic() + 30
-        while (st := procstats.proc_stat(child.pid)) is None or st.cpu_s < 0.3:
-            assert time.monotonic() < limit
-            time.sleep(0.05)
+        burned = reported_cpu(child)
+        st = procstats.proc_stat(child.pid)
+        assert st is not None and st.ppid == os.getpid()
+        assert cpu_close(st.cpu_s, burned), (st.cpu_s, burned)
         own = procstats.proc_stat(os.getpid())
-        assert own is not None and st.ppid == os.getpid()
-        tree = procstats.tree_cpu_s(os.getpid())
-        assert tree >= own.cpu_s + own.children_cpu_s + 0.3
+        assert own is not None
+        # The child's figure, read again inside the tree, only grew.
+        assert procstats.tree_cpu_s(os.getpid()) >= own.cpu_s + own.children_cpu_s + st.cpu_s
     finally:
         child.kill()
         child.wait()
@@ -70,37 +75,39 @@ def test_tree_cpu_counts_live_children() -> None:
     assert procstats.tree_cpu_s(None) == 0.0 and procstats.rss_kb(child.pid) is None
 
 
-def test_tree_figures_count_grandchildren() -> None:
+def test_tree_figures_count_grandchildren(tmp_path: Path) -> None:
     """A node is a process tree (its intake process, that one's probes): CPU time and memory of
     a node count every generation."""
+    report = tmp_path / "burned"
     spawn = (
         "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-c', {BURN + 'time.sleep(60)'!r}])\n"
+        f"subprocess.Popen([sys.executable, '-c', {burn_script(report=str(report))!r}])\n"
         "time.sleep(60)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", spawn])
     grandchildren: list[psutil.Process] = []
     try:
-        limit = time.monotonic() + 30
-        while (
-            not grandchildren
-            or (st := procstats.proc_stat(grandchildren[0].pid)) is None
-            or (st.cpu_s < 0.3)
-        ):
-            assert time.monotonic() < limit
-            time.sleep(0.05)
-            grandchildren = psutil.Process(child.pid).children()
+        burned = float(_wait_for(report, "the grandchild's work"))
+        grandchildren = psutil.Process(child.pid).children()
+        assert len(grandchildren) == 1
+        st = procstats.proc_stat(grandchildren[0].pid)
+        assert st is not None and cpu_close(st.cpu_s, burned), (st, burned)
         me = procstats.proc_stat(os.getpid())
-        assert me is not None  # the grandchild's 0.3 s count in this process's tree
-        assert procstats.tree_cpu_s(os.getpid()) >= me.cpu_s + me.children_cpu_s + 0.3
+        assert me is not None  # the grandchild's CPU counts in this process's tree
+        assert procstats.tree_cpu_s(os.getpid()) >= me.cpu_s + me.children_cpu_s + st.cpu_s
+        # ... and in its parent's, which itself burned next to nothing.
+        parent = procstats.proc_stat(child.pid)
+        assert parent is not None and parent.cpu_s < burned
+        assert procstats.tree_cpu_s(child.pid) >= parent.cpu_s + st.cpu_s
         own, theirs = procstats.rss_kb(child.pid), procstats.rss_kb(grandchildren[0].pid)
         assert own is not None and theirs is not None
         assert (procstats.tree_rss_kb(child.pid) or 0) > own + theirs // 2
         peaks = [procstats.hwm_kb(p) or 0 for p in (child.pid, grandchildren[0].pid)]
         assert (procstats.tree_hwm_kb(child.pid) or 0) >= sum(peaks)  # peaks only grow
     finally:
-        for process in grandchildren:
-            process.kill()
+        for process in grandchildren or psutil.Process(child.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         child.kill()
         child.wait()
     assert procstats.tree_rss_kb(child.pid) is None and procstats.tree_hwm_kb(child.pid) is None
@@ -122,17 +129,25 @@ def test_tree_cpu_keeps_children_the_root_waited_for(tmp_path: Path) -> None:
     """The root runs two short-lived children one after the other and waits for each (like an
     intake forking a probe per batch): their CPU counts although neither is alive at the end."""
     done = tmp_path / "done"
+    burn = burn_script().replace("time.sleep(60)\n", "")
     script = (
         "import subprocess, sys, time\n"
-        f"for _ in range(2): subprocess.run([sys.executable, '-c', {BURN!r}], check=True)\n"
-        f"open({str(done)!r}, 'w').write('ok')\n"
+        "burned = sum(\n"
+        f"    float(subprocess.run([sys.executable, '-c', {burn!r}], check=True,\n"
+        "                         capture_output=True, text=True).stdout)\n"
+        "    for _ in range(2)\n"
+        ")\n"
+        # What the tree used in all: the children's CPU and the root's own so far.
+        f"open({str(done)!r}, 'w').write(str(burned + time.process_time()))\n"
         "time.sleep(60)\n"
     )
     root = subprocess.Popen([sys.executable, "-c", script])
     try:
         tree = procstats.TreeCpu(root.pid)
-        _wait_for(done, "the children")
-        assert tree.sample() >= 0.6
+        used = float(_wait_for(done, "the children"))
+        assert used > 0.6
+        seen = tree.sample()
+        assert cpu_close(seen, used), (seen, used)
         assert tree.processes == 1  # only the root is left
     finally:
         root.kill()
@@ -143,7 +158,7 @@ def test_tree_cpu_keeps_a_descendant_that_left_the_tree(tmp_path: Path) -> None:
     """A grandchild whose parent exits is re-parented outside the tree and never reaped by a
     tree member: the CPU it had when last sampled is kept."""
     pid_file, ready = tmp_path / "grandchild", tmp_path / "ready"
-    grandchild = BURN + f"open({str(ready)!r}, 'w').write('ok')\ntime.sleep(60)\n"
+    grandchild = burn_script(report=str(ready))
     middle = (
         "import subprocess, sys\n"
         f"g = subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
@@ -174,9 +189,9 @@ def test_tree_cpu_keeps_a_descendant_that_left_the_tree(tmp_path: Path) -> None:
     try:
         tree = procstats.TreeCpu(int(_wait_for(root_pid_file, "the root")))
         g_pid = int(_wait_for(pid_file, "the grandchild's pid"))
-        _wait_for(ready, "the grandchild's work")
+        burned = float(_wait_for(ready, "the grandchild's work"))
         seen = tree.sample()
-        assert seen >= 0.3 and tree.processes == 3
+        assert seen >= burned - CPU_TOLERANCE_S and tree.processes == 3
         assert root.stdin is not None
         root.stdin.close()  # the middle process exits; the grandchild is orphaned
         limit = time.monotonic() + 30
@@ -196,7 +211,8 @@ def test_tree_cpu_keeps_a_descendant_that_left_the_tree(tmp_path: Path) -> None:
         if g_pid and _alive(g_pid):
             psutil.Process(g_pid).kill()
         for child in psutil.Process(root.pid).children(recursive=True):
-            child.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):  # one may exit as another dies
+                child.kill()
         root.wait()
 
 

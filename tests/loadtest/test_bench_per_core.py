@@ -14,6 +14,7 @@ from loadtest.bench.records import BenchRecord
 from loadtest.bench.report import headline_rate, render_markdown
 from loadtest.bench.results.cpu import CpuUsage, PerCore, per_core
 from loadtest.bench.runs import ceiling_cpu
+from tests.loadtest.processes import cpu_close, reported_cpu, start_burner
 
 
 def test_messages_per_cpu_second_of_each_component() -> None:
@@ -164,24 +165,20 @@ def test_the_benchmarks_own_sampler_is_left_out_of_postgres_figures() -> None:
 def test_sampler_counts_the_cpu_of_its_own_backend() -> None:
     """``Sampler`` reads the CPU of the server process answering it (here a stand-in process
     burning 0.3 s), by the backend pid its connection reports."""
-    import subprocess
-    import sys
-    import time
     from types import SimpleNamespace
 
     from loadtest.bench.sampling import Sampler
 
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
-    child = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(60)"])
+    child = start_burner()
     try:
         sampler = Sampler("postgresql://unused/x", [])
+        assert sampler.postgres_cpu_s == 0.0
+        burned = reported_cpu(child)
         conn = SimpleNamespace(info=SimpleNamespace(backend_pid=child.pid))
-        limit = time.monotonic() + 30
-        while sampler.postgres_cpu_s < 0.3:
-            assert time.monotonic() < limit
-            sampler.note_backend(conn)
-            time.sleep(0.05)
-        assert sampler.postgres_cpu_s < 5
+        sampler.note_backend(conn)
+        assert cpu_close(sampler.postgres_cpu_s, burned), (sampler.postgres_cpu_s, burned)
+        sampler.note_backend(conn)  # read again: the backend's figure, not a second one
+        assert cpu_close(sampler.postgres_cpu_s, burned), (sampler.postgres_cpu_s, burned)
     finally:
         child.kill()
         child.wait()

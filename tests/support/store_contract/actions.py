@@ -50,8 +50,8 @@ class ActionContract:
 
     def test_a_cancel_marker_expires_and_is_purged(self, harness: Harness) -> None:
         store, now = harness.store, harness.now()
-        store.enqueue([cancel("a", now)], ADVANCE, 1_000)
-        harness.advance(2_000)
+        store.enqueue([cancel("a", now)], ADVANCE, 300)
+        harness.advance(600)
         assert store.enqueue([msg("a", harness.now() + timedelta(hours=1))], ADVANCE) == [
             Outcome.INSERTED
         ]
@@ -94,15 +94,15 @@ class ActionContract:
         elif claim_ends_by == "release_node":
             store.release_node(owner)
         elif claim_ends_by == "reset_stuck":
-            harness.advance(10_000)
-            stuck = store.find_stuck(5_000, 10)
+            harness.advance(600)
+            stuck = store.find_stuck(400, 10)
             assert sorted(s.id for s in stuck) == ["a", "b"]
             store.reset_stuck(stuck)
         else:
-            harness.advance(10_000)  # the owner's heartbeat lapses
+            harness.advance(600)  # the owner's heartbeat lapses
             other = node()
             store.heartbeat(other)
-            store.reset_lapsed_claims(5_000, other, 10)
+            store.reset_lapsed_claims(400, other, 10)
         assert store.get_message("a") is None, "the cancelled message was given back"
         again = store.claim(node(), HORIZON, 10, 10)
         assert [r.id for r in again] == ["b"]
