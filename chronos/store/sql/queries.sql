@@ -1018,14 +1018,15 @@ SELECT * FROM (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1052,14 +1053,15 @@ SELECT * FROM (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1084,14 +1086,15 @@ SELECT * FROM (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1127,14 +1130,15 @@ SELECT count(*) AS matched FROM (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1158,14 +1162,15 @@ SELECT count(*) AS matched FROM (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1187,14 +1192,15 @@ SELECT count(*) AS matched FROM (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1227,14 +1233,15 @@ WITH picked AS (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1258,14 +1265,15 @@ WITH picked AS (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1287,14 +1295,15 @@ WITH picked AS (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
@@ -1360,14 +1369,15 @@ WITH picked AS (
                OR (%(topic_unset)s AND target_topic IS NULL))
           AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
           AND (%(key_low)s::bytea IS NULL
-               OR (substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               OR (%(key_exact)s
+                   AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                   AND message_key = %(key)s::bytea)
+               OR (NOT %(key_exact)s
+                   AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
                    AND (%(key_high)s::bytea IS NULL
                         OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-                   AND (NOT %(key_exact)s
-                        OR substring(message_key from 1 for 64) <= %(key_low)s::bytea)
                    AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                       = %(key)s::bytea
-                   AND (NOT %(key_exact)s OR message_key = %(key)s::bytea)))
+                       = %(key)s::bytea))
           AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
           AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
           AND (%(recurring)s::boolean IS NULL
