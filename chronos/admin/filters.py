@@ -25,6 +25,7 @@ from chronos.protocol import MAX_ID_LENGTH
 from chronos.store import MessageFilter
 
 MAX_KEY_BYTES = 1024  # a key filter longer than this is a 400
+MAX_KEY_TEXT = 256  # characters of a key given as text (at most 1,024 bytes of UTF-8)
 FILTER_PARAMS = frozenset(
     {
         "state",
@@ -108,6 +109,8 @@ def _key(params: dict[str, str]) -> bytes | None:
     if text is not None and encoded is not None:
         raise ApiError(400, "key, key_base64: give one of them")
     if text is not None:
+        if len(text) > MAX_KEY_TEXT:
+            raise ApiError(400, f"key: expected at most {MAX_KEY_TEXT} characters")
         key = text.encode("utf-8")
     elif encoded is not None:
         try:

@@ -48,15 +48,19 @@ def test_get_message_shows_state_bytes_and_headers(api: Api) -> None:
         "attempts": 0,
         "last_error": None,
         "target_topic": None,
+        "tenant": "",
+        "expires_ms": None,
         "enqueued_at": body["enqueued_at"],
         "key": base64.b64encode(b"\x01key").decode(),
+        "key_text": None,
         "headers": [
-            {"name": "trace", "value": base64.b64encode(b"\x00\xffbin").decode()},
-            {"name": "empty", "value": None},
-            {"name": "trace", "value": base64.b64encode(b"second").decode()},
+            {"name": "trace", "value": base64.b64encode(b"\x00\xffbin").decode(), "text": None},
+            {"name": "empty", "value": None, "text": None},
+            {"name": "trace", "value": base64.b64encode(b"second").decode(), "text": "second"},
         ],
         "value_size": 1000,
         "recurrence": None,
+        "value_preview": {"hex": "00" * 1000, "truncated": False},
     }
     status, body = api.get("/admin/v1/messages/m1?include_value=true")
     assert base64.b64decode(body["value"]) == b"\x00" * 1000
