@@ -195,6 +195,13 @@ def test_a_recurring_message_shows_its_rule_and_its_next_occurrence(api: Api) ->
         "time_zone": "Europe/Paris",
         "until": "2031-12-31T00:00:00Z",
         "missed": "latest",
+        "next": [  # the next occurrences, weekdays at 09:00 in Paris
+            "2031-05-06T07:00:00Z",
+            "2031-05-07T07:00:00Z",
+            "2031-05-08T07:00:00Z",
+            "2031-05-09T07:00:00Z",
+            "2031-05-12T07:00:00Z",
+        ],
     }
     status, page = api.get("/admin/v1/messages?" + urlencode({"limit": 10}))
     assert {m["id"]: m["recurrence"] is not None for m in page["messages"]} == {
