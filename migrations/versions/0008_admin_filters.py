@@ -4,8 +4,8 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-10
 
-Four partial indexes over the waiting rows (``coalesce(readied_at, parked_at) IS NULL``, as the
-tenant index): ``(target_topic, deadline)`` of the rows with a topic of their own, ``id
+Four partial indexes over the waiting rows (``readied_at IS NULL AND parked_at IS NULL``, as the
+ready index): ``(target_topic, deadline)`` of the rows with a topic of their own, ``id
 text_pattern_ops`` (an id prefix is a range whatever the collation), ``(substring(message_key from
 1 for 64), deadline)`` (an exact key or a key prefix is a range of it) and ``deadline`` of the
 series. Each is built CONCURRENTLY, so upgrading a live cluster never blocks intake or firing; an
@@ -27,7 +27,7 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-READY = "coalesce(readied_at, parked_at) IS NULL"
+READY = "readied_at IS NULL AND parked_at IS NULL"
 TABLE = "chronos_messages"
 
 

@@ -993,7 +993,10 @@ SELECT set_config('statement_timeout',
 -- range, recurring or not) after a (deadline, id) cursor: one branch per state, each walking
 -- its own index (waiting: the ready, tenant, topic, id, key or recurring index the filter
 -- picks; parked: the failed index; claimed: the claimed index), merged by (deadline, id). A
--- filter not given (NULL) folds away when the statement is planned with its parameters.
+-- filter not given (NULL) folds away when the statement is planned with its parameters; the
+-- tenant index's predicate (coalesce(readied_at, parked_at) IS NULL, which the planner
+-- estimates far too selective) is written only with a tenant, so that only the tenant filter
+-- walks that index.
 -- Bounded by bytes like list_waiting (`page_bytes`: the running sum of keys and headers).
 SELECT * FROM (
     SELECT sized.*, sum(sized.row_bytes) OVER (ORDER BY deadline, id) AS page_bytes
@@ -1009,9 +1012,9 @@ SELECT * FROM (
                NULL::bytea AS message_value
         FROM chronos_messages
         WHERE (%(state)s::text IS NULL OR %(state)s::text = 'waiting')
-          AND coalesce(readied_at, parked_at) IS NULL
           AND readied_at IS NULL AND parked_at IS NULL
           AND attempts < %(park_attempts)s
+          AND (%(tenant)s::text IS NULL OR coalesce(readied_at, parked_at) IS NULL)
           AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text
                OR (%(tenant)s::text = '' AND tenant IS NULL))
           AND (%(topic)s::text IS NULL OR target_topic = %(topic)s::text
@@ -1116,14 +1119,15 @@ ORDER BY deadline, id;
 
 -- name: count_messages
 -- How many rows match an admin filter (as find_messages, the cursor unused: NULL), each state's
--- branch stopping at `count_limit` rows: exact below it, "at least" at it.
+-- branch stopping at `count_limit` rows in no order (so it never sorts): exact below it, "at
+-- least" at it.
 SELECT count(*) AS matched FROM (
         (SELECT 1 AS one
         FROM chronos_messages
         WHERE (%(state)s::text IS NULL OR %(state)s::text = 'waiting')
-          AND coalesce(readied_at, parked_at) IS NULL
           AND readied_at IS NULL AND parked_at IS NULL
           AND attempts < %(park_attempts)s
+          AND (%(tenant)s::text IS NULL OR coalesce(readied_at, parked_at) IS NULL)
           AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text
                OR (%(tenant)s::text = '' AND tenant IS NULL))
           AND (%(topic)s::text IS NULL OR target_topic = %(topic)s::text
@@ -1147,7 +1151,6 @@ SELECT count(*) AS matched FROM (
           AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
           AND (%(after_deadline)s::timestamptz IS NULL
                OR deadline > %(after_deadline)s::timestamptz OR id > %(after_id)s::text)
-        ORDER BY deadline, id
         LIMIT %(count_limit)s)
         UNION ALL
         (SELECT 1 AS one
@@ -1179,7 +1182,6 @@ SELECT count(*) AS matched FROM (
           AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
           AND (%(after_deadline)s::timestamptz IS NULL
                OR deadline > %(after_deadline)s::timestamptz OR id > %(after_id)s::text)
-        ORDER BY deadline, id
         LIMIT %(count_limit)s)
         UNION ALL
         (SELECT 1 AS one
@@ -1209,7 +1211,6 @@ SELECT count(*) AS matched FROM (
           AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
           AND (%(after_deadline)s::timestamptz IS NULL
                OR deadline > %(after_deadline)s::timestamptz OR id > %(after_id)s::text)
-        ORDER BY deadline, id
         LIMIT %(count_limit)s)
 ) counted;
 
@@ -1224,9 +1225,9 @@ WITH picked AS (
         (SELECT id, deadline
         FROM chronos_messages
         WHERE (%(state)s::text IS NULL OR %(state)s::text = 'waiting')
-          AND coalesce(readied_at, parked_at) IS NULL
           AND readied_at IS NULL AND parked_at IS NULL
           AND attempts < %(park_attempts)s
+          AND (%(tenant)s::text IS NULL OR coalesce(readied_at, parked_at) IS NULL)
           AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text
                OR (%(tenant)s::text = '' AND tenant IS NULL))
           AND (%(topic)s::text IS NULL OR target_topic = %(topic)s::text
@@ -1360,9 +1361,9 @@ WITH picked AS (
     (SELECT id, deadline
         FROM chronos_messages
         WHERE (%(state)s::text IS NULL OR %(state)s::text = 'waiting')
-          AND coalesce(readied_at, parked_at) IS NULL
           AND readied_at IS NULL AND parked_at IS NULL
           AND attempts < %(park_attempts)s
+          AND (%(tenant)s::text IS NULL OR coalesce(readied_at, parked_at) IS NULL)
           AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text
                OR (%(tenant)s::text = '' AND tenant IS NULL))
           AND (%(topic)s::text IS NULL OR target_topic = %(topic)s::text
