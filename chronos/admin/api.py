@@ -1,30 +1,36 @@
-"""The admin HTTP API (``/admin/v1``): inspect, count, cancel and requeue messages; list nodes.
+"""The admin HTTP API (``/admin/v1``): find, inspect, count, cancel, requeue and reschedule
+messages, one or many by filter; list nodes.
 
 Mounted by ``chronos.node.http``; described by ``chronos/admin/openapi.json``, served at
 ``GET /admin/v1/openapi.json`` without authentication (it holds no data). Every other endpoint
-requires ``Authorization: Bearer <CHRONOS_ADMIN_TOKEN>``; without a configured token the whole
-``/admin/`` tree answers 404 with a message saying how to enable it: the API is never open by
-default. Errors are JSON ``{"error": "..."}``.
+requires ``Authorization: Bearer <token>``: ``CHRONOS_ADMIN_TOKEN`` reads and writes,
+``CHRONOS_ADMIN_READ_TOKEN`` only reads (a write answers 403); without a configured token the
+whole ``/admin/`` tree answers 404 with a message saying how to enable it: the API is never open
+by default. Every write is logged with the token's name and the client's address. Errors are
+JSON ``{"error": "..."}``.
 
-GET    /admin/v1/messages/{id}   one message (``?include_value=true`` adds its value)
+GET    /admin/v1/messages/{id}   a message's whole record (``?include_value=true`` adds its value)
 DELETE /admin/v1/messages/{id}   cancel a waiting (or parked) message; 409 while claimed
 POST   /admin/v1/messages/{id}/requeue   requeue a parked message; 409 unless parked
 POST   /admin/v1/messages/{id}/reschedule   move a waiting message to a new deadline:
        {"deadline": RFC 3339} or {"delay_ms": int} (from now, on the database clock);
        answers the message as GET does; 409 while claimed or parked
-GET    /admin/v1/messages        list, filtered by state and deadline, keyset-paginated
+GET    /admin/v1/messages        find messages by filter (chronos.admin.filters), by (deadline,
+       id), cursor-paged and bounded by bytes; ``count=true`` adds how many match
+POST   /admin/v1/bulk/cancel     cancel every message a filter matches (chronos.admin.bulk)
+POST   /admin/v1/bulk/reschedule move them: {"deadline"}, {"shift_ms"} or {"fire_now": true}
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
 ``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
-again until requeued or cancelled). Keys, values and header values are bytes, shown in base64.
+again until requeued or cancelled). Keys, values and header values are bytes, shown in base64
+(and as text when printable).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -32,36 +38,41 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from chronos.admin.access import Caller, Tokens
+from chronos.admin.bulk import BulkActions
+from chronos.admin.filters import parse_list_params
 from chronos.admin.params import (
     ApiError,
     encode_cursor,
     format_timestamp,
     parse_bool,
     parse_limit,
-    parse_list_params,
     parse_message_id,
     parse_query,
     parse_reschedule_body,
     read_body,
 )
-from chronos.cluster.leadership import lowest_id
+from chronos.admin.views import (
+    TENANT_WALK_LIMIT,
+    leader_of,
+    message_json,
+    node_json,
+    record_json,
+    stats_json,
+    tenants_json,
+)
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
-from chronos.protocol import MAX_ID_LENGTH, b64
-from chronos.recurrence import Rule, decode
+from chronos.protocol import MAX_ID_LENGTH
 from chronos.store import (
     COUNT_LIMIT,
     EXACT_COUNT_BELOW,
-    Backlog,
     CancelOutcome,
     MessageRecord,
-    NodeRecord,
     RequeueOutcome,
     RescheduleOutcome,
     Store,
-    TenantBacklog,
-    TenantBacklogs,
 )
 
 log = logging.getLogger(__name__)
@@ -69,159 +80,19 @@ log = logging.getLogger(__name__)
 PAGE_MAX_BYTES = 4 * 1024 * 1024  # keys and headers of one listed page (at least one row)
 
 PREFIX = "/admin/v1"
-TENANT_WALK_LIMIT = 1_000  # tenants with waiting rows GET /admin/v1/tenants looks at, by name
 SPEC_PATH = PREFIX + "/openapi.json"
 MESSAGES_PATH = PREFIX + "/messages"
+BULK_PATH = PREFIX + "/bulk/"  # POST BULK_PATH + cancel | reschedule
 REQUEUE = "requeue"  # POST MESSAGES_PATH/{id}/requeue
 RESCHEDULE = "reschedule"  # POST MESSAGES_PATH/{id}/reschedule
+WRITES = ("DELETE", "POST")
 
 Response = tuple[int, str, bytes, dict[str, str]]
 
 DISABLED_MESSAGE = (
     "the admin API is disabled on this node: set CHRONOS_ADMIN_TOKEN (--admin-token) to enable it"
 )
-
-
-# -- authentication --------------------------------------------------------------------------
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header (scheme case-insensitive)."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
-
-
-def check_auth(authorization: str | None, expected: str) -> None:
-    """Raise 401 unless the header carries ``expected`` (compared in constant time)."""
-    token = bearer_token(authorization)
-    if token is None:
-        raise ApiError(
-            401,
-            "missing bearer token: send Authorization: Bearer <CHRONOS_ADMIN_TOKEN>",
-            {"WWW-Authenticate": 'Bearer realm="chronos-admin"'},
-        )
-    if not hmac.compare_digest(
-        token.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
-    ):
-        raise ApiError(
-            401,
-            "invalid bearer token",
-            {"WWW-Authenticate": 'Bearer realm="chronos-admin", error="invalid_token"'},
-        )
-
-
-# -- representations -------------------------------------------------------------------------
-
-
-def message_json(record: MessageRecord, parked_at: int, *, include_value: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "id": record.id,
-        "state": record.state(parked_at),
-        "deadline": format_timestamp(record.deadline),
-        "readied_at": format_timestamp(record.readied_at),
-        "claimed_by": record.readied_by,
-        "attempts": record.attempts,
-        "last_error": record.last_error,
-        "target_topic": record.target_topic,
-        "enqueued_at": format_timestamp(record.enqueued_at),
-        "key": b64(record.key),
-        "headers": [{"name": name, "value": b64(value)} for name, value in record.headers],
-        "value_size": record.value_size,
-        "recurrence": recurrence_json(record.recurrence),
-    }
-    if include_value:
-        body["value"] = b64(record.value)
-    return body
-
-
-def recurrence_json(stored: str | None) -> dict[str, Any] | None:
-    """A series' rule as the API shows it (None: a one-shot message); its next occurrence is
-    the message's deadline."""
-    if stored is None:
-        return None
-    try:
-        rule = decode(stored)
-    except (ValueError, KeyError, TypeError):
-        rule = Rule(cron=f"unreadable: {stored[:200]}")  # shown as it is, never fired as a rule
-    return {
-        "rule": rule.describe(),
-        "every_ms": rule.every_ms,
-        "cron": rule.cron,
-        "time_zone": rule.zone if rule.cron is not None else None,
-        "until": format_timestamp(rule.until),
-        "missed": rule.missed.value,
-    }
-
-
-def stats_json(backlog: Backlog, parked_at: int) -> dict[str, Any]:
-    return {
-        "waiting": backlog.waiting,
-        "waiting_exact": backlog.unclaimed_exact and not backlog.parked_capped,
-        "claimed": backlog.claimed,
-        "parked": backlog.parked,
-        "parked_exact": not backlog.parked_capped,
-        "overdue": backlog.overdue,
-        "overdue_exact": not backlog.overdue_capped,
-        "oldest_overdue_age_seconds": backlog.oldest_overdue_seconds,
-        "oldest_deadline": format_timestamp(backlog.oldest_deadline),
-        "newest_deadline": format_timestamp(backlog.newest_deadline),
-        "estimated_rows": backlog.estimated_rows,
-        "exact_count_below": EXACT_COUNT_BELOW,
-        "count_limit": COUNT_LIMIT,
-        "park_attempts": parked_at,
-        "database_time": format_timestamp(backlog.now),
-    }
-
-
-def tenant_json(t: TenantBacklog) -> dict[str, Any]:
-    return {
-        "tenant": t.tenant,
-        "waiting": t.waiting,
-        "waiting_exact": not t.waiting_capped,
-        "overdue": t.overdue,
-        "overdue_exact": not t.overdue_capped,
-        "oldest_overdue_age_seconds": t.oldest_overdue_seconds,
-        "claimed": t.claimed,
-        "parked": t.parked,
-    }
-
-
-def tenants_json(backlogs: TenantBacklogs, limit: int) -> dict[str, Any]:
-    return {
-        "tenants": [tenant_json(t) for t in backlogs.tenants],
-        "limit": limit,
-        "tenants_complete": not backlogs.tenants_capped,
-        "max_tenants": TENANT_WALK_LIMIT,
-        "count_limit": COUNT_LIMIT,
-        "database_time": format_timestamp(backlogs.now),
-    }
-
-
-def leader_of(nodes: list[NodeRecord]) -> str | None:
-    """The lowest node id among live nodes (uuid order), or None when no node is live: the node
-    the election (``chronos.cluster.leadership``) makes the leader."""
-    return lowest_id([n.node_id for n in nodes if n.live])
-
-
-def node_json(node: NodeRecord, leader: str | None, this_node: str) -> dict[str, Any]:
-    return {
-        "node_id": node.node_id,
-        "live": node.live,
-        "leader": node.node_id == leader,
-        "this_node": node.node_id == this_node,
-        "hostname": node.hostname,
-        "version": node.version,
-        "started_at": format_timestamp(node.started_at),
-        "heartbeat_at": format_timestamp(node.heartbeat_at),
-        "heartbeat_age_seconds": node.heartbeat_age_seconds,
-        "claimed": node.claimed,
-        "oldest_claim_at": format_timestamp(node.oldest_claim_at),
-    }
+__all__ = ["TENANT_WALK_LIMIT", "AdminAPI", "Response", "admin_routes", "leader_of"]
 
 
 @cache
@@ -242,12 +113,13 @@ class AdminAPI:
     def __init__(self, settings: Settings, store: Store):
         self.settings = settings
         self.store = store
-        self.token = settings.admin_token.reveal() if settings.admin_token else ""
+        self.tokens = Tokens.of(settings)
         self.parked_at = park_after(settings)
+        self.bulk = BulkActions(settings, store, self.parked_at)
 
     @property
     def enabled(self) -> bool:
-        return bool(self.token)
+        return self.tokens.enabled
 
     def handle(
         self,
@@ -286,7 +158,7 @@ class AdminAPI:
             parse_query(query, frozenset())
             return 200, "application/json", openapi_document(), {}
         try:
-            check_auth(headers.get("Authorization"), self.token)
+            caller = self.tokens.authenticate(headers.get("Authorization"))
         except ApiError:
             log.info(
                 "admin API: %s %s refused (bad or missing token) from %s",
@@ -297,18 +169,26 @@ class AdminAPI:
             )
             raise
         route, arg = self._route(path)
+        if method in WRITES:
+            self._check_write(caller, method, path, client)
+        who = f"the {caller.token_name} token from {client}"
         if route == "message":
             self._allow(method, ("GET", "DELETE"))
             if method == "GET":
                 return self.get_message(arg, query)
-            return self.cancel_message(arg, query, client)
+            return self.cancel_message(arg, query, who)
         if route == "requeue":
             self._allow(method, ("POST",))
-            return self.requeue_message(arg, query, client)
+            return self.requeue_message(arg, query, who)
         if route == "reschedule":
             self._allow(method, ("POST",))
             raw = body() if callable(body) else body
-            return self.reschedule_message(arg, query, raw, client)
+            return self.reschedule_message(arg, query, raw, who)
+        if route == "bulk":
+            self._allow(method, ("POST",))
+            raw = body() if callable(body) else body
+            status, payload = self.bulk.run(arg, query, raw, who)
+            return _json(status, payload)
         self._allow(method, ("GET",))
         if route == "messages":
             return self.list_messages(query)
@@ -317,6 +197,21 @@ class AdminAPI:
         if route == "tenants":
             return self.tenants(query)
         return self.nodes(query)
+
+    @staticmethod
+    def _check_write(caller: Caller, method: str, path: str, client: str) -> None:
+        try:
+            caller.require_write(method, path)
+        except ApiError:
+            log.info(
+                "admin API: %s %s refused (the %s token only reads) from %s",
+                method,
+                path,
+                caller.token_name,
+                client,
+                extra={"event": "admin_write_refused", "token": caller.token_name},
+            )
+            raise
 
     @staticmethod
     def _route(path: str) -> tuple[str, str]:
@@ -330,6 +225,8 @@ class AdminAPI:
             if slash and action == RESCHEDULE and segment:
                 return "reschedule", parse_message_id(segment)
             return "message", parse_message_id(rest)
+        if path.startswith(BULK_PATH) and path[len(BULK_PATH) :] in BulkActions.ACTIONS:
+            return "bulk", path[len(BULK_PATH) :]
         if path == PREFIX + "/stats":
             return "stats", ""
         if path == PREFIX + "/nodes":
@@ -352,12 +249,12 @@ class AdminAPI:
     def get_message(self, message_id: str, query: str) -> Response:
         params = parse_query(query, frozenset({"include_value"}))
         include_value = parse_bool("include_value", params.get("include_value"))
-        record = self.store.get_message(message_id, include_value=include_value)
+        record = self.store.get_message(message_id, include_value=True)  # for the preview
         if record is None:
             raise ApiError(404, f"message {message_id[:MAX_ID_LENGTH]!r} is not scheduled")
-        return _json(200, message_json(record, self.parked_at, include_value=include_value))
+        return _json(200, record_json(record, self.parked_at, include_value=include_value))
 
-    def cancel_message(self, message_id: str, query: str, client: str) -> Response:
+    def cancel_message(self, message_id: str, query: str, who: str) -> Response:
         parse_query(query, frozenset())
         outcome = self.store.cancel_message(message_id, self.settings.cancel_ttl_ms)
         if outcome is CancelOutcome.NOT_FOUND:
@@ -371,12 +268,12 @@ class AdminAPI:
         log.info(
             "message %s cancelled through the admin API by %s",
             message_id,
-            client,
+            who,
             extra={"event": "message_cancelled", "message_id": message_id},
         )
         return 204, "application/json", b"", {}
 
-    def requeue_message(self, message_id: str, query: str, client: str) -> Response:
+    def requeue_message(self, message_id: str, query: str, who: str) -> Response:
         parse_query(query, frozenset())
         outcome = self.store.requeue_message(message_id, self.parked_at)
         if outcome is RequeueOutcome.NOT_FOUND:
@@ -389,12 +286,12 @@ class AdminAPI:
         log.info(
             "message %s requeued through the admin API by %s",
             message_id,
-            client,
+            who,
             extra={"event": "message_requeued", "message_id": message_id},
         )
         return 204, "application/json", b"", {}
 
-    def reschedule_message(self, message_id: str, query: str, raw: bytes, client: str) -> Response:
+    def reschedule_message(self, message_id: str, query: str, raw: bytes, who: str) -> Response:
         parse_query(query, frozenset())
         when = parse_reschedule_body(raw)
         outcome, record = self.store.reschedule_message(
@@ -419,19 +316,18 @@ class AdminAPI:
             "message %s rescheduled to %s through the admin API by %s",
             message_id,
             format_timestamp(record.deadline),
-            client,
+            who,
             extra={"event": "message_rescheduled", "message_id": message_id},
         )
-        return _json(200, message_json(record, self.parked_at, include_value=False))
+        whole = self.store.get_message(message_id, include_value=True)  # as GET answers it
+        return _json(200, record_json(whole or record, self.parked_at, include_value=False))
 
     def list_messages(self, query: str) -> Response:
-        p = parse_list_params(query)
-        records = self.store.list_messages(
-            state=p.state,
+        p = parse_list_params(query, self.settings.output_topic)
+        records = self.store.find_messages(
+            p.where,
             park_attempts=self.parked_at,
             limit=p.limit + 1,
-            deadline_from=p.deadline_from,
-            deadline_to=p.deadline_to,
             after=p.after,
             max_bytes=PAGE_MAX_BYTES,
         )
@@ -445,13 +341,17 @@ class AdminAPI:
         next_cursor = (
             encode_cursor(page[-1].deadline, page[-1].id) if len(records) > len(page) else None
         )
-        return _json(
-            200,
-            {
-                "messages": [message_json(r, self.parked_at, include_value=False) for r in page],
-                "next_cursor": next_cursor,
-            },
-        )
+        payload: dict[str, Any] = {
+            "messages": [message_json(r, self.parked_at, include_value=False) for r in page],
+            "next_cursor": next_cursor,
+        }
+        if p.count:
+            counted = self.store.count_messages(
+                p.where, park_attempts=self.parked_at, count_limit=COUNT_LIMIT
+            )
+            payload["count"] = counted.count
+            payload["count_exact"] = counted.exact
+        return _json(200, payload)
 
     def stats(self, query: str) -> Response:
         parse_query(query, frozenset())

@@ -1,16 +1,22 @@
 """``chronos admin``: the admin API (``/admin/v1``, see chronos.admin.api) from the command line.
 
-chronos admin get ID            one message
-chronos admin list              messages by (deadline, id): --state, --from, --to, --limit,
-                                --cursor, --all (follow next_cursor to the end)
+chronos admin get ID            a message's whole record
+chronos admin list              messages by (deadline, id), filtered: --tenant, --topic,
+                                --id-prefix, --key/--key-prefix, --state, --from/--to,
+                                --recurring/--no-recurring; --count, --limit, --cursor, --all
+                                (follow next_cursor to the end)
 chronos admin stats             counts by state, overdue, oldest and newest deadline
 chronos admin nodes             live nodes (and, with --include-dead, nodes holding claims)
 chronos admin tenants           the busiest tenants: waiting, overdue, claimed, parked (--limit)
 chronos admin cancel ID         cancel a waiting or parked message
+chronos admin cancel FILTERS    cancel every message the list's filter flags match (--dry-run:
+                                print how many match, change nothing)
 chronos admin requeue ID        requeue a parked message
 chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
 chronos admin dead-letters      the dead-letter topic (chronos.admin.deadletters_cli)
 chronos admin replay            replay dead letters to the input topic, once each
+chronos admin reschedule FILTERS  move every waiting message the filters match: --at, --shift
+                                SECONDS (negative: earlier) or --now (fire now); --dry-run
 
 The node's URL and the bearer token come from ``--url``/``--token`` or ``CHRONOS_ADMIN_URL``/
 ``CHRONOS_ADMIN_TOKEN``. Output is a table for people, or the API's JSON with ``--json``.
@@ -32,6 +38,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
+from chronos.admin.cli_bulk import reschedule_body, run_bulk
+from chronos.admin.cli_filters import add_filter_flags, filter_params, narrowed
 from chronos.config.settings import ADMIN_URL_ENV, OPTIONS_BY_NAME
 from chronos.errors import ChronosError, ConfigError
 from chronos.observability.logs import escape
@@ -40,7 +48,6 @@ URL_ENV = ADMIN_URL_ENV
 TOKEN_ENV = OPTIONS_BY_NAME["admin_token"].env  # the node's own token setting
 DEFAULT_URL = "http://127.0.0.1:8080"
 PREFIX = "/admin/v1"
-STATES = ("waiting", "claimed", "parked")
 TENANT_COLUMNS = ("tenant", "overdue", "oldest_overdue_age_seconds", "waiting", "claimed", "parked")
 
 
@@ -147,6 +154,16 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _signed_seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if value != value or abs(value) == float("inf"):
+        raise argparse.ArgumentTypeError(f"{raw!r} must be a finite number of seconds")
+    return value
+
+
 def _limit(raw: str) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= 1000:
         raise argparse.ArgumentTypeError(f"{raw!r} must be a whole number from 1 to 1000")
@@ -176,14 +193,9 @@ def add_parser(sub: Any) -> None:
     get.add_argument("id", help="chronosMessageId")
     get.add_argument("--include-value", action="store_true", help="include the value (base64)")
 
-    listing = commands.add_parser("list", parents=[common], help="list messages")
-    listing.add_argument("--state", choices=STATES, default=None, help="only this state")
-    listing.add_argument(
-        "--from", dest="deadline_from", type=_timestamp, default=None, help="deadline >= this"
-    )
-    listing.add_argument(
-        "--to", dest="deadline_to", type=_timestamp, default=None, help="deadline < this"
-    )
+    listing = commands.add_parser("list", parents=[common], help="find messages by filter")
+    add_filter_flags(listing)
+    listing.add_argument("--count", action="store_true", help="also count the matching messages")
     listing.add_argument("--limit", type=_limit, default=100, help="page size, 1-1000 (100)")
     listing.add_argument("--cursor", default=None, help="next_cursor of the previous page")
     listing.add_argument("--all", action="store_true", help="follow the cursor to the last page")
@@ -200,15 +212,23 @@ def add_parser(sub: Any) -> None:
     nodes = commands.add_parser("nodes", parents=[common], help="live nodes and the leader")
     nodes.add_argument("--include-dead", action="store_true", help="also nodes holding claims")
 
-    cancel = commands.add_parser("cancel", parents=[common], help="cancel a message")
-    cancel.add_argument("id")
+    cancel = commands.add_parser(
+        "cancel", parents=[common], help="cancel a message, or every message the filters match"
+    )
+    cancel.add_argument("id", nargs="?", help="chronosMessageId (or: filter flags)")
+    add_filter_flags(cancel)
+    cancel.add_argument("--dry-run", action="store_true", help="print the count only")
     requeue = commands.add_parser("requeue", parents=[common], help="requeue a parked message")
     requeue.add_argument("id")
 
     reschedule = commands.add_parser(
-        "reschedule", parents=[common], help="move a waiting message to a new deadline"
+        "reschedule",
+        parents=[common],
+        help="move a waiting message (or every one the filters match) to a new deadline",
     )
-    reschedule.add_argument("id")
+    reschedule.add_argument("id", nargs="?", help="chronosMessageId (or: filter flags)")
+    add_filter_flags(reschedule, state=False)
+    reschedule.add_argument("--dry-run", action="store_true", help="print the count only")
     when = reschedule.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--at", type=_timestamp, default=None, help="new deadline, ISO-8601 (no offset: UTC)"
@@ -216,6 +236,10 @@ def add_parser(sub: Any) -> None:
     when.add_argument(
         "--in", dest="delay", type=_seconds, default=None, help="new deadline, seconds from now"
     )
+    when.add_argument(
+        "--shift", type=_signed_seconds, default=None, help="by filter: move each by SECONDS"
+    )
+    when.add_argument("--now", action="store_true", help="by filter: fire each now")
 
     from chronos.admin import deadletters_cli  # the dead-letter topic: straight to Kafka
 
@@ -268,6 +292,8 @@ MESSAGE_COLUMNS = (
     "id",
     "state",
     "deadline",
+    "tenant",
+    "key_text",
     "attempts",
     "claimed_by",
     "value_size",
@@ -315,11 +341,10 @@ def _rule(message: Mapping[str, Any]) -> str | None:
 
 def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     params: dict[str, Any] = {
-        "state": args.state,
-        "deadline_from": args.deadline_from.isoformat() if args.deadline_from else None,
-        "deadline_to": args.deadline_to.isoformat() if args.deadline_to else None,
+        **filter_params(args),
         "limit": args.limit,
         "cursor": args.cursor,
+        "count": "true" if args.count else None,
     }
     if args.all:
         _list_all(client, params, args.json, out)
@@ -329,7 +354,9 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     text = table([{**m, "rule": _rule(m)} for m in page["messages"]], MESSAGE_COLUMNS)
     if cursor:
         text += f"\nmore: --cursor {cursor}"
-    _emit(args, out, {"messages": page["messages"], "next_cursor": cursor}, text)
+    if "count" in page:
+        text += f"\nmatching: {'' if page['count_exact'] else 'at least '}{page['count']}"
+    _emit(args, out, page, text)
 
 
 def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: TextIO) -> None:
@@ -378,7 +405,22 @@ def _nodes(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     _emit(args, out, payload, f"{text}\nleader: {payload.get('leader') or '-'}")
 
 
+def _one_or_filter(args: argparse.Namespace) -> bool:
+    """True: act on the message ``args.id``; False: on every one the filter flags match."""
+    if args.id is not None and (narrowed(args) or getattr(args, "state", None) or args.dry_run):
+        raise ConfigError("give a message id or filter flags (and --dry-run), not both")
+    if args.id is None and not narrowed(args):
+        raise ConfigError(
+            "give a message id, or filter flags (--tenant, --topic, --id-prefix, --key, "
+            "--key-prefix, --recurring, --from, --to) to act on every message they match"
+        )
+    return args.id is not None
+
+
 def _cancel(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    if not _one_or_filter(args):
+        run_bulk(client, "cancel", args, out)
+        return
     client.cancel(args.id)
     _emit(args, out, {"id": args.id, "cancelled": True}, f"cancelled {args.id}")
 
@@ -389,6 +431,11 @@ def _requeue(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None
 
 
 def _reschedule(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    if not _one_or_filter(args):
+        run_bulk(client, "reschedule", args, out, reschedule_body(args))
+        return
+    if args.shift is not None or args.now:
+        raise ConfigError("--shift and --now move messages by filter: give filter flags, no id")
     if args.at is not None:
         answer = client.reschedule(args.id, deadline=args.at)
     else:

@@ -172,37 +172,6 @@ def parse_message_id(raw_segment: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ListParams:
-    state: str | None
-    deadline_from: datetime | None
-    deadline_to: datetime | None
-    limit: int
-    after: tuple[datetime, str] | None
-
-
-LIST_PARAMS = frozenset({"state", "deadline_from", "deadline_to", "limit", "cursor"})
-
-
-def parse_list_params(query: str) -> ListParams:
-    params = parse_query(query, LIST_PARAMS)
-    state = params.get("state")
-    if state is not None and state not in STATES:
-        raise ApiError(400, f"state: expected one of {', '.join(STATES)}")
-    bounds = {
-        name: parse_timestamp(name, params[name]) if name in params else None
-        for name in ("deadline_from", "deadline_to")
-    }
-    cursor = params.get("cursor")
-    return ListParams(
-        state=state,
-        deadline_from=bounds["deadline_from"],
-        deadline_to=bounds["deadline_to"],
-        limit=parse_limit(params.get("limit")),
-        after=decode_cursor(cursor) if cursor is not None else None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class RescheduleBody:
     deadline: datetime | None
     delay_ms: int | None

@@ -300,6 +300,12 @@ class Settings:
         "bearer token of the admin API (empty: admin API off)",
         secret=True,
     )
+    admin_read_token: Secret = setting(  # noqa: RUF009 (setting() returns a dataclasses.Field)
+        "",
+        "bearer token of the admin API that can only read (list, get, count, stats): any write "
+        "answers 403 (empty: none)",
+        secret=True,
+    )
     tenant_metrics_top: int = setting(
         10,
         "tenants with their own label in the per-tenant metrics (the busiest; the others are "

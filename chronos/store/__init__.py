@@ -5,6 +5,7 @@ records and ``PostgresStore``."""
 from __future__ import annotations
 
 from chronos.store.batch import encode_batch
+from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
 from chronos.store.postgres import PostgresStore, statement_params
 from chronos.store.postgres_session import libpq_url, session_options
 from chronos.store.types import (
@@ -33,6 +34,7 @@ from chronos.store.types import (
 )
 
 __all__ = [
+    "BULK_BATCH",
     "COUNT_LIMIT",
     "DEFAULT_CANCEL_TTL_MS",
     "EXACT_COUNT_BELOW",
@@ -42,9 +44,12 @@ __all__ = [
     "UNBOUNDED_BYTES",
     "Advance",
     "Backlog",
+    "BulkBatch",
     "CancelOutcome",
     "Claim",
     "ClaimedRow",
+    "MessageCount",
+    "MessageFilter",
     "MessageRecord",
     "NodeRecord",
     "Outcome",

@@ -25,6 +25,7 @@ from chronos.store.batch import (
     encoded_bytes,
 )
 from chronos.store.postgres_admin import AdminQueries
+from chronos.store.postgres_find import FindQueries
 from chronos.store.postgres_leadership import LeadershipQueries
 from chronos.store.postgres_session import SLOW_STATEMENT_S, PostgresSession
 from chronos.store.types import (
@@ -41,7 +42,7 @@ from chronos.store.types import (
 )
 
 
-class PostgresStore(PostgresSession, AdminQueries, LeadershipQueries):
+class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQueries):
     """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
 
     def __init__(

@@ -118,7 +118,7 @@ class AdminQueries:
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:
         rows = self._execute("get_message", {"id": message_id, "include_value": include_value})
-        return _message_record(rows[0]) if rows else None
+        return message_record(rows[0]) if rows else None
 
     def list_messages(
         self,
@@ -146,7 +146,7 @@ class AdminQueries:
                 "max_bytes": UNBOUNDED_BYTES if max_bytes is None else max_bytes,
             },
         )
-        return [_message_record(r) for r in rows]
+        return [message_record(r) for r in rows]
 
     def cancel_message(
         self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
@@ -189,7 +189,7 @@ class AdminQueries:
             return RescheduleOutcome.NOT_FOUND, None
         r = rows[0]
         if r["id"] is not None:
-            return RescheduleOutcome.RESCHEDULED, _message_record(r)
+            return RescheduleOutcome.RESCHEDULED, message_record(r)
         if r["claimed"]:
             return RescheduleOutcome.CLAIMED, None
         return RescheduleOutcome.PARKED, None
@@ -261,7 +261,7 @@ def _bytes(value: bytes | memoryview | None) -> bytes | None:
     return None if value is None else bytes(value)
 
 
-def _message_record(r: dict[str, Any]) -> MessageRecord:
+def message_record(r: dict[str, Any]) -> MessageRecord:
     return MessageRecord(
         id=r["id"],
         deadline=r["deadline"],
@@ -278,4 +278,6 @@ def _message_record(r: dict[str, Any]) -> MessageRecord:
         parked_at=r["parked_at"],
         recurrence=r["recurrence"],
         page_bytes=int(r.get("page_bytes") or 0),
+        tenant=r.get("tenant"),
+        expires_ms=r.get("expires_ms"),
     )

@@ -138,6 +138,39 @@ Index(
     postgresql_where=messages.c.attempts > 0,
 )
 
+# The admin list's filters (chronos/store/sql/queries.sql, find_messages): over the waiting rows
+# only (the ready index's predicate, which the planner estimates from each column's statistics;
+# the tenant index's coalesce form it estimates at 0.5 % of the rows, and would walk these
+# indexes for any filter), so a claim or a park removes a row from them and a row costs them
+# nothing while it is claimed. The tenant filter walks the tenant
+# index above; these serve the target topic (rows with a topic of their own), the id prefix
+# (text_pattern_ops: a LIKE prefix is a range whatever the collation), the key (its first 64
+# bytes: an exact key or a prefix is a range of it) and the series.
+READY = "readied_at IS NULL AND parked_at IS NULL"
+Index(
+    "chronos_messages_topic_ready_idx",
+    messages.c.target_topic,
+    messages.c.deadline,
+    postgresql_where=text(f"target_topic IS NOT NULL AND {READY}"),
+)
+Index(
+    "chronos_messages_id_ready_idx",
+    messages.c.id,
+    postgresql_ops={"id": "text_pattern_ops"},
+    postgresql_where=text(READY),
+)
+Index(
+    "chronos_messages_key_ready_idx",
+    text("substring(message_key from 1 for 64)"),
+    messages.c.deadline,
+    postgresql_where=text(READY),
+)
+Index(
+    "chronos_messages_recurring_ready_idx",
+    messages.c.deadline,
+    postgresql_where=text(f"recurrence IS NOT NULL AND {READY}"),
+)
+
 # One row per cancelled id, for CHRONOS_CANCEL_TTL_MS: a schedule of that id arriving later (another
 # partition, a producer retry, a replay) is dropped. Purged in batches by the enqueue statement.
 cancels = Table(

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import NamedTuple, Protocol
 
 from chronos.protocol import Headers, ScheduledMessage
+from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
 
 
 class Outcome(Enum):
@@ -134,6 +135,8 @@ class MessageRecord:
     recurrence: str | None = None  # a series' stored rule (chronos.recurrence); None: once
     # In a listed page: the bytes (keys and stored headers) of the page up to this row.
     page_bytes: int = 0
+    tenant: str | None = None  # '' : the default tenant (None: not read, or before tenants)
+    expires_ms: int | None = None  # chronosExpires (None: CHRONOS_MAX_LATENESS_MS)
 
     def state(self, park_attempts: int) -> str:
         """``claimed`` (a node holds it), ``parked`` (not claimed until requeued) or
@@ -335,6 +338,56 @@ class Store(Protocol):
     ) -> CancelOutcome:
         """Cancel a waiting or parked message (a claimed one may be firing: CLAIMED). Leaves a
         cancel marker for ``cancel_ttl_ms`` whatever the outcome, as a Kafka cancel does."""
+        ...
+
+    def find_messages(
+        self,
+        where: MessageFilter,
+        *,
+        park_attempts: int,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        max_bytes: int | None = None,
+    ) -> list[MessageRecord]:
+        """As ``list_messages``, of the rows matching ``where`` (every state unless it names
+        one)."""
+        ...
+
+    def count_messages(
+        self, where: MessageFilter, *, park_attempts: int, count_limit: int
+    ) -> MessageCount:
+        """How many rows match ``where``: exact below ``count_limit``, else at least it."""
+        ...
+
+    def bulk_cancel(
+        self,
+        where: MessageFilter,
+        *,
+        park_attempts: int,
+        after: tuple[datetime, str] | None = None,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        batch: int = BULK_BATCH,
+    ) -> BulkBatch:
+        """One statement: up to ``batch`` matching rows after the cursor are cancelled as
+        ``cancel_message`` cancels one (unclaimed: deleted; claimed: a series ends with the
+        occurrence in flight; each gets a cancel marker)."""
+        ...
+
+    def bulk_reschedule(
+        self,
+        where: MessageFilter,
+        *,
+        park_attempts: int,
+        after: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        deadline: datetime | None = None,
+        shift_ms: int | None = None,
+        fire_now: bool = False,
+        batch: int = BULK_BATCH,
+    ) -> BulkBatch:
+        """One statement: up to ``batch`` matching waiting rows after the cursor and inserted
+        (or last moved) at or before ``since`` move to ``deadline``, by ``shift_ms`` or to now
+        (``fire_now``: rows not yet due); exactly one of the three."""
         ...
 
     def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome: ...

@@ -45,6 +45,7 @@ from chronos.store import (
 from chronos.testing.clock import ManualClock
 from chronos.testing.kafka import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.testing.memory_admin import InMemoryAdmin
+from chronos.testing.memory_find import InMemoryFind
 from chronos.testing.memory_rows import NodeRow, StoredRow, check_uuid, refused
 
 __all__ = [
@@ -63,7 +64,7 @@ _LAST_ERROR_LENGTH = 500  # chronos_messages.last_error is varchar(500)
 # ------------------------------------------------------------------------------------ store
 
 
-class InMemoryStore(InMemoryAdmin):
+class InMemoryStore(InMemoryAdmin, InMemoryFind):
     """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock.
 
     ``clock`` returns the "database" time (timezone-aware); every comparison the SQL makes with

@@ -146,6 +146,8 @@ class InMemoryAdmin:
             value=row.value if include_value else None,
             parked_at=row.parked_at,
             recurrence=row.recurrence,
+            tenant=row.tenant,
+            expires_ms=row.expires_ms,
         )
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:

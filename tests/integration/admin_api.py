@@ -106,10 +106,14 @@ def node_settings(database_url: str, token: str = TOKEN, **overrides: Any) -> Se
 
 
 def serve(
-    database_url: str, token: str = TOKEN, application_name: str = "chronos-admin-test"
+    database_url: str,
+    token: str = TOKEN,
+    application_name: str = "chronos-admin-test",
+    **overrides: Any,
 ) -> Api:
-    """An HTTP server started as a node starts it, on a PostgresStore of ``database_url``."""
-    settings = node_settings(database_url, token)
+    """An HTTP server started as a node starts it, on a PostgresStore of ``database_url``
+    (``overrides``: settings)."""
+    settings = node_settings(database_url, token, **overrides)
     store = PostgresStore(database_url, application_name=application_name)
     state = FakeState(settings.node_id)
     server = start_http_server(settings, state, store)

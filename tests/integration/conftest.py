@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -34,8 +35,8 @@ def start_api() -> Iterator[Callable[..., Api]]:
     started is shut down after the test."""
     started: list[Api] = []
 
-    def start(database_url: str, token: str = TOKEN) -> Api:
-        api = serve(database_url, token)
+    def start(database_url: str, token: str = TOKEN, **overrides: Any) -> Api:
+        api = serve(database_url, token, **overrides)
         started.append(api)
         return api
 

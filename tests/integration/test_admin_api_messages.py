@@ -48,15 +48,19 @@ def test_get_message_shows_state_bytes_and_headers(api: Api) -> None:
         "attempts": 0,
         "last_error": None,
         "target_topic": None,
+        "tenant": "",
+        "expires_ms": None,
         "enqueued_at": body["enqueued_at"],
         "key": base64.b64encode(b"\x01key").decode(),
+        "key_text": None,
         "headers": [
-            {"name": "trace", "value": base64.b64encode(b"\x00\xffbin").decode()},
-            {"name": "empty", "value": None},
-            {"name": "trace", "value": base64.b64encode(b"second").decode()},
+            {"name": "trace", "value": base64.b64encode(b"\x00\xffbin").decode(), "text": None},
+            {"name": "empty", "value": None, "text": None},
+            {"name": "trace", "value": base64.b64encode(b"second").decode(), "text": "second"},
         ],
         "value_size": 1000,
         "recurrence": None,
+        "value_preview": {"hex": "00" * 1000, "truncated": False},
     }
     status, body = api.get("/admin/v1/messages/m1?include_value=true")
     assert base64.b64decode(body["value"]) == b"\x00" * 1000
@@ -191,6 +195,13 @@ def test_a_recurring_message_shows_its_rule_and_its_next_occurrence(api: Api) ->
         "time_zone": "Europe/Paris",
         "until": "2031-12-31T00:00:00Z",
         "missed": "latest",
+        "next": [  # the next occurrences, weekdays at 09:00 in Paris
+            "2031-05-06T07:00:00Z",
+            "2031-05-07T07:00:00Z",
+            "2031-05-08T07:00:00Z",
+            "2031-05-09T07:00:00Z",
+            "2031-05-12T07:00:00Z",
+        ],
     }
     status, page = api.get("/admin/v1/messages?" + urlencode({"limit": 10}))
     assert {m["id"]: m["recurrence"] is not None for m in page["messages"]} == {

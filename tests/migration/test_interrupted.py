@@ -49,6 +49,10 @@ def leave_invalid_index(url: str, name: str, column: str) -> None:
         ("0003", "0002", "chronos_messages_claimed_by_idx"),
         ("0004", "0003", "chronos_messages_ready_idx"),
         ("0006", "0005", "chronos_messages_tenant_ready_idx"),
+        ("0008", "0007", "chronos_messages_topic_ready_idx"),
+        ("0008", "0007", "chronos_messages_id_ready_idx"),
+        ("0008", "0007", "chronos_messages_key_ready_idx"),
+        ("0008", "0007", "chronos_messages_recurring_ready_idx"),
     ],
 )
 def test_a_migration_interrupted_in_its_index_build_runs_again_and_finishes(

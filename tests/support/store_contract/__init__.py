@@ -20,6 +20,7 @@ from tests.support.store_contract.admin import AdminContract
 from tests.support.store_contract.claim import ClaimContract
 from tests.support.store_contract.common import FAR, HORIZON, Harness, claims, msg, node
 from tests.support.store_contract.enqueue import EnqueueContract
+from tests.support.store_contract.find import FindContract
 from tests.support.store_contract.recovery import RecoveryContract
 from tests.support.store_contract.release import ReleaseContract
 from tests.support.store_contract.series import SeriesContract
@@ -34,6 +35,7 @@ class StoreContract(
     SeriesContract,
     RecoveryContract,
     AdminContract,
+    FindContract,
 ):
     """Every part of the store contract but actions and tenants. Subclasses provide a
     ``harness`` fixture."""

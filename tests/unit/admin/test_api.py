@@ -253,7 +253,7 @@ def test_reschedule_takes_post_only_needs_the_token_and_is_in_the_spec() -> None
     assert status == 401 and "WWW-Authenticate" in extra
     assert h.call("POST", "/admin/v1/messages/m0/reschedule", "x=1", body=when)[0] == 400
     operation = SPEC["paths"]["/admin/v1/messages/{id}/reschedule"]["post"]
-    assert set(operation["responses"]) == {"200", "400", "401", "404", "409", "503"}
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "404", "409", "503"}
     assert operation.get("security", SPEC["security"]) == SPEC["security"]
 
 

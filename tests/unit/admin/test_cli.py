@@ -324,3 +324,97 @@ def test_hostile_ids_cannot_forge_rows_or_reach_the_terminal_raw(
     assert status == 0 and "\x1b" not in out and "\\x1b" in out
     status, _, err = run(capsys, node, "cancel", "gone\x1b[31m")
     assert status == 1 and "\x1b" not in err
+
+
+# ------------------------------------------------------------------- filters and bulk actions
+
+
+def _with_tenants(node: Node) -> None:
+    base = datetime.now(UTC) + timedelta(hours=2)
+    node.store.enqueue(
+        [
+            ScheduledMessage(
+                f"acme-{i}", base + timedelta(seconds=i), b"user:1", b"v", [], tenant="acme"
+            )
+            for i in range(3)
+        ],
+        0,
+    )
+
+
+def test_list_takes_the_filter_flags(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    _with_tenants(node)
+    status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count", "--json")
+    page = as_json(out)
+    assert status == 0 and [m["id"] for m in page["messages"]] == ["acme-0", "acme-1", "acme-2"]
+    assert (page["count"], page["count_exact"]) == (3, True)
+    second = page["messages"][1]["deadline"]
+    for flags, expected in (
+        (["--id-prefix", "acme-1"], ["acme-1"]),
+        (
+            [
+                "--key",
+                "user:1",
+                "--to",
+                second,
+            ],
+            ["acme-0"],
+        ),
+        (["--key-prefix", "user:"], ["acme-0", "acme-1", "acme-2"]),
+        (["--recurring"], []),
+        (
+            ["--no-recurring", "--tenant", "acme", "--state", "waiting"],
+            ["acme-0", "acme-1", "acme-2"],
+        ),
+        (["--topic", "nowhere"], []),
+    ):
+        status, out, _ = run(capsys, node, "list", *flags, "--json")
+        assert status == 0 and [m["id"] for m in as_json(out)["messages"]] == expected, flags
+    status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count")
+    assert out.splitlines()[0].split()[:5] == ["ID", "STATE", "DEADLINE", "TENANT", "KEY_TEXT"]
+    assert "user:1" in out and out.rstrip().endswith("matching: 3")
+
+
+def test_cancel_by_filter_with_a_dry_run_first(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _with_tenants(node)
+    status, out, _ = run(capsys, node, "cancel", "--tenant", "acme", "--dry-run")
+    assert (status, out.strip()) == (0, "3 messages match")
+    assert len(node.store.list_messages(state=None, park_attempts=2, limit=100)) == 8
+    status, out, _ = run(capsys, node, "cancel", "--tenant", "acme")
+    assert (status, out.strip()) == (0, "cancelled 3")
+    assert len(node.store.list_messages(state=None, park_attempts=2, limit=100)) == 5
+    status, out, _ = run(capsys, node, "cancel", "--tenant", "acme", "--json")
+    assert status == 0 and as_json(out)["cancelled"] == 0
+
+
+def test_reschedule_by_filter(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    _with_tenants(node)
+    before = as_json(run(capsys, node, "get", "acme-0", "--json")[1])["deadline"]
+    status, out, _ = run(capsys, node, "reschedule", "--tenant", "acme", "--shift", "-60")
+    assert (status, out.strip()) == (0, "rescheduled 3")
+    after = as_json(run(capsys, node, "get", "acme-0", "--json")[1])["deadline"]
+    shift = datetime.fromisoformat(before) - datetime.fromisoformat(after)
+    assert shift == timedelta(minutes=1)
+    status, out, _ = run(capsys, node, "reschedule", "--id-prefix", "acme-", "--now", "--dry-run")
+    assert (status, out.strip()) == (0, "3 messages match")
+    status, out, _ = run(capsys, node, "reschedule", "--id-prefix", "acme-", "--now")
+    assert (status, out.strip()) == (0, "rescheduled 3")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["cancel"], "filter flags"),
+        (["cancel", "m1", "--tenant", "acme"], "not both"),
+        (["cancel", "--state", "parked"], "filter flags"),
+        (["reschedule", "--tenant", "acme", "--in", "5"], "--in"),
+        (["reschedule", "m1", "--now"], "--now"),
+    ],
+)
+def test_an_id_or_a_filter_is_needed_exit_2(
+    node: Node, argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(capsys, node, *argv)
+    assert status == 2 and named in err and "Traceback" not in err

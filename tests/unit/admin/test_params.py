@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from chronos.admin import api as admin
+from chronos.admin import access
+from chronos.admin import filters as admin_filters
 from chronos.admin import params as admin_params
 from chronos.admin.params import ApiError
 from tests.unit.admin.helpers import TOKEN
@@ -88,14 +89,14 @@ def test_an_altered_cursor_is_refused_or_points_elsewhere_never_crashes() -> Non
 )
 def test_auth_refuses_a_missing_or_wrong_token_with_401(header: str | None) -> None:
     with pytest.raises(ApiError) as err:
-        admin.check_auth(header, TOKEN)
+        access.check_auth(header, TOKEN)
     assert err.value.status == 401
     assert err.value.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 @pytest.mark.parametrize("header", [f"Bearer {TOKEN}", f"bearer {TOKEN}", f"BEARER  {TOKEN} "])
 def test_auth_accepts_the_token_whatever_the_scheme_case(header: str) -> None:
-    admin.check_auth(header, TOKEN)
+    access.check_auth(header, TOKEN)
 
 
 def test_auth_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,8 +106,8 @@ def test_auth_compares_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None
         calls.append((a, b))
         return a == b
 
-    monkeypatch.setattr("chronos.admin.api.hmac.compare_digest", compare)
-    admin.check_auth(f"Bearer {TOKEN}", TOKEN)
+    monkeypatch.setattr("chronos.admin.access.hmac.compare_digest", compare)
+    access.check_auth(f"Bearer {TOKEN}", TOKEN)
     assert calls == [(TOKEN.encode(), TOKEN.encode())]
 
 
@@ -200,11 +201,11 @@ def test_message_ids_are_percent_decoded_and_checked() -> None:
 
 def test_list_parameters() -> None:
     cursor = admin_params.encode_cursor(datetime(2030, 1, 1, tzinfo=UTC), "m")
-    p = admin_params.parse_list_params(
+    p = admin_filters.parse_list_params(
         f"state=parked&deadline_from=2030-01-01T00:00:00Z&limit=7&cursor={cursor}"
     )
-    assert (p.state, p.limit, p.deadline_to) == ("parked", 7, None)
-    assert p.deadline_from == datetime(2030, 1, 1, tzinfo=UTC)
+    assert (p.where.state, p.limit, p.where.deadline_to) == ("parked", 7, None)
+    assert p.where.deadline_from == datetime(2030, 1, 1, tzinfo=UTC)
     assert p.after == (datetime(2030, 1, 1, tzinfo=UTC), "m")
     with pytest.raises(ApiError):
-        admin_params.parse_list_params("state=ready")
+        admin_filters.parse_list_params("state=ready")

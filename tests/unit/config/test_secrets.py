@@ -50,6 +50,7 @@ def test_every_setting_is_declared_once_as_a_field() -> None:
         "database_url",
         "migration_database_url",
         "admin_token",
+        "admin_read_token",
     }
 
 
