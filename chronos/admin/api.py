@@ -32,6 +32,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from chronos.admin.audit import AdminAudit
 from chronos.admin.params import (
     ApiError,
     encode_cursor,
@@ -244,6 +245,7 @@ class AdminAPI:
         self.store = store
         self.token = settings.admin_token.reveal() if settings.admin_token else ""
         self.parked_at = park_after(settings)
+        self.audit = AdminAudit(settings)  # CHRONOS_AUDIT_TOPIC: writes recorded by whom
 
     @property
     def enabled(self) -> bool:
@@ -374,6 +376,7 @@ class AdminAPI:
             client,
             extra={"event": "message_cancelled", "message_id": message_id},
         )
+        self.audit.message("cancelled", message_id, client)
         return 204, "application/json", b"", {}
 
     def requeue_message(self, message_id: str, query: str, client: str) -> Response:
@@ -392,6 +395,7 @@ class AdminAPI:
             client,
             extra={"event": "message_requeued", "message_id": message_id},
         )
+        self.audit.message("requeued", message_id, client)
         return 204, "application/json", b"", {}
 
     def reschedule_message(self, message_id: str, query: str, raw: bytes, client: str) -> Response:
@@ -422,6 +426,7 @@ class AdminAPI:
             client,
             extra={"event": "message_rescheduled", "message_id": message_id},
         )
+        self.audit.message("rescheduled", message_id, client, deadline=record.deadline.timestamp())
         return _json(200, message_json(record, self.parked_at, include_value=False))
 
     def list_messages(self, query: str) -> Response:
