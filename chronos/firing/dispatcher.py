@@ -203,8 +203,10 @@ class Dispatcher:
         deadline = self.monotonic() + timeout
         while self.in_flight and self.monotonic() < deadline:
             self.publisher.poll(0.05)
-        if self.audit is not None and self.audit.write():
-            self.publisher.flush(max(0.0, min(1.0, deadline - self.monotonic())))
+        if self.audit is not None:  # the audit records of what was delivered: briefly
+            self.audit.write()
+            if self.audit.outstanding:
+                self.publisher.flush(max(0.0, min(1.0, deadline - self.monotonic())))
 
     def _produce(self, timer: Timer) -> None:
         row = timer.row
