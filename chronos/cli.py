@@ -6,8 +6,9 @@ chronos dev        the whole system on one machine: embedded Postgres, embedded 
                    broker, migrations, topics and N nodes (each its own process)
 chronos schedule   publish a message (or a series) to the input topic (chronos.produce)
 chronos reschedule replace a waiting message; chronos cancel ID cancels one
-chronos tail       print what arrives on the output (or dead-letter) topic: each record's own
-                   timestamp and type, and its lateness when the relay header carries the instant
+chronos tail       print what arrives on the output (or dead-letter, or audit) topic: each
+                   record's own timestamp and type, and its lateness when the relay header
+                   carries the instant
 chronos admin      the admin API from the command line (chronos.admin.cli)
 chronos import     schedule every row of a JSON Lines or Parquet file
 """

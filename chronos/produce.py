@@ -12,7 +12,7 @@ chronos schedule [--at INSTANT | --in DURATION] [--every DURATION | --cron EXPR]
                  [--key KEY] [--value VALUE] [--count N]
 chronos reschedule ID  (the same options but --count)
 chronos cancel ID [--key KEY]
-chronos tail [--dead-letter] [--from-beginning] [--max N]
+chronos tail [--dead-letter | --audit] [--from-beginning] [--max N]
 
 A duration is seconds (``90``, ``1.5``), a number with a unit (``500ms``, ``30s``, ``5m``,
 ``2h``, ``1d``) or ISO-8601 (``PT5M``); an instant is ISO-8601 (no offset: UTC).
@@ -127,16 +127,24 @@ def add_parsers(sub: Any) -> None:
 
     tail = sub.add_parser(
         "tail",
-        help="print records arriving on the output (or dead-letter) topic",
+        help="print records arriving on the output (or dead-letter, or audit) topic",
         description="Print each record: its own timestamp and type (CreateTime: when the node "
         "handed it to its producer; LogAppendTime: when the broker wrote it), and its lateness "
         "against the scheduled instant when CHRONOS_RELAY_DEADLINE_HEADER names the header "
-        "that carries it.",
+        "that carries it. With --audit: each audit event, one JSON object a line.",
     )
-    tail.add_argument("--dead-letter", action="store_true", help="tail the dead-letter topic")
+    which = tail.add_mutually_exclusive_group()
+    which.add_argument("--dead-letter", action="store_true", help="tail the dead-letter topic")
+    which.add_argument(
+        "--audit",
+        action="store_true",
+        help="tail the audit topic (CHRONOS_AUDIT_TOPIC): one JSON event a line",
+    )
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
     tail.add_argument("--max", type=int, default=0, help="stop after this many records")
-    _kafka_arguments(tail, "output_topic", "dead_letter_topic", "relay_deadline_header")
+    _kafka_arguments(
+        tail, "output_topic", "dead_letter_topic", "relay_deadline_header", "audit_topic"
+    )
 
 
 def _kafka_arguments(parser: argparse.ArgumentParser, *names: str) -> None:
@@ -374,6 +382,10 @@ def tail(config: settings.Settings, args: argparse.Namespace) -> int:
     from chronos.kafka.config import tail_consumer_config
 
     topic = config.dead_letter_topic if args.dead_letter else config.output_topic
+    if args.audit:
+        topic = config.audit_topic
+        if not topic:
+            raise ConfigError("CHRONOS_AUDIT_TOPIC is empty: name the audit topic to tail")
     if not topic:
         raise ConfigError("CHRONOS_DEAD_LETTER_TOPIC is empty: there is no dead-letter topic")
     consumer = Consumer(tail_consumer_config(config, f"chronos-tail-{uuid.uuid4()}"))
@@ -390,6 +402,9 @@ def tail(config: settings.Settings, args: argparse.Namespace) -> int:
             if record is None or record.error() is not None:
                 continue
             seen += 1
+            if args.audit:  # the event as written: JSON, for people and for jq alike
+                print((record.value() or b"").decode(errors="replace"), flush=True)
+                continue
             pairs = cast(list[tuple[str, bytes | None]], record.headers() or [])
             headers = ", ".join(
                 f"{k}={v.decode(errors='replace') if v is not None else None}" for k, v in pairs

@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any
 
 from chronos.admin.access import Caller, Tokens
+from chronos.admin.audit import AdminAudit
 from chronos.admin.bulk import BulkActions
 from chronos.admin.filters import parse_list_params
 from chronos.admin.params import (
@@ -115,7 +116,8 @@ class AdminAPI:
         self.store = store
         self.tokens = Tokens.of(settings)
         self.parked_at = park_after(settings)
-        self.bulk = BulkActions(settings, store, self.parked_at)
+        self.audit = AdminAudit(settings)  # CHRONOS_AUDIT_TOPIC: writes recorded by whom
+        self.bulk = BulkActions(settings, store, self.parked_at, self.audit)
 
     @property
     def enabled(self) -> bool:
@@ -271,6 +273,7 @@ class AdminAPI:
             who,
             extra={"event": "message_cancelled", "message_id": message_id},
         )
+        self.audit.message("cancelled", message_id, who)
         return 204, "application/json", b"", {}
 
     def requeue_message(self, message_id: str, query: str, who: str) -> Response:
@@ -289,6 +292,7 @@ class AdminAPI:
             who,
             extra={"event": "message_requeued", "message_id": message_id},
         )
+        self.audit.message("requeued", message_id, who)
         return 204, "application/json", b"", {}
 
     def reschedule_message(self, message_id: str, query: str, raw: bytes, who: str) -> Response:
@@ -319,6 +323,7 @@ class AdminAPI:
             who,
             extra={"event": "message_rescheduled", "message_id": message_id},
         )
+        self.audit.message("rescheduled", message_id, who, deadline=record.deadline.timestamp())
         whole = self.store.get_message(message_id, include_value=True)  # as GET answers it
         return _json(200, record_json(whole or record, self.parked_at, include_value=False))
 

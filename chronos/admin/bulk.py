@@ -20,8 +20,10 @@ import dataclasses
 import json
 import logging
 import time
+from base64 import b64encode
 from typing import Any
 
+from chronos.admin.audit import AdminAudit
 from chronos.admin.filters import Resume, encode_resume, parse_bulk_params
 from chronos.admin.params import MAX_DELAY_MS, ApiError, format_timestamp, parse_timestamp
 from chronos.config.settings import Settings
@@ -31,6 +33,23 @@ log = logging.getLogger(__name__)
 
 BULK_BUDGET_S = 5.0  # a request's batches stop starting after this long (resume to go on)
 DRY_RUN_COUNT_LIMIT = 1_000_000  # a dry run counts exactly up to this many rows
+
+
+def filter_json(where: MessageFilter) -> dict[str, Any]:
+    """The filter's given fields as JSON values (bytes as base64, instants as RFC 3339): the
+    target of a bulk action's audit record."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(where):
+        value = getattr(where, f.name)
+        if value is None or value is False:
+            continue
+        if isinstance(value, bytes):
+            out[f.name] = b64encode(value).decode("ascii")
+        elif hasattr(value, "isoformat"):
+            out[f.name] = format_timestamp(value)
+        else:
+            out[f.name] = value
+    return out
 
 
 def describe(where: MessageFilter) -> str:
@@ -79,10 +98,13 @@ class BulkActions:
 
     ACTIONS = ("cancel", "reschedule")
 
-    def __init__(self, settings: Settings, store: Store, parked_at: int) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, parked_at: int, audit: AdminAudit | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
         self.parked_at = parked_at
+        self.audit = audit  # CHRONOS_AUDIT_TOPIC: one "bulk" record per request that acted
 
     def run(self, action: str, query: str, raw: bytes, who: str) -> tuple[int, dict[str, Any]]:
         p = parse_bulk_params(query, self.settings.output_topic)
@@ -135,6 +157,14 @@ class BulkActions:
             "" if after is None else " (stopped at its time budget: to be resumed)",
             extra={"event": "admin_bulk_cancel", "by": who, "cancelled": cancelled},
         )
+        if self.audit is not None:
+            self.audit.operator(
+                "bulk",
+                who,
+                filter_json(where),
+                count=cancelled,
+                details={"action": "cancel", "claimed": claimed, "complete": after is None},
+            )
         return {
             "action": "cancel",
             "dry_run": False,
@@ -181,6 +211,14 @@ class BulkActions:
             "" if after is None else " (stopped at its time budget: to be resumed)",
             extra={"event": "admin_bulk_reschedule", "by": who, "rescheduled": moved},
         )
+        if self.audit is not None:
+            self.audit.operator(
+                "bulk",
+                who,
+                filter_json(where),
+                count=moved,
+                details={"action": "reschedule", "move": how, "complete": after is None},
+            )
         return {
             "action": "reschedule",
             "dry_run": False,

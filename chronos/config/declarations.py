@@ -219,6 +219,14 @@ class Settings:
         str.lower,
         choices=("dead-letter", "drop"),
     )
+    audit_topic: str = setting(
+        "",
+        "topic that receives one JSON record per outcome (fired, cancelled, rescheduled, "
+        "requeued, expired, dead-lettered; schema chronos/observability/audit.schema.json), "
+        "best effort at least once: an audit record that cannot be written is counted and "
+        "logged, never a reason to hold back a fired record; empty: off",
+        _optional_topic,
+    )
     dead_letter_timeout_ms: int = setting(
         60_000,
         "how long intake retries a dead letter the broker refuses before it parks the input "

@@ -137,5 +137,9 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
         raise ConfigError("CHRONOS_INPUT_TOPIC and CHRONOS_OUTPUT_TOPIC must differ")
     if settings.dead_letter_topic in topics:
         raise ConfigError("CHRONOS_DEAD_LETTER_TOPIC must differ from the input and output topics")
+    if settings.audit_topic and settings.audit_topic in {*topics, settings.dead_letter_topic}:
+        raise ConfigError(
+            "CHRONOS_AUDIT_TOPIC must differ from the input, output and dead-letter topics"
+        )
     if not settings.kafka_bootstrap_servers:
         raise ConfigError("CHRONOS_KAFKA_BOOTSTRAP_SERVERS must not be empty")

@@ -18,7 +18,8 @@ from chronos.cluster.leadership import Leadership
 from chronos.config.policy import expiry_limit_ms, expiry_limit_text, should_dead_letter
 from chronos.config.settings import Settings
 from chronos.kafka import Publisher
-from chronos.observability import metrics
+from chronos.kafka.audit import audit_trail
+from chronos.observability import audit, metrics
 from chronos.protocol import dead_letter_headers, relay_headers
 from chronos.recurrence import COUNT_LIMIT, decode
 from chronos.runtime.faults import fault_point
@@ -79,6 +80,10 @@ class Dispatcher:
         self.stopping = threading.Event()
         self.alive_at = time.monotonic()  # start of the latest dispatcher iteration (liveness)
         self._seq = 0
+        # The audit trail (CHRONOS_AUDIT_TOPIC): events queued by the delivery reports, produced
+        # by this thread after each poll, on this producer.
+        self.audit = audit_trail(settings, publisher)
+        self.node_id = settings.node_id
 
     # -- called from the loop thread ------------------------------------------------------
 
@@ -151,7 +156,7 @@ class Dispatcher:
         while not self.stopping.is_set():
             self.alive_at = time.monotonic()
             self.fire_due()
-            self.publisher.poll(0)
+            self.serve_reports()
             with self.cond:
                 if self.stopping.is_set():
                     break
@@ -162,6 +167,13 @@ class Dispatcher:
                     wait = min(wait, 0.005)  # serve delivery reports promptly
                 if wait > 0:
                     self.cond.wait(wait)
+
+    def serve_reports(self) -> None:
+        """Serve the delivery reports that have arrived, then produce the audit events they
+        queued (in one batch, beside the fired records)."""
+        self.publisher.poll(0)
+        if self.audit is not None and self.audit.queued:
+            self.audit.write()
 
     def fire_due(self) -> None:
         now = self.monotonic()
@@ -191,6 +203,10 @@ class Dispatcher:
         deadline = self.monotonic() + timeout
         while self.in_flight and self.monotonic() < deadline:
             self.publisher.poll(0.05)
+        if self.audit is not None:  # the audit records of what was delivered: briefly
+            self.audit.write()
+            if self.audit.outstanding:
+                self.publisher.flush(max(0.0, min(1.0, deadline - self.monotonic())))
 
     def _produce(self, timer: Timer) -> None:
         row = timer.row
@@ -248,6 +264,35 @@ class Dispatcher:
             self.delivered.append(timer)
         if not self.outcome_ready.is_set():
             self.outcome_ready.set()
+        if self.audit is not None:
+            self._audit(timer, None)
+
+    def _audit(self, timer: Timer, position: tuple[str, int, int] | None) -> None:
+        """Queue the audit event of a delivered (or dropped) timer."""
+        row = timer.row
+        assert self.audit is not None
+        if timer.dead_letter:
+            reason = timer.reason
+            if reason == "publish_failed":
+                reason = f"publishing failed {row.attempts} times: {row.last_error or 'unknown'}"
+            else:
+                reason = f"{timer.lateness * 1000:.0f} ms late, past its expiry"
+            event = audit.dead_lettered(
+                self.node_id,
+                row.id,
+                row.tenant,
+                row.deadline,
+                row.deadline + timer.lateness,
+                timer.reason,
+                reason,
+                position,
+            )
+        else:
+            assert position is not None
+            event = audit.fired(
+                self.node_id, row.id, row.tenant, row.deadline, timer.lateness, *position
+            )
+        self.audit.add(event)
 
     def _report(self, timer: Timer, err: KafkaError | None) -> None:
         """A delivery report (served by the publisher's poll, on the thread that polls)."""
@@ -259,6 +304,11 @@ class Dispatcher:
                 self.failed.append((timer, err))
         if not self.outcome_ready.is_set():  # set() takes a lock: once per batch of reports
             self.outcome_ready.set()
+        if err is None and self.audit is not None:
+            partition, offset = self.publisher.position
+            topic = self.settings.dead_letter_topic if timer.dead_letter else None
+            topic = topic or timer.row.target_topic or self.output_topic
+            self._audit(timer, (topic, partition, offset))
         if err is None and timer.dead_letter:
             row = timer.row
             metrics.DEAD_LETTERED.labels(timer.reason).inc()

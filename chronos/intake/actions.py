@@ -17,10 +17,12 @@ cancel) logged; none of them is an error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from chronos.observability import metrics
+from chronos.kafka.audit import AuditTrail
+from chronos.observability import audit, metrics
 from chronos.protocol import Action, ScheduledMessage
 from chronos.store import Outcome
 
@@ -94,3 +96,37 @@ def report(messages: Sequence[ScheduledMessage], outcomes: Sequence[Outcome | st
                 message.id,
                 extra={"event": "action_" + outcome.value, "message_id": message.id},
             )
+
+
+_AUDITED = {Outcome.CANCELLED: audit.CANCELLED, Outcome.RESCHEDULED: audit.RESCHEDULED}
+
+
+def audit_actions(
+    trail: AuditTrail,
+    node: str,
+    messages: Sequence[ScheduledMessage],
+    sources: Sequence[S],
+    outcomes: Sequence[Outcome | str],
+    where: Callable[[S], str],
+) -> None:
+    """Queue the audit events of the cancels and reschedules a durable batch applied (``by``
+    the chronosAction record's topic/partition/offset) and write them."""
+    now = time.time()
+    for message, source, outcome in zip(messages, sources, outcomes, strict=True):
+        event = _AUDITED.get(outcome) if isinstance(outcome, Outcome) else None
+        if event is None:
+            continue
+        deadline = message.deadline.timestamp() if event == audit.RESCHEDULED else None
+        trail.add(
+            audit.action(
+                event,
+                node,
+                message.id,
+                now,
+                via=audit.VIA_KAFKA,
+                by=where(source),
+                tenant=message.tenant,
+                deadline=deadline,
+            )
+        )
+    trail.write()

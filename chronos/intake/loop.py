@@ -40,12 +40,13 @@ from confluent_kafka import (
 from chronos.config.policy import expiry_limit_ms, expiry_limit_text
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
-from chronos.intake.actions import ACTION_OUTCOMES, Folded, report
+from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, report
 from chronos.intake.gaps import OffsetGaps
 from chronos.intake.quarantine import HeaderProbe
-from chronos.intake.records import Pending, Prepared
+from chronos.intake.records import Pending, Prepared, position
 from chronos.intake.settlement import Settlement, dead_letter
 from chronos.kafka import Publisher
+from chronos.kafka.audit import audit_trail
 from chronos.kafka.consumer_lag import record_consumer_stats
 from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA
@@ -94,6 +95,7 @@ class IntakeLoop(Loop):
         )
         self.assigned: set[tuple[str, int]] = set()
         self.settlement = Settlement(settings, publisher, self.wait)
+        self.audit, self.node = audit_trail(settings, publisher), settings.node_id
         self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
@@ -368,15 +370,9 @@ class IntakeLoop(Loop):
             enqueued = 0
             for message, source, outcome in zip(valid, sources, outcomes, strict=True):
                 if isinstance(outcome, str):  # the database refused this message's data
+                    rejection = Rejection("database_refused", outcome)
                     record, headers = source
-                    where = f"{record.topic()}/{record.partition()}/{record.offset()}"
-                    dl = dead_letter(
-                        self.settings,
-                        record,
-                        headers,
-                        Rejection("database_refused", outcome),
-                        where,
-                    )
+                    dl = dead_letter(self.settings, record, headers, rejection, position(source))
                     if dl is not None:
                         pending.append(dl)
                 elif outcome is Outcome.INSERTED:
@@ -403,13 +399,15 @@ class IntakeLoop(Loop):
                                 self.settings.relay_deadline_header,
                             ),
                             "direct",
-                            source=f"{record.topic()}/{record.partition()}/{record.offset()}",
+                            source=position(source),
                         )
                     )
                 else:
                     duplicates += 1
             metrics.ENQUEUED.inc(enqueued)
             report(valid, outcomes)
+            if self.audit is not None:
+                audit_actions(self.audit, self.node, valid, sources, outcomes, position)
         metrics.CONSUMED.inc(consumed)
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)

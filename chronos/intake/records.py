@@ -8,9 +8,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from chronos.protocol import DEAD_LETTER_REDUCED_HEADER, Headers
+
+
+def position(source: tuple[Message, Any]) -> str:
+    """An input record's topic/partition/offset (``source``: the record and its headers)."""
+    record = source[0]
+    return f"{record.topic()}/{record.partition()}/{record.offset()}"
 
 
 @dataclass(slots=True)

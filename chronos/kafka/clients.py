@@ -35,7 +35,11 @@ ABANDON_FLUSH_SECONDS = 0.5
 
 
 class Publisher(Protocol):
-    """What the loops need from a producer."""
+    """What the loops need from a producer. ``position``: the partition and offset of the
+    record whose delivery report is being served, read inside a delivery callback ((-1, -1)
+    when unknown)."""
+
+    position: tuple[int, int]
 
     def produce(
         self,
@@ -96,6 +100,7 @@ class KafkaPublisher:
         # after an idle minute is not a stuck producer.
         self._stuck_after = 2 * int(self._config.get("delivery.timeout.ms", 300000)) / 1000
         self._failing_since: float | None = None
+        self.position = (-1, -1)
 
     def _on_error(self, err: KafkaError) -> None:
         if breaks_producer(err):
@@ -176,7 +181,7 @@ class KafkaPublisher:
         pending: dict[int, DeliveryCallback],
         token: int,
         err: KafkaError | None,
-        _msg: Message | None,
+        msg: Message | None,
     ) -> None:
         """The delivery report of one record (``pending``: the callbacks of the producer it was
         produced on)."""
@@ -186,6 +191,8 @@ class KafkaPublisher:
         if err is None:
             self._failing_since = None
             KAFKA.succeeded()
+            if msg is not None:
+                self.position = (msg.partition() or 0, msg.offset() or 0)
         elif breaks_producer(err):
             self._broken = err
         elif not is_permanent(err):  # a refusal of the record says the broker is fine

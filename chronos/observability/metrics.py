@@ -35,6 +35,17 @@ DROPPED = Counter(
     "CHRONOS_MAX_LATENESS_MS with CHRONOS_EXPIRED_ACTION=drop (reason expired)",
     ["reason"],
 )
+AUDIT_RECORDS = Counter(
+    "chronos_audit_records_total",
+    "Audit records written to CHRONOS_AUDIT_TOPIC (delivery confirmed), by event type",
+    ["event"],
+)
+AUDIT_DROPPED = Counter(
+    "chronos_audit_dropped_total",
+    "Audit records not written (best effort: the outcome itself went ahead): 'refused' (the "
+    "broker refused or timed out), 'backlog' (too many audit records awaiting a report)",
+    ["reason"],
+)
 DUPLICATES = Counter(
     "chronos_duplicate_messages_total", "Records ignored because their id was already scheduled"
 )

@@ -44,6 +44,7 @@ class ProducedRecord:
     error: KafkaError | None = None
     reported: bool = False  # whether its delivery callback has been served
     on_delivery: DeliveryCallback | None = field(default=None, repr=False)
+    offset: int = 0  # its place among the records produced to its topic (from 0)
 
 
 Decision = Callable[[ProducedRecord], KafkaError | None]
@@ -81,6 +82,8 @@ class FakePublisher:
         self.records: list[ProducedRecord] = []
         self._fail_next: list[KafkaError] = []
         self._cond = threading.Condition(threading.RLock())
+        self.position = (-1, -1)  # (0, record.offset) in a callback
+        self._offsets: dict[str, int] = {}
 
     # -- test controls ---------------------------------------------------------------------------
 
@@ -143,6 +146,8 @@ class FakePublisher:
             on_delivery=on_delivery,
         )
         with self._cond:
+            record.offset = self._offsets.get(topic, 0)
+            self._offsets[topic] = record.offset + 1
             self.records.append(record)
             if self._fail_next:
                 record.status, record.error = FAILED, self._fail_next.pop(0)
@@ -165,6 +170,8 @@ class FakePublisher:
                 record.reported = True
         for record in ready:  # callbacks run outside the lock, like librdkafka's
             if record.on_delivery is not None:
+                if record.error is None:
+                    self.position = (0, record.offset)
                 record.on_delivery(record.error)
         return len(ready)
 

@@ -220,7 +220,11 @@ class Stack:
             f"bench-{name}-dead-letter",
             f"bench-{name}",
         )
-        create_topics(self.bootstrap, {t: self.partitions for t in topics.all()})
+        wanted = {t: self.partitions for t in topics.all()}
+        audit = self.node_env.get("CHRONOS_AUDIT_TOPIC")
+        if audit:  # the nodes write their audit trail there (--node-env CHRONOS_AUDIT_TOPIC=...)
+            wanted[audit] = self.partitions
+        create_topics(self.bootstrap, wanted)
         return topics
 
     def fresh_broker(self) -> None:

@@ -59,6 +59,7 @@ class AckingPublisher:
         self.produced_bytes = 0
         self.ack_delay = ack_delay
         self._pending: list[tuple[float, DeliveryCallback]] = []
+        self.position = (0, 0)
 
     def produce(
         self,

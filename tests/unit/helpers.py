@@ -65,7 +65,7 @@ class Firing:
             self.clock.advance(ms)
         self.loop.step()  # claim if it is time, finish known outcomes
         self.loop.dispatcher.fire_due()  # the dispatcher: publish due timers...
-        self.publisher.poll(0)  # ...and serve delivery reports
+        self.loop.dispatcher.serve_reports()  # ...serve delivery reports, write audit events
         self.loop.finish(force=True)  # delete delivered rows at once
 
     def run_for(self, ms: float, step_ms: float = 1) -> None:

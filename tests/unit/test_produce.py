@@ -224,6 +224,14 @@ def test_tail_prints_the_records_own_timestamp_and_lateness() -> None:
     assert produce.describe_timestamp(0, -1, headers, "chronosScheduledFor") == "no-timestamp"
 
 
+def test_tail_audit_needs_the_audit_topic(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["tail", "--audit", "--kafka-bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert "CHRONOS_AUDIT_TOPIC" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["tail", "--audit", "--dead-letter"])
+    assert exit_.value.code == 2
+
+
 def test_importing_the_client_leaves_the_database_stack_out() -> None:
     """A producer application imports chronos.client without the node's dependencies."""
     code = (

@@ -201,6 +201,15 @@ def test_validate_refuses_shared_topics() -> None:
     _valid(dead_letter_topic="").validate()  # dead-lettering off is allowed
 
 
+def test_the_audit_topic_is_off_by_default_and_never_a_topic_of_the_messages() -> None:
+    assert _valid().audit_topic == ""
+    for topic in ("chronos-input", "chronos-output", "chronos-dead-letter"):
+        with pytest.raises(ConfigError, match="CHRONOS_AUDIT_TOPIC"):
+            _valid(audit_topic=topic).validate()
+    assert _valid(audit_topic="chronos-audit").validate().audit_topic == "chronos-audit"
+    assert cli.main(["run", "--audit-topic", "bad topic!"]) == 2
+
+
 # ------------------------------------------------------------------------ secrets, passthrough
 
 

@@ -1,0 +1,101 @@
+"""CHRONOS_AUDIT_TOPIC on a real node, the real Postgres and the real broker: the audit topic
+holds one valid event per outcome — fired (at the output record's own partition and offset),
+cancelled by a chronosAction record and through the admin API (saying by whom), expired and
+dead-lettered (with their codes and where the dead letter went)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from chronos import client
+from chronos.admin.api import AdminAPI
+from chronos.config.settings import Secret
+from chronos.embedded import create_topics
+from tests.integration.nodes import Nodes, now, read
+from tests.support import Topics
+from tests.support.audit import valid_events
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "audit-token"
+
+
+@pytest.fixture
+def audit_topic(kafka_bootstrap: str, topics: Topics) -> Iterator[str]:
+    name = f"{topics.input}-audit"
+    create_topics(kafka_bootstrap, {name: 1})
+    yield name
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.delete_topics([name], operation_timeout=5).values():
+        with contextlib.suppress(Exception):  # best effort: a leftover topic is harmless
+            future.result(timeout=5)
+
+
+def test_the_audit_topic_holds_one_valid_event_per_outcome(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics, audit_topic: str
+) -> None:
+    with psycopg.connect(nodes.database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO chronos_messages (id, deadline, message_key, message_value, attempts, "
+            "last_error) VALUES ('stale', now() - interval '1 hour', 'k', 'v', 0, NULL), "
+            "('refused', now() + interval '3 seconds', 'k', 'v', 5, 'MSG_SIZE_TOO_LARGE')"
+        )
+    node = nodes.start(audit_topic=audit_topic, max_lateness_ms=60_000, admin_token=Secret(TOKEN))
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    later = now() + timedelta(minutes=5)
+    for message_id in ("fire-me", "cancel-by-kafka", "cancel-by-api"):
+        due = now() + timedelta(seconds=2) if message_id == "fire-me" else later
+        client.schedule(p, value=b"v", key=b"k", deadline=due, message_id=message_id,
+                        topic=topics.input)  # fmt: skip
+    assert p.flush(10) == 0
+    assert eventually(lambda: _waiting(nodes.database_url, "cancel-by-api"), timeout=15)
+    client.cancel(p, "cancel-by-kafka", key=b"k", topic=topics.input)
+    assert p.flush(10) == 0
+    api = AdminAPI(node.settings, node.store)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    answer = api.handle("DELETE", "/admin/v1/messages/cancel-by-api", "", auth, client="10.0.0.7")
+    assert answer is not None and answer[0] == 204
+
+    records = read(kafka_bootstrap, audit_topic, 1, 5, timeout=30)
+    events = {(e["event"], e["id"]): e for e in valid_events(r.value() for r in records)}
+    assert sorted(events) == [
+        ("cancelled", "cancel-by-api"),
+        ("cancelled", "cancel-by-kafka"),
+        ("dead_lettered", "refused"),
+        ("expired", "stale"),
+        ("fired", "fire-me"),
+    ]
+    assert len(records) == 5  # once each
+    by_api, by_kafka = events["cancelled", "cancel-by-api"], events["cancelled", "cancel-by-kafka"]
+    assert (by_api["via"], by_api["by"]) == ("admin_api", "10.0.0.7")
+    assert by_kafka["via"] == "kafka" and str(by_kafka["by"]).startswith(f"{topics.input}/")
+    assert events["dead_lettered", "refused"]["code"] == "publish_failed"
+    assert events["expired", "stale"]["code"] == "expired"
+    (out,) = read(kafka_bootstrap, topics.output, topics.partitions, 1)
+    fired = events["fired", "fire-me"]
+    assert fired["output"] == {
+        "topic": topics.output,
+        "partition": out.partition(),
+        "offset": out.offset(),
+    }
+    assert fired["node"] == node.settings.node_id
+    dead = read(kafka_bootstrap, topics.dead_letter, topics.partitions, 2)
+    positions = {(r.partition(), r.offset()) for r in dead}
+    for key in (("dead_lettered", "refused"), ("expired", "stale")):
+        where = events[key]["dead_letter"]
+        assert where["topic"] == topics.dead_letter
+        assert (where["partition"], where["offset"]) in positions
+
+
+def _waiting(url: str, message_id: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT 1 FROM chronos_messages WHERE id = %s", (message_id,))
+        return row.fetchone() is not None
