@@ -75,7 +75,7 @@ def test_the_audit_topic_holds_one_valid_event_per_outcome(
     ]
     assert len(records) == 5  # once each
     by_api, by_kafka = events["cancelled", "cancel-by-api"], events["cancelled", "cancel-by-kafka"]
-    assert (by_api["via"], by_api["by"]) == ("admin_api", "10.0.0.7")
+    assert (by_api["via"], by_api["by"]) == ("admin_api", "the admin token from 10.0.0.7")
     assert by_kafka["via"] == "kafka" and str(by_kafka["by"]).startswith(f"{topics.input}/")
     assert events["dead_lettered", "refused"]["code"] == "publish_failed"
     assert events["expired", "stale"]["code"] == "expired"
