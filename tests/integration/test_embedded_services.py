@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres, create_topics
 from chronos.store import migrate
 from tests.support import DatabaseFactory, Topics, consume, consumer_config
 
@@ -165,7 +165,7 @@ def test_consumer_group_resumes_from_committed_offsets(
     assert late.value() == b"late"
 
 
-def test_broker_restart_keeps_the_port(embedded_broker: EmbeddedBroker) -> None:
+def test_broker_restart_keeps_the_port(embedded_broker: EmbeddedKafka) -> None:
     bootstrap, pid = embedded_broker.bootstrap, embedded_broker.pid
     create_topics(bootstrap, {"chronos-restart-probe": 1})
 

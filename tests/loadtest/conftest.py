@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker
+from chronos.embedded import EmbeddedKafka
 from tests.loadtest import canned
 from tests.support import services
 
@@ -35,7 +35,7 @@ def spark() -> Iterator[object]:
 def lt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A fresh in-memory Kafka-protocol broker for this module (the embedded one, started like
     ``tests/conftest.py`` starts the session's); yields the bootstrap address."""
-    broker = EmbeddedBroker(log_dir=tmp_path_factory.mktemp("broker"))
+    broker = EmbeddedKafka(log_dir=tmp_path_factory.mktemp("broker"))
     try:
         bootstrap = broker.start()
     except Exception as exc:  # noqa: BLE001 - any reason means "no broker here"

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
 
 
 def in_ci() -> bool:
@@ -48,7 +48,7 @@ class PostgresService:
 @dataclass(frozen=True)
 class KafkaService:
     bootstrap: str
-    embedded: EmbeddedBroker | None = None
+    embedded: EmbeddedKafka | None = None
 
 
 @contextmanager
@@ -88,7 +88,7 @@ def _embedded_postgres() -> Iterator[PostgresService]:
 
 
 def _embedded_broker() -> Iterator[KafkaService]:
-    broker = EmbeddedBroker()
+    broker = EmbeddedKafka()
     try:
         try:
             broker.start()
