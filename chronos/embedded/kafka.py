@@ -11,6 +11,7 @@ behind. With ``die_with_parent`` the node gets SIGKILL when the process that sta
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -74,6 +75,7 @@ class EmbeddedKafka:
         self.cluster_id: str | None = None
         self.replication = 1
         self._proc: subprocess.Popen[bytes] | None = None
+        self._archive_draft: tuple[Path, Path] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -128,7 +130,9 @@ class EmbeddedKafka:
             return
         self.stop_stale()
         self.assign_ports()
-        java, classpath = kafka_jars.java_binary(), kafka_jars.classpath()
+        java, libs = kafka_jars.java_binary(), kafka_jars.jar_dir()
+        classpath = str(libs / "*")
+        sharing = self._class_sharing(kafka_jars.class_archive(libs, java))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.config()
         self.config_path.write_text(config.render())
@@ -137,11 +141,31 @@ class EmbeddedKafka:
         if not config.formatted:
             self._format(java, classpath, log4j2)
         command = kafka_config.java_command(
-            java, classpath, MAIN_CLASS, [str(self.config_path)], log4j2
+            java, classpath, MAIN_CLASS, [str(self.config_path)], log4j2, extra=sharing
         )
         self._proc = self._popen(command)
         if self.pid_path is not None:
             self.pid_path.write_text(f"{self._proc.pid}\n")
+
+    def _class_sharing(self, archive: Path) -> list[str]:
+        """The JVM option that uses the class archive, or makes it when this node exits (into
+        a file of its own, moved into place by :meth:`wait_stopped` after a clean exit)."""
+        if archive.exists():
+            self._archive_draft = None
+            return [f"-XX:SharedArchiveFile={archive}"]
+        draft = archive.with_name(f"{archive.stem}.{os.getpid()}-{self.node_id}.partial")
+        self._archive_draft = (draft, archive)
+        return [f"-XX:ArchiveClassesAtExit={draft}"]
+
+    def _keep_archive(self, code: int) -> None:
+        if self._archive_draft is None:
+            return
+        draft, archive = self._archive_draft
+        self._archive_draft = None
+        if code in (0, 143) and draft.exists() and draft.stat().st_size > 0:
+            os.replace(draft, archive)
+        else:
+            draft.unlink(missing_ok=True)
 
     def assign_ports(self) -> None:
         """Pick free ports for the listeners not given (kept for the object's life)."""
@@ -168,7 +192,7 @@ class EmbeddedKafka:
     def _format(self, java: str, classpath: str, log4j2: Path) -> None:
         cluster_id = self.cluster_id or kafka_config.new_cluster_id()
         args = kafka_config.format_args(self.config_path, cluster_id)
-        command = kafka_config.java_command(java, classpath, STORAGE_TOOL, args, log4j2, heap=False)
+        command = kafka_config.java_command(java, classpath, STORAGE_TOOL, args, log4j2, tool=True)
         result = subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False
         )
@@ -191,6 +215,7 @@ class EmbeddedKafka:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._proc = None
+                self._keep_archive(-1)
                 raise ChronosError(
                     f"Kafka node {self.node_id} exited with code {code} during start-up "
                     f"(port {self._port} in use?); log {self.log_path}:\n{_tail(self.log_path)}"
@@ -226,9 +251,13 @@ class EmbeddedKafka:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (a clean shutdown: the next start needs no log recovery), then SIGKILL
-        after ``timeout`` s. The data stays."""
+        after ``timeout`` s (a minute when the JVM writes its class archive as it exits). The
+        data stays."""
         self.signal(signal.SIGTERM)
         self.wait_stopped(timeout)
+
+    def _stop_timeout(self, timeout: float) -> float:
+        return max(timeout, 60.0) if self._archive_draft is not None else timeout
 
     def signal(self, sig: signal.Signals) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -237,6 +266,7 @@ class EmbeddedKafka:
     def wait_stopped(self, timeout: float) -> None:
         if self._proc is None:
             return
+        timeout = self._stop_timeout(timeout)
         try:
             self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -248,6 +278,7 @@ class EmbeddedKafka:
             )
             self._proc.kill()
             self._proc.wait()
+        self._keep_archive(self._proc.returncode)
         self._proc = None
         if self.pid_path is not None:
             self.pid_path.unlink(missing_ok=True)

@@ -51,6 +51,8 @@ logger.state.name = state.change.logger
 logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = WARN
 """
 """Everything into one file (``{log}``): the broker's own log, in the data dir."""
 
@@ -161,12 +163,21 @@ def read_cluster_id(log_dirs: Path) -> str | None:
 
 
 def java_command(
-    java: str, classpath: str, main: str, args: Sequence[str], log4j2: Path, *, heap: bool = True
+    java: str,
+    classpath: str,
+    main: str,
+    args: Sequence[str],
+    log4j2: Path,
+    *,
+    tool: bool = False,
+    extra: Sequence[str] = (),
 ) -> list[str]:
-    """``java`` running ``main`` from ``classpath`` with our JVM options and Log4j2 file."""
-    options = list(JVM_OPTIONS) if heap else ["-Xmx128m", "-XX:TieredStopAtLevel=1"]
+    """``java`` running ``main`` from ``classpath`` with our JVM options (a short-lived
+    ``tool``: a small heap, the quick compiler only), ``extra`` and the Log4j2 file."""
+    options = ["-Xmx128m", "-XX:TieredStopAtLevel=1"] if tool else list(JVM_OPTIONS)
     return [
-        java, *options, f"-Dlog4j2.configurationFile={log4j2}", "-cp", classpath, main, *args,
+        java, *options, *extra, f"-Dlog4j2.configurationFile={log4j2}",
+        "-cp", classpath, main, *args,
     ]  # fmt: skip
 
 
