@@ -2,8 +2,8 @@
 
 chronos run        run one node
 chronos migrate    upgrade the schema to the latest version (or --to REVISION, or --downgrade)
-chronos dev        the whole system on one machine: embedded Postgres, embedded Kafka-protocol
-                   broker, migrations, topics and N nodes (each its own process)
+chronos dev        the whole system on one machine: embedded Postgres, embedded Apache Kafka,
+                   migrations, topics and N nodes (each its own process)
 chronos schedule   publish a message to the input topic, due N seconds from now
 chronos tail       print what arrives on the output (or dead-letter) topic
 chronos admin      the admin API from the command line (chronos.admin.cli)

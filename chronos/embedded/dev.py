@@ -82,8 +82,8 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("kafka", "tansu"),
         default="kafka",
         help="kafka: Apache Kafka (needs Java 17; Maven the first time, to lay out its jars); "
-        "tansu: a Kafka-protocol imitation for a machine without Java (one broker, no TLS, "
-        "topics in memory) [default kafka]",
+        "tansu: a Kafka-protocol imitation for a machine without Java (one broker, topics "
+        "in memory only) [default kafka]",
     )
     group.add_argument(
         "--brokers",
