@@ -175,5 +175,7 @@ def _lay_out(pom: Path, target: Path, libs: Path, digest: str) -> None:
             f"Maven could not lay out the Apache Kafka jars (exit {code}; log {maven_log}):\n{tail}"
         )
     shutil.rmtree(libs, ignore_errors=True)
+    for archive in target.glob("classes-*.jsa"):  # made from the old jars: of no use now
+        archive.unlink(missing_ok=True)
     staging.rename(libs)
     (target / _STAMP).write_text(digest + "\n")

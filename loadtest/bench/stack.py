@@ -224,10 +224,10 @@ class Stack:
         return topics
 
     def fresh_broker(self) -> None:
-        """Restart the in-memory broker (same port): every scenario starts on an empty one, so
-        none inherits the records, topics or housekeeping of the one before."""
+        """Restart the broker on empty storage (same port): every scenario starts on an empty
+        one, so none inherits the records, topics or housekeeping of the one before."""
         if self.broker is not None and self.broker.running:
-            self.bootstrap = self.broker.restart()
+            self.bootstrap = self.broker.reset()
 
     def reset_table(self) -> None:
         self.sql("TRUNCATE chronos_messages")
