@@ -73,10 +73,12 @@ def test_an_unfinished_layout_is_redone(tmp_path: Path, monkeypatch: pytest.Monk
     target = root / f"kafka-{kafka_jars.kafka_version()}"
     (target / "libs").mkdir(parents=True)  # a download that was interrupted: no stamp
     (target / "libs" / "half.jar").touch()
+    (target / "classes-0123456789ab.jsa").touch()  # a class archive of the old jars
 
     libs = kafka_jars.jar_dir(root=root)
 
     assert _calls(calls) == 1
+    assert not list(target.glob("*.jsa"))
     assert sorted(p.name for p in libs.iterdir()) == [
         "kafka-clients-9.9.9.jar",
         "kafka_2.13-9.9.9.jar",
