@@ -1,5 +1,5 @@
 # Chronos: the two commands of the README.
-#   make dev    bring the whole system up on embedded defaults (Postgres, Kafka-protocol broker, 2 nodes)
+#   make dev    bring the whole system up on embedded defaults (Postgres, Apache Kafka, 2 nodes)
 #   make test   lint, import layers, format check, strict typing, docs build, then the full suite (CI)
 # Both create ./.venv and install what they need into it, at the versions of the lock files:
 # requirements/run.lock (the package and the embedded servers: all `make dev` needs) and
@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: system-deps dev test unit check lint format-check typecheck docs install lock clean reliability bench
+.PHONY: system-deps kafka-deps dev test unit check lint format-check typecheck docs install lock clean reliability bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(DEV_STAMP): requirements/dev.lock pyproject.toml | $(BIN)/python
 
 install: $(DEV_STAMP)
 
-dev: $(RUN_STAMP)
+dev: $(RUN_STAMP) kafka-deps
 	$(BIN)/chronos dev $(ARGS)
 
 # The full suite (unit, integration, e2e, migration, deploy, load-test and fault tiers), after
@@ -44,7 +44,7 @@ test: check system-deps
 # (tests/support/services.py unavailable()).
 SYSTEM_BINARIES := promtool chromium chromedriver stunnel4
 SYSTEM_PACKAGES := prometheus chromium chromium-driver stunnel4 postgresql-15
-system-deps:
+system-deps: kafka-deps
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgres(Debian)"; \
 	if [ -n "$$missing" ]; then \
@@ -53,6 +53,21 @@ system-deps:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES); \
 	  else \
 	    echo "missing:$$missing (apt-get install $(SYSTEM_PACKAGES))" >&2; \
+	  fi; \
+	fi
+
+# The embedded Apache Kafka of `make dev` and the suite: Java 17 runs it, Maven lays out its jars
+# once (chronos/embedded/pom.xml). Installed when missing and we are root; otherwise
+# `chronos dev` names what to install and exits 2.
+KAFKA_PACKAGES := openjdk-17-jre-headless maven
+kafka-deps:
+	@missing=""; for b in java mvn; do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages for:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(KAFKA_PACKAGES); \
+	  else \
+	    echo "missing:$$missing (apt-get install $(KAFKA_PACKAGES))" >&2; \
 	  fi; \
 	fi
 

@@ -2,8 +2,8 @@
 
 chronos run        run one node
 chronos migrate    upgrade the schema to the latest version (or --to REVISION, or --downgrade)
-chronos dev        the whole system on one machine: embedded Postgres, embedded Kafka-protocol
-                   broker, migrations, topics and N nodes (each its own process)
+chronos dev        the whole system on one machine: embedded Postgres, embedded Apache Kafka,
+                   migrations, topics and N nodes (each its own process)
 chronos schedule   publish a message (or a series) to the input topic (chronos.produce)
 chronos reschedule replace a waiting message; chronos cancel ID cancels one
 chronos tail       print what arrives on the output (or dead-letter, or audit) topic: each

@@ -7,11 +7,12 @@ See ``tests/support/services.py`` for how each service is chosen.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
 from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
@@ -97,19 +98,20 @@ def kafka_service() -> Iterator[services.KafkaService]:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_service: services.KafkaService) -> str:
-    """Bootstrap address of the session's Kafka-protocol broker."""
+    """Bootstrap address of the session's Kafka broker."""
     return kafka_service.bootstrap
 
 
 @pytest.fixture
-def embedded_broker(kafka_service: services.KafkaService) -> Iterator[EmbeddedBroker]:
-    """The embedded broker itself, for tests that stop or restart it (a restart loses every
-    topic and record). Skips when an external broker is in use; restarted after the test if
-    the test left it stopped."""
+def embedded_broker(kafka_service: services.KafkaService) -> Iterator[EmbeddedKafka]:
+    """The embedded broker itself, for tests that stop or restart it (a restart keeps its
+    topics and records). Skips when an external broker is in use; restarted after the test if
+    the test left it stopped (or frozen: SIGCONT)."""
     broker = kafka_service.embedded
     if broker is None:
         pytest.skip("needs the embedded broker (an external broker is in use)")
     yield broker
+    broker.signal(signal.SIGCONT)
     if not broker.running:
         broker.start()
 

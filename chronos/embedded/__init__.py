@@ -1,18 +1,22 @@
-"""Embedded services: a real Postgres server and a real Kafka-protocol broker on this machine.
+"""Embedded services: a real Postgres server and a real Apache Kafka on this machine.
 
 ``chronos dev`` and the test suite start their services with these classes, so both share one
 tested code path. They are for development and tests; production uses real clusters.
 """
 
-from chronos.embedded.broker import EmbeddedBroker, broker_binary, create_topics
+from chronos.embedded.kafka import EmbeddedKafka
+from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
 from chronos.embedded.postgres import POSTGRES_SYSTEM_USER, EmbeddedPostgres, postgres_bin_dir
 from chronos.embedded.process import free_port
+from chronos.embedded.tansu import TansuBroker
+from chronos.embedded.topics import create_topics
 
 __all__ = [
     "POSTGRES_SYSTEM_USER",
-    "EmbeddedBroker",
+    "EmbeddedKafka",
+    "EmbeddedKafkaCluster",
     "EmbeddedPostgres",
-    "broker_binary",
+    "TansuBroker",
     "create_topics",
     "free_port",
     "postgres_bin_dir",

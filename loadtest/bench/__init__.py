@@ -1,7 +1,7 @@
 """``python -m loadtest bench``: the headline benchmark, reproduced by one command.
 
 It brings up its own stack with the project's code — ``EmbeddedPostgres`` (durable, as
-``chronos dev`` runs it) and ``EmbeddedBroker`` on free ports in a fresh data directory — runs
+``chronos dev`` runs it) and ``EmbeddedKafka`` on free ports in a fresh data directory — runs
 the migrations, measures the ceiling (``ceiling``: the node's store without Kafka) on that
 Postgres, and then runs each scenario (``scenarios``) on fresh topics, an empty table (or one
 pre-loaded with far-future rows) and freshly started ``python -m chronos run`` node processes:

@@ -175,7 +175,7 @@ class Stack:
         self.nodes: list[NodeProcess] = []
 
     def start(self) -> None:
-        from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+        from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
         from chronos.store import migrate
         from loadtest.bench.pgstats import alter_system
 
@@ -186,7 +186,7 @@ class Stack:
         alter_system(self.url, server)
         self.url = self.postgres.restart()
         self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        self.broker = EmbeddedBroker(0, log_dir=self.logs_dir)
+        self.broker = EmbeddedKafka(0, log_dir=self.logs_dir)
         self.bootstrap = self.broker.start()
         migrate.upgrade(self.url)
 
@@ -228,10 +228,10 @@ class Stack:
         return topics
 
     def fresh_broker(self) -> None:
-        """Restart the in-memory broker (same port): every scenario starts on an empty one, so
-        none inherits the records, topics or housekeeping of the one before."""
+        """Restart the broker on empty storage (same port): every scenario starts on an empty
+        one, so none inherits the records, topics or housekeeping of the one before."""
         if self.broker is not None and self.broker.running:
-            self.bootstrap = self.broker.restart()
+            self.bootstrap = self.broker.reset()
 
     def reset_table(self) -> None:
         self.sql("TRUNCATE chronos_messages")

@@ -27,7 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.embedded.broker import EmbeddedBroker, create_topics
+from chronos.embedded import EmbeddedKafka, create_topics
 
 PARTITIONS = 6
 HEADERS: list[tuple[str, str | bytes | None]] = [
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args(argv)
-    broker = EmbeddedBroker(0)
+    broker = EmbeddedKafka(0)
     bootstrap = broker.start()
     try:
         process = psutil.Process(broker.pid)

@@ -21,7 +21,7 @@ import time
 import psutil
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from chronos.embedded.broker import EmbeddedBroker, create_topics
+from chronos.embedded import EmbeddedKafka, create_topics
 
 TOPIC = "fetch-cost"
 PARTITIONS = 6
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
-    broker = EmbeddedBroker(0)
+    broker = EmbeddedKafka(0)
     bootstrap = broker.start()
     try:
         create_topics(bootstrap, {TOPIC: PARTITIONS})

@@ -31,7 +31,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.embedded.broker import EmbeddedBroker, create_topics
+from chronos.embedded import EmbeddedKafka, create_topics
 from chronos.kafka.config import FETCH_WAIT_MAX_MS
 
 QUIET_S = 5.0
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=10_000.0, help="records/s, all producers")
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args(argv)
-    broker = EmbeddedBroker(0)
+    broker = EmbeddedKafka(0)
     bootstrap = broker.start()
     try:
         for run in range(args.runs):

@@ -30,7 +30,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.embedded.broker import EmbeddedBroker, create_topics
+from chronos.embedded import EmbeddedKafka, create_topics
 from chronos.kafka import consumer_config
 from loadtest.harness.producer import PRODUCER_DEFAULTS
 from loadtest.probes.firing_loop import probe_settings
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         help="read with a node's consumer (its settings, a group subscription, its batch size)",
     )
     args = parser.parse_args(argv)
-    broker = EmbeddedBroker(0)
+    broker = EmbeddedKafka(0)
     bootstrap = broker.start()
     try:
         for run in range(args.runs):

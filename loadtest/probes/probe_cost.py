@@ -21,7 +21,7 @@ from typing import cast
 
 from confluent_kafka import Consumer, Message, Producer
 
-from chronos.embedded import EmbeddedBroker, create_topics
+from chronos.embedded import EmbeddedKafka, create_topics
 from chronos.intake.quarantine import HeaderProbe
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, Headers, parse_record
 
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--heap-mb", type=int, default=100)
     args = parser.parse_args()
     padding = [bytes(1024) for _ in range(args.heap_mb * 1024)]
-    with EmbeddedBroker() as broker:
+    with EmbeddedKafka() as broker:
         records = _batch(broker.bootstrap, args.batch)
     probe = HeaderProbe()
     probe_s: list[float] = []

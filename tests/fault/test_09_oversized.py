@@ -4,8 +4,9 @@ Chronos retries a permanent refusal ``CHRONOS_MAX_PUBLISH_ATTEMPTS`` times, then
 message to the dead-letter topic with the error, through the same producer. Two cases:
 
 * **the dead-letter topic takes larger records** (real Kafka: the output topic's
-  ``max.message.bytes`` below the dead-letter topic's). The embedded broker does not enforce a
-  topic's ``max.message.bytes``, so the node process gets the refusal injected at its producer
+  ``max.message.bytes`` below the dead-letter topic's). The imitation the suite ran on did not
+  enforce a topic's ``max.message.bytes`` (Apache Kafka does: the injection could now give way
+  to the topic setting), so the node process gets the refusal injected at its producer
   (``tests.fault.injections.refuse_large_output``): records over 50 kB for the output topic
   fail with the broker's MSG_SIZE_TOO_LARGE, delivered as a report. Pass: the message is
   refused exactly ``max_publish_attempts`` times, then dead-lettered with the reason and its

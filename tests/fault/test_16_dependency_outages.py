@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
 from tests.support import Topics
 from tests.support.checker import Load, Report, ScenarioResult, expectations, record_result
 from tests.support.cluster import Cluster, NodeProcess
@@ -246,7 +246,7 @@ def test_broker_frozen_longer_than_the_liveness_timeout(
     make_cluster: Callable[..., Cluster],
     kafka_bootstrap: str,
     topics: Topics,
-    embedded_broker: EmbeddedBroker,
+    embedded_broker: EmbeddedKafka,
 ) -> None:
     cluster = make_cluster(liveness_timeout_ms=LIVENESS_TIMEOUT_MS)
     pid = embedded_broker.pid

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
 from tests.support import Topics
 from tests.support.checker import Load, ScenarioResult, expectations, record_result
 from tests.support.cluster import Cluster
@@ -85,7 +85,7 @@ def test_sigterm_while_the_broker_is_frozen_ends_within_the_shutdown_timeout(
     make_cluster: Callable[..., Cluster],
     kafka_bootstrap: str,
     topics: Topics,
-    embedded_broker: EmbeddedBroker,
+    embedded_broker: EmbeddedKafka,
 ) -> None:
     pid = embedded_broker.pid
     assert pid is not None

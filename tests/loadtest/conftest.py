@@ -1,4 +1,4 @@
-"""Fixtures for the load-test tests: one SparkSession, a fresh embedded broker per module, and a
+"""Fixtures for the load-test tests: one SparkSession, a fresh embedded Kafka per module, and a
 canned ``bench.json`` for the benchmark's verdicts and report."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker
+from chronos.embedded import EmbeddedKafka
 from tests.loadtest import canned
 from tests.support import services
 
@@ -33,13 +33,15 @@ def spark() -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def lt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A fresh in-memory Kafka-protocol broker for this module (the embedded one, started like
-    ``tests/conftest.py`` starts the session's); yields the bootstrap address."""
-    broker = EmbeddedBroker(log_dir=tmp_path_factory.mktemp("broker"))
+    """A fresh Apache Kafka for this module (the embedded one, started like
+    ``tests/conftest.py`` starts the session's): the load-test runs use fixed topic names and
+    read them from the start, so they must not see another module's records. Yields the
+    bootstrap address."""
+    broker = EmbeddedKafka(log_dir=tmp_path_factory.mktemp("broker"))
     try:
         bootstrap = broker.start()
     except Exception as exc:  # noqa: BLE001 - any reason means "no broker here"
-        services.unavailable(f"cannot start the embedded Kafka-protocol broker: {exc}")
+        services.unavailable(f"cannot start the embedded Apache Kafka: {exc}")
     try:
         yield bootstrap
     finally:

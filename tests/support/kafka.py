@@ -1,4 +1,4 @@
-"""Per-test topics and consumer settings that suit the embedded broker."""
+"""Per-test topics and consumer settings for the session's broker."""
 
 from __future__ import annotations
 

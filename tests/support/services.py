@@ -2,7 +2,10 @@
 
 1. an external service named by ``CHRONOS_TEST_DATABASE_URL`` / ``CHRONOS_TEST_KAFKA_BOOTSTRAP``;
 2. a container, when ``CHRONOS_TEST_DOCKER=1`` (needs a Docker engine);
-3. the embedded servers of ``chronos.embedded.dev`` (no Docker needed): the default.
+3. the embedded servers of ``chronos.embedded`` (no Docker needed): the default. Kafka is
+   Apache Kafka (one node, broker and controller, shared by the whole session; tests isolate
+   themselves by unique topic and group names). It runs with ``auto.create.topics.enable=false``
+   as production usually does, so every test creates the topics it uses (``make_topics``).
 
 When none can start, tests that need the service skip locally and fail in CI (``CI=true``).
 """
@@ -20,7 +23,7 @@ from typing import NoReturn
 
 import pytest
 
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
 
 
 def in_ci() -> bool:
@@ -48,7 +51,7 @@ class PostgresService:
 @dataclass(frozen=True)
 class KafkaService:
     bootstrap: str
-    embedded: EmbeddedBroker | None = None
+    embedded: EmbeddedKafka | None = None
 
 
 @contextmanager
@@ -88,15 +91,17 @@ def _embedded_postgres() -> Iterator[PostgresService]:
 
 
 def _embedded_broker() -> Iterator[KafkaService]:
-    broker = EmbeddedBroker()
+    data_dir = Path(tempfile.mkdtemp(prefix="chronos-test-kafka-"))
+    broker = EmbeddedKafka(log_dir=data_dir)
     try:
         try:
             broker.start()
-        except Exception as exc:  # noqa: BLE001
-            unavailable(f"cannot start the embedded Kafka-protocol broker: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any reason means "no Kafka here"
+            unavailable(f"cannot start the embedded Apache Kafka: {exc}")
         yield KafkaService(broker.bootstrap, broker)
     finally:
         broker.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _postgres_container() -> Iterator[PostgresService]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chronos.config.settings import passthrough_env
-from chronos.embedded import EmbeddedBroker, EmbeddedPostgres, create_topics
+from chronos.embedded import EmbeddedKafka, EmbeddedPostgres, create_topics
 from chronos.embedded.process import free_port
 from chronos.embedded.tls import Pki, Stunnel, client_properties, postgres_with_openssl
 from chronos.embedded.tls import verify_full_url as embedded_verify_full_url
@@ -87,7 +87,7 @@ def terminator(broker: TlsBroker, cert: str) -> Iterator[str]:
 def tls_broker(pki: Pki, workdir: Path, *, mutual: bool) -> Iterator[TlsBroker]:
     """An embedded broker behind ``stunnel`` (client certificates required when ``mutual``)."""
     tls_port = free_port()
-    broker = EmbeddedBroker(log_dir=workdir, advertised_port=tls_port)
+    broker = EmbeddedKafka(log_dir=workdir, advertised_port=tls_port)
     broker.start()
     tunnel = _stunnel(
         workdir,

