@@ -107,3 +107,22 @@ def test_a_failed_connection_is_an_outage_unless_a_setting_is_wrong(
     message: str, away: bool
 ) -> None:
     assert unreachable(psycopg.OperationalError(message)) is away
+
+
+def test_readiness_says_writes_fail_while_the_broker_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chronos.node import http as chronos_http
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    monkeypatch.setattr(chronos_http, "broker_reachable", lambda _settings: (True, "ok"))
+    node = make_node(InMemoryStore())
+    node.state.loops = {}
+    KAFKA_WRITES.reset()
+    KAFKA_WRITES.failed("NOT_ENOUGH_REPLICAS")
+    try:
+        ok, checks = Health(node.settings, node.state, node.store).ready()
+    finally:
+        KAFKA_WRITES.reset()
+    assert not ok
+    assert checks["kafka"] == "writes failing"
