@@ -124,6 +124,7 @@ class FiringLoop(Loop):
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
+        self.delivered_at: float | None = None  # the last successful delivery (monotonic)
         self.publish_failures = Throttle()  # a broker away repeats them: one line a minute
         self.overloaded = False  # the previous claim came back full: the next one is fair
         self.several_tenants = False  # more than one tenant known: the budget is shared
@@ -324,6 +325,7 @@ class FiringLoop(Loop):
     def finish(self, *, force: bool) -> None:
         delivered, failed, expired = self.dispatcher.take_outcomes()
         if delivered:
+            self.delivered_at = self.monotonic()
             KAFKA_WRITES.succeeded()
             # Lateness counted once delivery is confirmed, a batch at a time (dead letters
             # are not fired messages).
@@ -443,7 +445,12 @@ class FiringLoop(Loop):
                 continue
             claims = [(t.row.id, t.row.readied_at) for t, _ in items]
             self._release(claims, failed, [str(err)[:500] for _, err in items])
-        if transient:
+        if transient and (
+            self.delivered_at is None
+            or self.monotonic() - self.delivered_at >= self.settings.delivery_timeout_ms / 1000
+        ):
+            # Nothing delivered for a whole delivery timeout: the writes fail, not a partition
+            # whose leader is moving while the others take records.
             KAFKA_WRITES.failed(transient[0][1])
             # The broker is unreachable or overloaded: back off before claiming again.
             self.claim_backoff = min(5.0, max(0.2, self.claim_backoff * 2))

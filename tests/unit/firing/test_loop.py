@@ -320,3 +320,20 @@ def test_while_writes_fail_only_a_few_rows_are_claimed_to_probe() -> None:
     f.run_for(3000, step_ms=10)
     assert not KAFKA_WRITES.down
     assert len(f.store) == 0
+
+
+def test_a_failure_beside_recent_deliveries_does_not_mark_the_writes_down() -> None:
+    """One partition's leader moving while the others take records is not a write outage
+    (the state would flap, a log line each way per batch)."""
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    f = Firing.create(auto=False)
+    _schedule(f, "ok", 100)
+    _schedule(f, "moving", 150)
+    f.run_for(110)
+    f.publisher.deliver()
+    f.tick()
+    f.run_for(100)
+    f.publisher.fail(code=KafkaError._MSG_TIMED_OUT)
+    f.tick()
+    assert not KAFKA_WRITES.down
