@@ -34,6 +34,16 @@ def _restore_root_logging() -> Iterator[None]:
     root.setLevel(level)
 
 
+@pytest.fixture(autouse=True)
+def _forget_write_failures() -> Iterator[None]:
+    """A test whose publisher failed leaves ``KAFKA_WRITES`` down, which readiness reports:
+    every test starts without that state."""
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    KAFKA_WRITES.reset()
+    yield
+
+
 # ------------------------------------------------------------------------------- Postgres
 
 

@@ -74,6 +74,7 @@ class EmbeddedKafka:
         self.voters: list[tuple[int, int]] = []
         self.cluster_id: str | None = None
         self.replication = 1
+        self.extra: dict[str, str] = {}  # further server properties (a test's broker tuning)
         self._proc: subprocess.Popen[bytes] | None = None
         self._archive_draft: tuple[Path, Path] | None = None
 
@@ -112,6 +113,7 @@ class EmbeddedKafka:
             advertised_port=self.advertised_port,
             replication=self.replication,
             auto_create_topics=self.auto_create_topics,
+            extra=self.extra,
         )
 
     # ------------------------------------------------------------------ life cycle

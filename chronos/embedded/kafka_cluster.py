@@ -35,6 +35,7 @@ class EmbeddedKafkaCluster:
         log_dir: Path | None = None,
         die_with_parent: bool = True,
         auto_create_topics: bool = False,
+        extra: dict[str, str] | None = None,
     ) -> None:
         if size < 1:
             raise ChronosError("a Kafka cluster needs at least one node")
@@ -43,6 +44,7 @@ class EmbeddedKafkaCluster:
             weakref.finalize(self, shutil.rmtree, str(log_dir), True)
         self.log_dir = Path(log_dir).absolute()
         self.host = host
+        self.extra = dict(extra or {})  # further server properties of every node
         self.nodes = [
             EmbeddedKafka(
                 port + i if port else 0,
@@ -124,6 +126,7 @@ class EmbeddedKafkaCluster:
             node.voters = voters
             node.cluster_id = cluster_id
             node.replication = min(3, len(self.nodes))
+            node.extra = self.extra
 
     def _write_pids(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)

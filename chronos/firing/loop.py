@@ -58,6 +58,7 @@ from chronos.errors import StoreError
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
+from chronos.observability.dependencies import KAFKA_WRITES
 from chronos.observability.logs import Throttle
 from chronos.observability.tenants import TenantMetrics
 from chronos.runtime.faults import fault_point
@@ -79,6 +80,9 @@ earliest deadline first, so every row a flood holds that fell due before a small
 published before it; a flood's overdue rows held by the node are the small tenant's queue. Four
 claims' worth keeps that queue a fraction of a second at the node's firing rate, and still more
 than a claim's round trip of work for the flood (its drain rate is unchanged)."""
+
+
+WRITE_PROBE_ROWS = 10  # rows held at most while writes to Kafka fail
 
 
 class FiringLoop(Loop):
@@ -120,6 +124,7 @@ class FiringLoop(Loop):
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
+        self.delivered_at: float | None = None  # the last successful delivery (monotonic)
         self.publish_failures = Throttle()  # a broker away repeats them: one line a minute
         self.overloaded = False  # the previous claim came back full: the next one is fair
         self.several_tenants = False  # more than one tenant known: the budget is shared
@@ -237,6 +242,11 @@ class FiringLoop(Loop):
 
     def claim(self, started: float) -> None:
         room = self.settings.max_in_flight - self.dispatcher.held() - len(self.pending_delete)
+        if KAFKA_WRITES.down:
+            # Writes fail (too few in-sync replicas, no leader): a record a leader appended
+            # but could not commit may still be committed later, so every failed attempt can
+            # leave a copy. Probe with a few rows until a delivery succeeds.
+            room = min(room, WRITE_PROBE_ROWS - self.dispatcher.held())
         room_bytes = self.settings.max_in_flight_bytes - self.held_bytes
         poll = self.settings.poll_interval_ms / 1000
         if room <= 0 or room_bytes <= 0:
@@ -315,6 +325,8 @@ class FiringLoop(Loop):
     def finish(self, *, force: bool) -> None:
         delivered, failed, expired = self.dispatcher.take_outcomes()
         if delivered:
+            self.delivered_at = self.monotonic()
+            KAFKA_WRITES.succeeded()
             # Lateness counted once delivery is confirmed, a batch at a time (dead letters
             # are not fired messages).
             metrics.LATENESS.observe_many([t.lateness for t in delivered if not t.dead_letter])
@@ -435,7 +447,13 @@ class FiringLoop(Loop):
                 continue
             claims = [(t.row.id, t.row.readied_at) for t, _ in items]
             self._release(claims, failed, [str(err)[:500] for _, err in items])
-        if transient:
+        if transient and (
+            self.delivered_at is None
+            or self.monotonic() - self.delivered_at >= self.settings.delivery_timeout_ms / 1000
+        ):
+            # Nothing delivered for a whole delivery timeout: the writes fail, not a partition
+            # whose leader is moving while the others take records.
+            KAFKA_WRITES.failed(transient[0][1])
             # The broker is unreachable or overloaded: back off before claiming again.
             self.claim_backoff = min(5.0, max(0.2, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff

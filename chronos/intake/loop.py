@@ -44,6 +44,7 @@ from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, repor
 from chronos.intake.gaps import OffsetGaps
 from chronos.intake.quarantine import HeaderProbe
 from chronos.intake.records import Pending, Prepared, position
+from chronos.intake.resume import resume_after_durable
 from chronos.intake.settlement import Settlement, dead_letter
 from chronos.kafka import Publisher
 from chronos.kafka.audit import audit_trail
@@ -154,7 +155,8 @@ class IntakeLoop(Loop):
         consumer.close()
         log.info("intake stopped", extra={"event": "intake_stopped"})
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        resume_after_durable(consumer, partitions, self.settlement.durable, self.settings)
         self.assigned |= {(p.topic, p.partition) for p in partitions}
         self.gaps.forget((p.topic, p.partition) for p in partitions)
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))

@@ -83,6 +83,8 @@ class Settlement:
         self.unsettled: deque[Unsettled] = deque()  # in consumed order
         self.failures = Throttle()  # a broker away repeats them: one line a minute
         self.unsettled_records = 0
+        # (topic, partition) -> the offset after the last record made durable (see resume.py)
+        self.durable: dict[tuple[str, int], int] = {}
 
     def full(self) -> bool:
         """Enough is unconfirmed that the loop should wait for reports before consuming more."""
@@ -98,7 +100,7 @@ class Settlement:
         publishes (stored at once when it publishes nothing and nothing is queued before it)."""
         if not pending and not self.unsettled:
             if consumer is not None and offsets:
-                store_offsets(consumer, offsets)
+                self._store(consumer, offsets)
             return
         self._produce_all(pending)
         produced = time.monotonic()
@@ -128,8 +130,12 @@ class Settlement:
             self.unsettled.popleft()
             self.unsettled_records -= len(head.pending)
             if consumer is not None and head.offsets:
-                store_offsets(consumer, head.offsets)
+                self._store(consumer, head.offsets)
         return True
+
+    def _store(self, consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
+        self.durable.update({tp: o + 1 for tp, o in offsets.items()})
+        store_offsets(consumer, offsets)
 
     def _report_wait(self) -> float:
         """Seconds a produced record's report may take before it counts as failed."""

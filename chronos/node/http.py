@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from chronos.admin.api import admin_routes
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
+from chronos.observability.dependencies import KAFKA_WRITES
 from chronos.store import Store
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,9 @@ class Health:
                 )
                 ok, checks["postgres"] = False, "unavailable"
             broker_ok, detail = broker_reachable(self.settings)
+            if broker_ok and KAFKA_WRITES.down:
+                # The broker answers but refuses the writes (too few in-sync replicas, ...).
+                broker_ok, detail = False, "writes failing"
             checks["kafka"] = detail
             ok = ok and broker_ok
             self._result = (ok, checks)

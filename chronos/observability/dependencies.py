@@ -124,9 +124,14 @@ def _short(error: object) -> str:
 
 POSTGRES = Dependency("Postgres", "postgres")
 KAFKA = Dependency("Kafka", "kafka")
+# Kafka answering is not Kafka taking writes: with too few in-sync replicas (two of three
+# brokers down) every metadata request succeeds and every produce fails. The firing loop's
+# deliveries tell this one.
+KAFKA_WRITES = Dependency("Writing to Kafka", "kafka_writes")
 
 
 def quiet() -> None:
     """Track the states without logging or exporting them (the intake process)."""
     POSTGRES.announce = False
     KAFKA.announce = False
+    KAFKA_WRITES.announce = False

@@ -215,6 +215,17 @@ def make_record(
     )
 
 
+class _Committed(dict[tuple[str, int], int]):
+    """The offsets committed so far, by (topic, partition); called as ``Consumer.committed``,
+    the committed offset of each partition asked for (-1001, none yet)."""
+
+    def __call__(self, partitions: list[TopicPartition], timeout: float = -1) -> list[Any]:
+        return [
+            TopicPartition(p.topic, p.partition, self.get((p.topic, p.partition), -1001))
+            for p in partitions
+        ]
+
+
 class FakeConsumer:
     """The part of a confluent-kafka ``Consumer`` the intake loop uses, fed by the test.
 
@@ -229,7 +240,8 @@ class FakeConsumer:
         self.callbacks = callbacks
         self.subscribed: list[str] = []
         self.stored: dict[tuple[str, int], int] = {}
-        self.committed: dict[tuple[str, int], int] = {}
+        self.committed = _Committed()
+        self.assigned: list[tuple[str, int, int]] = []  # what the loop assigned itself
         self.closed = False
         self.seeks: list[tuple[str, int, int]] = []
         self._fed: list[Message] = []
@@ -268,6 +280,11 @@ class FakeConsumer:
     def store_offsets(self, offsets: list[TopicPartition] | None = None, **_: Any) -> None:
         for tp in offsets or ():
             self.stored[(tp.topic, tp.partition)] = tp.offset
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned += [(p.topic, p.partition, p.offset) for p in partitions]
+
+    assign = incremental_assign
 
     def commit(self, asynchronous: bool = True, **_: Any) -> None:
         pending = {k: v for k, v in self.stored.items() if self.committed.get(k) != v}

@@ -93,6 +93,12 @@ def warnings_since(node: NodeProcess, start: int) -> list[dict[str, Any]]:
     return [e for e in node.events()[start:] if e.get("level") in ("WARNING", "ERROR", "CRITICAL")]
 
 
+def of(events: list[dict[str, Any]], dependency: str) -> list[dict[str, Any]]:
+    """The events about ``dependency`` (a frozen broker also fails the writes to it, which
+    the node tells in lines of their own)."""
+    return [e for e in events if e.get("dependency") == dependency]
+
+
 def dependency_gauge(node: NodeProcess, dependency: str) -> float:
     return node.metric(f'chronos_dependency_up{{dependency="{dependency}"}}', -1.0)
 
@@ -164,8 +170,8 @@ def run_outage(
         late_alive_during_outage=late_alive,
         late_ready_after_return_s=ready_after,
         warnings=warnings,
-        downs={n.name: len(n.events("dependency_down")) for n in nodes},
-        ups={n.name: len(n.events("dependency_up")) for n in nodes},
+        downs={n.name: len(of(n.events("dependency_down"), dependency)) for n in nodes},
+        ups={n.name: len(of(n.events("dependency_up"), dependency)) for n in nodes},
         gauges_down=gauges_down,
         gauges_up={n.name: dependency_gauge(n, dependency) for n in nodes},
         recovery=max((report.fired_at[t] / 1000 - back_at for t in due_in_outage), default=None),

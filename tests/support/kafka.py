@@ -43,11 +43,16 @@ class Topics:
         return (self.input, self.output, self.dead_letter)
 
 
-def new_topics(bootstrap: str, label: str = "", partitions: int = TEST_PARTITIONS) -> Topics:
-    """Create uniquely named input/output/dead-letter topics; ``label`` helps reading logs."""
+def new_topic_names(label: str = "", partitions: int = TEST_PARTITIONS) -> Topics:
+    """Unique input/output/dead-letter names (not created); ``label`` helps reading logs."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:60]
     prefix = f"chronos-{stem}-{uuid.uuid4().hex[:8]}" if stem else f"chronos-{uuid.uuid4().hex[:8]}"
-    topics = Topics(f"{prefix}-in", f"{prefix}-out", f"{prefix}-dlq", partitions)
+    return Topics(f"{prefix}-in", f"{prefix}-out", f"{prefix}-dlq", partitions)
+
+
+def new_topics(bootstrap: str, label: str = "", partitions: int = TEST_PARTITIONS) -> Topics:
+    """Create uniquely named input/output/dead-letter topics; ``label`` helps reading logs."""
+    topics = new_topic_names(label, partitions)
     create_topics(bootstrap, {name: partitions for name in topics.names})
     return topics
 

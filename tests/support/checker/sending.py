@@ -71,6 +71,7 @@ class Load:
         rate: float = 100.0,
         delay: tuple[float, float] = (1.0, 3.0),
         seed: int = 0,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         from confluent_kafka import Producer
 
@@ -81,7 +82,9 @@ class Load:
         self.acked: dict[str, tuple[int, int, float]] = {}  # track -> partition, offset, when
         self.errors: list[str] = []
         self._random = __import__("random").Random(seed)
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **(config or {})}
+        )
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="checker-load", daemon=True)

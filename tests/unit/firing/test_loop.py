@@ -284,3 +284,57 @@ def test_a_bug_in_the_claim_is_not_taken_for_a_database_error() -> None:
     with pytest.raises(TypeError):
         f.loop.step()
     assert _database_errors("claim") == before
+
+
+def test_failing_writes_mark_kafka_writes_down_until_a_delivery() -> None:
+    """Two of three brokers down: metadata answers, every write fails. The firing loop's
+    deliveries say so (readiness, one log line per change), not the broker probe."""
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    KAFKA_WRITES.reset()
+    f = Firing.create(auto=False)
+    _schedule(f, "t", 100)
+    f.run_for(100)
+    f.publisher.fail(code=KafkaError.NOT_ENOUGH_REPLICAS)
+    f.tick()
+    assert KAFKA_WRITES.down
+    f.publisher.auto = True
+    f.run_for(2000, step_ms=10)
+    assert not KAFKA_WRITES.down
+    assert len(f.store) == 0
+
+
+def test_while_writes_fail_only_a_few_rows_are_claimed_to_probe() -> None:
+    """Each failed attempt can leave a copy (a leader appended the record but could not commit
+    it): while writes fail, the loop holds a few rows only, until one is delivered."""
+    from chronos.firing.loop import WRITE_PROBE_ROWS
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    f = Firing.create(auto=False)
+    for i in range(50):
+        _schedule(f, f"r{i}", 100)
+    KAFKA_WRITES.failed("NOT_ENOUGH_REPLICAS")
+    f.run_for(200)
+    assert len(f.store.claimed()) <= WRITE_PROBE_ROWS
+    f.publisher.auto = True
+    f.publisher.deliver()
+    f.run_for(3000, step_ms=10)
+    assert not KAFKA_WRITES.down
+    assert len(f.store) == 0
+
+
+def test_a_failure_beside_recent_deliveries_does_not_mark_the_writes_down() -> None:
+    """One partition's leader moving while the others take records is not a write outage
+    (the state would flap, a log line each way per batch)."""
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    f = Firing.create(auto=False)
+    _schedule(f, "ok", 100)
+    _schedule(f, "moving", 150)
+    f.run_for(110)
+    f.publisher.deliver()
+    f.tick()
+    f.run_for(100)
+    f.publisher.fail(code=KafkaError._MSG_TIMED_OUT)
+    f.tick()
+    assert not KAFKA_WRITES.down

@@ -328,3 +328,30 @@ def test_a_rebalance_stores_the_confirmed_offsets_before_the_partitions_go() -> 
     t.publisher.deliver()
     t.loop._on_revoke(cast(Consumer, t.consumer), [])
     assert t.consumer.stored == {(INPUT, 0): 2}
+
+
+def test_a_partition_given_back_resumes_after_what_was_made_durable() -> None:
+    """The group coordinator's broker died: the assignment was lost and every commit since
+    failed. Given the partition back, intake resumes after what it made durable, not at the
+    stale commit (replaying would fire again what had fired meanwhile)."""
+    from confluent_kafka import TopicPartition
+
+    t = Intake(consume_batch_size=2)
+    consumer = cast(Consumer, t.consumer)
+    t.consumer.committed[(INPUT, 0)] = 1  # committed before the coordinator went away
+    assert t.loop.submit(consumer, [t.record("a", 5000), t.record("b", 5000)])
+    assert t.consumer.stored == {(INPUT, 0): 3}
+    t.loop._on_revoke(consumer, [TopicPartition(INPUT, 0)])  # lost: nothing more committed
+    t.loop._on_assign(consumer, [TopicPartition(INPUT, 0), TopicPartition(INPUT, 1)])
+    assert t.consumer.assigned == [(INPUT, 0, 3), (INPUT, 1, -1001)]
+
+
+def test_a_partition_whose_commit_is_ahead_resumes_at_the_commit() -> None:
+    from confluent_kafka import TopicPartition
+
+    t = Intake(consume_batch_size=2)
+    consumer = cast(Consumer, t.consumer)
+    assert t.loop.submit(consumer, [t.record("a", 5000), t.record("b", 5000)])
+    t.consumer.committed[(INPUT, 0)] = 9  # another node went on meanwhile
+    t.loop._on_assign(consumer, [TopicPartition(INPUT, 0)])
+    assert t.consumer.assigned == []  # the client resumes at the commit

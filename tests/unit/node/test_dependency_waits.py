@@ -139,3 +139,22 @@ def test_start_up_waits_for_a_topic_this_node_may_not_use_yet(
     finally:
         node.request_stop()
         node.shutdown()
+
+
+def test_readiness_says_writes_fail_while_the_broker_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chronos.node import http as chronos_http
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    monkeypatch.setattr(chronos_http, "broker_reachable", lambda _settings: (True, "ok"))
+    node = make_node(InMemoryStore())
+    node.state.loops = {}
+    KAFKA_WRITES.reset()
+    KAFKA_WRITES.failed("NOT_ENOUGH_REPLICAS")
+    try:
+        ok, checks = Health(node.settings, node.state, node.store).ready()
+    finally:
+        KAFKA_WRITES.reset()
+    assert not ok
+    assert checks["kafka"] == "writes failing"

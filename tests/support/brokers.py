@@ -1,0 +1,96 @@
+"""A three-node Apache Kafka cluster seen from a fault test: where the partition leaders are,
+which node is the active controller (the KRaft quorum leader), and whether every replica is
+back in sync after a node returned."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable
+
+from confluent_kafka.admin import AdminClient
+
+from chronos.embedded import create_topics
+from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
+from tests.support.kafka import TEST_PARTITIONS, Topics, new_topic_names
+
+# "[2026-11-26 17:22:49,648] INFO [RaftManager id=2] Completed transition to Leader(..."
+_LEADER_LINE = re.compile(
+    r"^\[(?P<at>[^\]]+)\] INFO \[RaftManager id=(?P<id>\d+)\] Completed transition to Leader"
+)
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 3000})
+
+
+def replicated_topics(bootstrap: str, label: str, partitions: int = TEST_PARTITIONS) -> Topics:
+    """Input, output and dead-letter topics with 3 replicas and ``min.insync.replicas`` 2."""
+    topics = new_topic_names(label, partitions)
+    create_topics(
+        bootstrap,
+        {name: partitions for name in topics.names},
+        replication=3,
+        config={"min.insync.replicas": "2"},
+    )
+    return topics
+
+
+def leaders(bootstrap: str, topic_names: Iterable[str]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> id of the node leading it (-1: none)."""
+    metadata = admin(bootstrap).list_topics(timeout=10)
+    return {
+        (name, p.id): p.leader
+        for name in topic_names
+        for p in metadata.topics[name].partitions.values()
+    }
+
+
+def busiest_leader(bootstrap: str, topic_names: Iterable[str]) -> tuple[int, int]:
+    """(node id, partitions it leads) of the node leading the most of ``topic_names``."""
+    counts = Counter(leaders(bootstrap, topic_names).values())
+    node, count = max(sorted(counts.items()), key=lambda item: item[1])
+    return node, count
+
+
+def out_of_sync(bootstrap: str) -> int:
+    """Partitions (of every topic) whose in-sync replicas are fewer than their replicas."""
+    metadata = admin(bootstrap).list_topics(timeout=10)
+    return sum(
+        len(p.isrs) < len(p.replicas)
+        for t in metadata.topics.values()
+        for p in t.partitions.values()
+    )
+
+
+def wait_in_sync(bootstrap: str, timeout: float = 90.0) -> float:
+    """Seconds until every replica of every partition is in sync; AssertionError if not."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            if out_of_sync(bootstrap) == 0:
+                return time.monotonic() - start
+        except Exception:  # noqa: BLE001 - a node still starting; ask again
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"replicas not back in sync within {timeout:.0f} s")
+
+
+def active_controller(cluster: EmbeddedKafkaCluster) -> int:
+    """Id of the running node that last became KRaft quorum leader (from the nodes' logs)."""
+    latest: tuple[str, int] | None = None
+    for node in cluster.nodes:
+        if not node.running or not node.log_path.exists():
+            continue
+        for line in node.log_path.read_text(errors="replace").splitlines():
+            match = _LEADER_LINE.match(line)
+            if match and (latest is None or match["at"] > latest[0]):
+                latest = (match["at"], int(match["id"]))
+    if latest is None:
+        raise AssertionError("no node's log names a quorum leader")
+    return latest[1]
+
+
+def node_index(cluster: EmbeddedKafkaCluster, node_id: int) -> int:
+    return next(i for i, n in enumerate(cluster.nodes) if n.node_id == node_id)
