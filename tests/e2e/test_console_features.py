@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from chronos.config.settings import Secret
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from chronos.protocol.names import TENANT_HEADER
-from tests.support.cluster import Cluster, NodeProcess
+from tests.support.cluster import REPO, Cluster, NodeProcess
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import delete_topics, new_topics
 from tests.support.services import unavailable
@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 TOKEN = "console-admin-token"
 READ_TOKEN = "console-read-token"
 WAIT_S = 20
+ARTIFACTS = REPO / ".chronos" / "artifacts"
 NOTHING = "\u2013"  # what the page shows before it knows a figure
 
 
@@ -158,12 +159,24 @@ class Page:
         self.wait.until(lambda _: condition())
 
     def rows(self, element_id: str) -> list[list[str]]:
-        from selenium.webdriver.common.by import By
+        """The cells of a table body, read in one script (the page re-renders as it polls)."""
+        rows: list[list[str]] = self.browser.execute_script(
+            "return [...document.getElementById(arguments[0]).rows]"
+            ".map((tr) => [...tr.cells].map((td) => td.textContent))",
+            element_id,
+        )
+        return rows
 
-        return [
-            [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-            for tr in self.el(element_id).find_elements(By.TAG_NAME, "tr")
-        ]
+    def pick(self, element_id: str, first_cell: str) -> None:
+        """Click the row of a table body whose first cell is ``first_cell``."""
+        clicked = self.browser.execute_script(
+            "const tr = [...document.getElementById(arguments[0]).rows]"
+            ".find((r) => r.cells[0].textContent === arguments[1]);"
+            "if (tr) tr.click(); return !!tr;",
+            element_id,
+            first_cell,
+        )
+        assert clicked, f"no row {first_cell!r} in #{element_id}"
 
     def search(self, **filters: str) -> None:
         for name in ("tenant", "topic", "id_prefix", "key", "deadline_from", "deadline_to"):
@@ -204,7 +217,7 @@ def test_the_browser_filters_counts_and_pages_and_shows_a_whole_record(
     page.until_text("browse-count", "1 message(s) match")
     page.until(lambda: page.rows("browse-list")[0][0] == ids[3])
 
-    browser.find_element("css selector", "#browse-list tr.pick").click()  # its whole record
+    page.pick("browse-list", ids[3])  # its whole record
     page.until_text("field-id", ids[3])
     assert page.text("field-tenant") == "acme"
     assert page.text("field-key") == "order-3"
@@ -213,6 +226,8 @@ def test_the_browser_filters_counts_and_pages_and_shows_a_whole_record(
     assert page.text("field-value_preview") == f"payload {ids[3]}"
     assert page.text("field-recurrence") == "fires once"
     assert page.text("field-expires_ms") == "(CHRONOS_MAX_LATENESS_MS)"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "console-browser.png"))
 
 
 def test_bulk_actions_show_the_dry_run_count_before_they_act(live: Live, browser: Any) -> None:
@@ -274,21 +289,28 @@ def test_fire_now_by_filter_and_the_clusters_fire_rate(live: Live, browser: Any)
     page.until_text("bulk-result", "rescheduled 20")
     assert live.cluster.table.wait(lambda t: not set(ids) & t.ids(), timeout=30)
 
-    # The rate the node wrote with its heartbeat, summed by the API, shown as the cluster's.
-    page.until(lambda: float(page.text("fired-rate").replace(NOTHING, "0")) > 0)
-    assert live.api("/nodes")["fired_per_second"] > 0
-    (node_row,) = page.rows("nodes")
-    assert float(node_row[5]) > 0
+    # The rate the node wrote with its heartbeat (over its last 10 s), summed by the API into
+    # the cluster's, both shown from the same refresh of the page.
+    def shown() -> tuple[float, float]:
+        """The cluster's rate and the node's, read in one script (one state of the page)."""
+        cluster, own = browser.execute_script(
+            "return [document.getElementById('fired-rate').textContent,"
+            " document.querySelector('#nodes tr td:nth-child(6)').textContent]"
+        )
+        return float(cluster.replace(NOTHING, "0")), float(own.replace(NOTHING, "0"))
+
+    page.until(lambda: shown()[0] > 0)
+    cluster, own = shown()
+    assert cluster == own > 0  # one node: the cluster's rate is its own
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "console-fired.png"))
 
 
 def test_the_tenants_panel_opens_a_tenants_messages(live: Live, browser: Any) -> None:
     live.schedule("panel", ids_of("panel", 3))
     page = Page(browser, live)
     page.until(lambda: any(row[:2] == ["panel", "3"] for row in page.rows("tenants")))
-    for row in browser.find_elements("css selector", "#tenants tr.pick"):
-        if row.text.startswith("panel "):
-            row.click()
-            break
+    page.pick("tenants", "panel")
     page.until_text("browse-count", "3 message(s) match")
     assert page.el("f-tenant").get_attribute("value") == "panel"
     assert {row[3] for row in page.rows("browse-list")} == {"panel"}
