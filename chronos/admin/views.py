@@ -206,4 +206,4 @@ def node_json(node: NodeRecord, leader: str | None, this_node: str) -> dict[str,
 
 def cluster_fire_rate(nodes: list[NodeRecord]) -> float:
     """The cluster's fire rate: the sum of the live nodes' own (a node reporting none adds 0)."""
-    return sum(n.fired_per_second or 0.0 for n in nodes if n.live)
+    return sum((n.fired_per_second or 0.0 for n in nodes if n.live), 0.0)
