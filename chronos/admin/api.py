@@ -21,7 +21,10 @@ POST   /admin/v1/bulk/cancel     cancel every message a filter matches (chronos.
 POST   /admin/v1/bulk/reschedule move them: {"deadline"}, {"shift_ms"} or {"fire_now": true}
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
-GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
+GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims, and the
+       cluster's fire rate (the sum of the live nodes' own)
+GET    /admin/v1/whoami          the caller's token and whether it may write (the console hides
+       the actions a read-only token cannot take)
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
 ``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
@@ -55,6 +58,7 @@ from chronos.admin.params import (
 )
 from chronos.admin.views import (
     TENANT_WALK_LIMIT,
+    cluster_fire_rate,
     leader_of,
     message_json,
     node_json,
@@ -198,6 +202,9 @@ class AdminAPI:
             return self.stats(query)
         if route == "tenants":
             return self.tenants(query)
+        if route == "whoami":
+            parse_query(query, frozenset())
+            return _json(200, {"token": caller.token_name, "can_write": caller.can_write})
         return self.nodes(query)
 
     @staticmethod
@@ -235,6 +242,8 @@ class AdminAPI:
             return "nodes", ""
         if path == PREFIX + "/tenants":
             return "tenants", ""
+        if path == PREFIX + "/whoami":
+            return "whoami", ""
         raise ApiError(404, "not found: see GET /admin/v1/openapi.json for the endpoints")
 
     @staticmethod
@@ -385,6 +394,7 @@ class AdminAPI:
                 "nodes": [node_json(n, leader, self.settings.node_id) for n in nodes],
                 "leader": leader,
                 "liveness_window_seconds": window_s,
+                "fired_per_second": cluster_fire_rate(nodes),
             },
         )
 

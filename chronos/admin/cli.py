@@ -402,7 +402,8 @@ def _tenants(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None
 def _nodes(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     payload = client.nodes(include_dead=args.include_dead)
     text = table(payload["nodes"], (*NODE_COLUMNS, "claimed"))
-    _emit(args, out, payload, f"{text}\nleader: {payload.get('leader') or '-'}")
+    rate = f"fired/s (cluster): {payload.get('fired_per_second') or 0.0:.1f}"
+    _emit(args, out, payload, f"{text}\nleader: {payload.get('leader') or '-'}\n{rate}")
 
 
 def _one_or_filter(args: argparse.Namespace) -> bool:

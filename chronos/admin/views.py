@@ -200,4 +200,10 @@ def node_json(node: NodeRecord, leader: str | None, this_node: str) -> dict[str,
         "heartbeat_age_seconds": node.heartbeat_age_seconds,
         "claimed": node.claimed,
         "oldest_claim_at": format_timestamp(node.oldest_claim_at),
+        "fired_per_second": node.fired_per_second if node.live else None,
     }
+
+
+def cluster_fire_rate(nodes: list[NodeRecord]) -> float:
+    """The cluster's fire rate: the sum of the live nodes' own (a node reporting none adds 0)."""
+    return sum((n.fired_per_second or 0.0 for n in nodes if n.live), 0.0)

@@ -3,7 +3,9 @@
 A thread started by the node (not one of the three loops: it never touches a message) that
 
 * writes the node's heartbeat row (``chronos_nodes``) every second, renewing the node's lease
-  (see ``chronos.cluster.leadership``), and deletes the row at graceful shutdown;
+  (see ``chronos.cluster.leadership``), and deletes the row at graceful shutdown; the row carries
+  the node's fire rate over the last ``FIRE_RATE_WINDOW_S`` (``chronos_fired_messages_total``
+  over the window), which the admin API sums over the live nodes into the cluster's rate;
 * after each heartbeat works out the leader: the lowest node id whose heartbeat is younger than
   ``liveness_window_ms`` on the database clock (``chronos_leader`` is 1 on it);
 * on the leader only: forgets nodes silent for an hour (killed, never shut down) and refreshes
@@ -25,6 +27,8 @@ import logging
 import socket
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 
 from chronos import __version__
 from chronos.cluster.leadership import Leadership
@@ -37,12 +41,23 @@ from chronos.store import COUNT_LIMIT, EXACT_COUNT_BELOW, Backlog, Store, Tenant
 
 log = logging.getLogger(__name__)
 
+
+def fired_total() -> float:
+    """This node's ``chronos_fired_messages_total``."""
+    for family in metrics.FIRED.collect():
+        for sample in family.samples:
+            if sample.name == "chronos_fired_messages_total":
+                return sample.value
+    return 0.0
+
+
 HEARTBEAT_INTERVAL_S = 1.0
 BACKLOG_INTERVAL_S = 5.0
 NODE_RETENTION_S = 3600.0
 TENANT_PRUNE_INTERVAL_S = 60.0  # how often the leader forgets tenants with nothing waiting
 TENANT_PRUNE_LIMIT = 10_000  # tenants forgotten per round at most (one index probe each)
 _WARN_EVERY_S = 30.0
+FIRE_RATE_WINDOW_S = 10.0  # the fire rate a heartbeat carries is over this many seconds
 
 
 class Monitor:
@@ -56,6 +71,7 @@ class Monitor:
         *,
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         backlog_interval: float = BACKLOG_INTERVAL_S,
+        fired: Callable[[], float] = fired_total,
     ):
         self.settings = settings
         self.store = store
@@ -72,6 +88,8 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned_at: dict[str, float] = {}
+        self._fired = fired
+        self._fired_samples: deque[tuple[float, float]] = deque()  # (monotonic, fired)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -116,13 +134,31 @@ class Monitor:
             self.leadership.monotonic()
         )  # before the statement: see chronos.cluster.leadership
         try:
-            self.store.heartbeat(self.node_id, hostname=self.hostname, version=__version__)
+            self.store.heartbeat(
+                self.node_id,
+                hostname=self.hostname,
+                version=__version__,
+                fired_per_second=self.fire_rate(sent_at),
+            )
         except StoreError as exc:
             self._failed("heartbeat", exc)
             return False
         self.leadership.renew(sent_at)
         metrics.HEARTBEAT_UPDATED.set(time.time())
         return True
+
+    def fire_rate(self, now: float) -> float | None:
+        """Messages fired per second over the last FIRE_RATE_WINDOW_S (since the oldest call
+        within it; None at the first call)."""
+        fired = self._fired()
+        samples = self._fired_samples
+        while len(samples) > 1 and samples[1][0] <= now - FIRE_RATE_WINDOW_S:
+            samples.popleft()
+        oldest = samples[0] if samples else None
+        samples.append((now, fired))
+        if oldest is None or now <= oldest[0]:
+            return None
+        return max(0.0, fired - oldest[1]) / (now - oldest[0])
 
     def elect(self) -> bool:
         """Work out the leader; True if it is this node. Not the leader when unsure."""

@@ -267,7 +267,7 @@ def json_response(status: int, payload: Any) -> tuple[int, str, bytes]:
 
 
 # The console is self-contained: no script, style or image from anywhere but the page itself,
-# and it talks only to this node (the admin API and /metrics).
+# and it talks only to this node (the admin API).
 CONSOLE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
     "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "

@@ -201,6 +201,7 @@ class AdminQueries:
         started_at: datetime | None = None,
         hostname: str | None = None,
         version: str | None = None,
+        fired_per_second: float | None = None,
     ) -> None:
         self._execute(
             "heartbeat",
@@ -209,6 +210,7 @@ class AdminQueries:
                 "started_at": started_at,
                 "hostname": hostname,
                 "version": version,
+                "fired_per_second": fired_per_second,
             },
         )
 
@@ -252,6 +254,7 @@ class AdminQueries:
                 version=r["version"],
                 claimed=int(r["claimed"]),
                 oldest_claim_at=r["oldest_claim_at"],
+                fired_per_second=r["fired_per_second"],
             )
             for r in rows
         ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import (
     Column,
     DateTime,
+    Double,
     Index,
     Integer,
     LargeBinary,
@@ -217,4 +218,10 @@ nodes = Table(
     ),
     Column("hostname", String(255), nullable=True, comment="host the node runs on"),
     Column("version", String(64), nullable=True, comment="Chronos version of the node"),
+    Column(
+        "fired_per_second",
+        Double,
+        nullable=True,
+        comment="messages the node fired per second over its last heartbeat interval",
+    ),
 )

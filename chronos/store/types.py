@@ -227,6 +227,7 @@ class NodeRecord:
     version: str | None
     claimed: int
     oldest_claim_at: datetime | None
+    fired_per_second: float | None = None  # the node's own rate over its last heartbeat interval
 
 
 LIST_QUERIES = {  # the states list_messages takes (None: all) and the statement of each
@@ -408,6 +409,7 @@ class Store(Protocol):
         started_at: datetime | None = None,
         hostname: str | None = None,
         version: str | None = None,
+        fired_per_second: float | None = None,
     ) -> None: ...
 
     def register_node(

@@ -258,6 +258,7 @@ class InMemoryAdmin:
         started_at: datetime | None = None,
         hostname: str | None = None,
         version: str | None = None,
+        fired_per_second: float | None = None,
     ) -> None:
         with self._lock:
             now = self._statement("heartbeat")
@@ -268,6 +269,7 @@ class InMemoryAdmin:
                 heartbeat_at=now,
                 hostname=hostname,
                 version=version,
+                fired_per_second=fired_per_second,
             )
 
     def register_node(
@@ -338,6 +340,7 @@ class InMemoryAdmin:
                         version=beat.version if beat else None,
                         claimed=len(held),
                         oldest_claim_at=min(held, default=None),
+                        fired_per_second=beat.fired_per_second if beat else None,
                     )
                 )
             return records

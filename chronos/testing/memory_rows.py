@@ -54,6 +54,7 @@ class NodeRow:
     heartbeat_at: datetime
     hostname: str | None
     version: str | None
+    fired_per_second: float | None = None
 
 
 def refused(message: str) -> StoreError:

@@ -45,6 +45,7 @@ ENDPOINTS = [
     ("GET", "/admin/v1/stats", 200),
     ("GET", "/admin/v1/nodes", 200),
     ("GET", "/admin/v1/tenants", 200),
+    ("GET", "/admin/v1/whoami", 200),
 ]
 
 
@@ -85,6 +86,7 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/stats",
         "/admin/v1/nodes",
         "/admin/v1/tenants",
+        "/admin/v1/whoami",
         "/admin/v1/bulk/cancel",
         "/admin/v1/bulk/reschedule",
     }

@@ -89,6 +89,7 @@ def test_the_monitor_beats_every_second_and_leaves_at_shutdown(api: Api) -> None
         "nodes": [],
         "leader": None,
         "liveness_window_seconds": api.settings.liveness_window_ms / 1000,
+        "fired_per_second": 0.0,
     }
 
 

@@ -878,12 +878,15 @@ FROM target t
 LEFT JOIN moved x ON true;
 
 -- name: heartbeat
--- A node announces it is alive (insert on its first beat, then move heartbeat_at to now()).
-INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version)
+-- A node announces it is alive (insert on its first beat, then move heartbeat_at to now()),
+-- with its fire rate over its last heartbeat interval (null: none to report).
+INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version,
+                           fired_per_second)
 VALUES (%(node_id)s::uuid, coalesce(%(started_at)s::timestamptz, now()), now(),
-        %(hostname)s, %(version)s)
+        %(hostname)s, %(version)s, %(fired_per_second)s::double precision)
 ON CONFLICT (node_id) DO UPDATE
-SET heartbeat_at = now(), hostname = EXCLUDED.hostname, version = EXCLUDED.version;
+SET heartbeat_at = now(), hostname = EXCLUDED.hostname, version = EXCLUDED.version,
+    fired_per_second = EXCLUDED.fired_per_second;
 
 -- name: register_node
 -- A node process starts: take its node id unless a live node holds it (heartbeat within
@@ -938,13 +941,13 @@ WITH claims AS (
     GROUP BY readied_by
 ), known AS (
     SELECT coalesce(n.node_id, c.node_id) AS node_id, n.started_at, n.heartbeat_at, n.hostname,
-           n.version, coalesce(c.claimed, 0) AS claimed, c.oldest_claim_at,
+           n.version, n.fired_per_second, coalesce(c.claimed, 0) AS claimed, c.oldest_claim_at,
            coalesce(n.heartbeat_at > now() - make_interval(secs => %(live_s)s), false) AS live
     FROM chronos_nodes n
     FULL JOIN claims c ON c.node_id = n.node_id
 )
 SELECT node_id::text AS node_id, started_at, heartbeat_at, hostname, version, claimed,
-       oldest_claim_at, live,
+       oldest_claim_at, live, fired_per_second,
        extract(epoch FROM now() - heartbeat_at)::double precision AS heartbeat_age_seconds,
        now() AS now
 FROM known

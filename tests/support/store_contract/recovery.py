@@ -94,6 +94,20 @@ class RecoveryContract:
         harness.advance(500)
         assert store.elect_leader(800) is None
 
+    def test_a_heartbeat_carries_the_nodes_fire_rate(self, harness: Harness) -> None:
+        """Each node writes its own fire rate with its heartbeat: the cluster's rate is the sum
+        over the live nodes (GET /admin/v1/nodes); a beat without one keeps none."""
+        store = harness.store
+        fast, quiet = node(), node()
+        store.heartbeat(fast, fired_per_second=120.5)
+        store.heartbeat(quiet)
+        rates = {n.node_id: n.fired_per_second for n in store.list_nodes(10.0)}
+        assert rates == {fast: 120.5, quiet: None}
+        store.heartbeat(fast, fired_per_second=0.0)
+        store.heartbeat(quiet, fired_per_second=3.25)
+        rates = {n.node_id: n.fired_per_second for n in store.list_nodes(10.0)}
+        assert rates == {fast: 0.0, quiet: 3.25}
+
     def test_claims_of_a_node_whose_heartbeat_lapsed_are_taken_over(self, harness: Harness) -> None:
         store = harness.store
         dead, live, me, ghost = node(), node(), node(), node()

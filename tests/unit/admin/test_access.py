@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from chronos.config.settings import Secret
-from tests.unit.admin.helpers import AdminHarness
+from tests.unit.admin.helpers import AdminHarness, validate
 
 READER = {"Authorization": "Bearer read-token"}
 
@@ -77,3 +77,15 @@ def test_a_write_is_logged_with_the_token_name_and_the_client(
     assert result is not None and result[0] == 204
     (record,) = [r for r in caplog.records if getattr(r, "event", "") == "message_cancelled"]
     assert "the admin token from 192.0.2.7" in record.getMessage()
+
+
+def test_whoami_names_the_token_and_whether_it_writes() -> None:
+    """The console learns which token it holds (and hides the writes a reader cannot make)."""
+    h = _harness()
+    status, _, answer = h.call("GET", "/admin/v1/whoami", headers=READER)
+    assert status == 200 and answer == {"token": "read-only", "can_write": False}
+    validate(answer, "Caller")
+    status, _, answer = h.call("GET", "/admin/v1/whoami")
+    assert status == 200 and answer == {"token": "admin", "can_write": True}
+    assert h.call("GET", "/admin/v1/whoami", headers={"Authorization": "Bearer x"})[0] == 401
+    assert h.call("POST", "/admin/v1/whoami")[0] == 405

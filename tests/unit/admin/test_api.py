@@ -32,6 +32,25 @@ def test_the_leader_is_the_lowest_live_node_id_in_uuid_order() -> None:
     assert admin.leader_of([]) is None
 
 
+def test_the_cluster_fire_rate_sums_the_live_nodes_own() -> None:
+    h = AdminHarness()
+    busy, idle, old = (str(uuid.uuid4()) for _ in range(3))
+    h.store.heartbeat(busy, fired_per_second=40.0)
+    h.store.heartbeat(idle, fired_per_second=2.5)
+    h.store.heartbeat(old)  # a node reporting no rate
+    status, _, answer = h.call("GET", "/admin/v1/nodes")
+    assert status == 200 and answer["fired_per_second"] == 42.5
+    assert {n["node_id"]: n["fired_per_second"] for n in answer["nodes"]} == {
+        busy: 40.0,
+        idle: 2.5,
+        old: None,
+    }
+    validate(answer, "NodeList")
+    h.clock.advance(h.settings.liveness_window_ms + 1)  # all dead: nothing fires
+    h.store.heartbeat(idle, fired_per_second=1.0)
+    assert h.call("GET", "/admin/v1/nodes")[2]["fired_per_second"] == 1.0
+
+
 # ------------------------------------------------------------------------------ routing
 
 

@@ -143,6 +143,7 @@ def test_nodes_shows_the_leader(node: Node, capsys: pytest.CaptureFixture[str]) 
     assert status == 0
     assert out.splitlines()[0].split()[:3] == ["NODE_ID", "LIVE", "LEADER"]
     assert node.node_id in out and f"leader: {node.node_id}" in out
+    assert "fired/s (cluster): 0.0" in out.splitlines()
     status, out, _ = run(capsys, node, "nodes", "--json", "--include-dead")
     assert as_json(out)["leader"] == node.node_id
 

@@ -188,9 +188,16 @@ class SlowHeartbeatStore(InMemoryStore):
         started_at: datetime | None = None,
         hostname: str | None = None,
         version: str | None = None,
+        fired_per_second: float | None = None,
     ) -> None:
         self.manual.advance(self.delay_ms)
-        super().heartbeat(node_id, started_at=started_at, hostname=hostname, version=version)
+        super().heartbeat(
+            node_id,
+            started_at=started_at,
+            hostname=hostname,
+            version=version,
+            fired_per_second=fired_per_second,
+        )
 
 
 def test_the_node_stops_firing_before_its_peers_may_take_it_over() -> None:

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 import chronos
-from chronos.cluster.monitor import Monitor
+from chronos.cluster.leadership import Leadership
+from chronos.cluster.monitor import FIRE_RATE_WINDOW_S, Monitor
 from chronos.protocol import ScheduledMessage
 from tests.unit.admin.helpers import AdminHarness
 
@@ -130,3 +131,26 @@ def test_a_capped_tenant_walk_is_visible_in_a_gauge() -> None:
     assert sample("chronos_tenant_backlog_capped") == 1
     monitor.tenant_gauges.clear()  # as when the node stops leading
     assert sample("chronos_tenant_backlog_capped") == 0
+
+
+def test_the_heartbeat_carries_the_nodes_fire_rate() -> None:
+    h = AdminHarness()
+    clock = [100.0]
+    fired = [0.0]
+    leadership = Leadership(
+        h.settings.node_id, h.settings.liveness_window_ms, monotonic=lambda: clock[0]
+    )
+    monitor = Monitor(h.settings, h.store, leadership, fired=lambda: fired[0])
+
+    def rate() -> float | None:
+        (only,) = h.store.list_nodes(h.settings.liveness_window_ms / 1000)
+        return only.fired_per_second
+
+    assert monitor.beat() and rate() is None  # nothing to compare with yet
+    clock[0] += 2.0
+    fired[0] += 50
+    assert monitor.beat() and rate() == pytest.approx(25.0)
+    clock[0] += 3.0
+    assert monitor.beat() and rate() == pytest.approx(10.0)  # 50 over the 5 s so far
+    clock[0] += FIRE_RATE_WINDOW_S
+    assert monitor.beat() and rate() == 0.0  # nothing fired over the last window
