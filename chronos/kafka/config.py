@@ -139,10 +139,20 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
             # The producer copies each record: bound its queue by the byte budget too
             # (librdkafka's default is 1 GiB).
             "queue.buffering.max.kbytes": max(1024, settings.max_in_flight_bytes // 1024),
+            "topic.metadata.propagation.max.ms": unknown_topic_after_ms(settings),
         }
     )
     conf.update(reveal_properties(settings.producer_properties))
     return conf
+
+
+def unknown_topic_after_ms(settings: Settings) -> int:
+    """How long a topic the broker does not know is waited for before its records fail with
+    ``_UNKNOWN_TOPIC`` (a permanent refusal: counted as a publish attempt, so the message is
+    dead-lettered after ``max_publish_attempts``). librdkafka waits 30 s, longer than a record's
+    delivery timeout: every attempt then failed as a timeout (transient), the message was retried
+    for ever and the producer replaced as stuck. Half the delivery timeout instead."""
+    return max(1, min(30_000, settings.delivery_timeout_ms // 2))
 
 
 def import_producer_config(settings: Settings) -> dict[str, Any]:
@@ -173,7 +183,11 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "enable.auto.commit": True,
             "auto.commit.interval.ms": 1000,
             "enable.auto.offset.store": False,
+            # An offset out of range (records deleted before they were read) resumes at the
+            # log start, never at the end.
             "auto.offset.reset": "earliest",
+            # Only committed transactions' records (librdkafka's default, said here).
+            "isolation.level": "read_committed",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
             "queued.min.messages": PREFETCH_BATCHES * settings.consume_batch_size,
