@@ -18,11 +18,28 @@ from typing import Any, cast
 
 from chronos.config.settings import Settings, reveal_properties
 from chronos.errors import ConfigError
+from chronos.observability import metrics
 from chronos.observability.logs import ThrottleFilter
 
 # librdkafka's own log lines go through Python logging (and so the JSON format when it is
 # chosen) instead of straight to stderr; they are served by the clients' poll/consume calls.
 LIBRDKAFKA_LOG = logging.getLogger("chronos.librdkafka")
+
+
+class OutOfRangeCounter(logging.Filter):
+    """Counts the consumer's resets of an offset the broker no longer has (records deleted before
+    they were read: retention, DeleteRecords). librdkafka resets to the log start
+    (``auto.offset.reset=earliest``) and says so only in a warning of its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            text = record.getMessage()
+            if text.startswith("OFFSET ") and "offset reset" in text and "out of range" in text:
+                metrics.OFFSETS_OUT_OF_RANGE.inc()
+        return True
+
+
+LIBRDKAFKA_LOG.addFilter(OutOfRangeCounter())  # before the throttle: each one counts
 # A broker away makes every client log each failed reconnect: one line a minute per kind.
 LIBRDKAFKA_LOG.addFilter(ThrottleFilter())
 

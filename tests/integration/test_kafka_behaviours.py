@@ -8,7 +8,8 @@ import uuid
 from datetime import timedelta
 from typing import Any, cast
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, TOPIC_HEADER
@@ -98,3 +99,34 @@ def test_a_target_topic_that_does_not_exist_is_dead_lettered_and_nothing_else_wa
     reasons = [v for n, v in headers_of(dead[0]) if n == DEAD_LETTER_REASON_HEADER]
     assert reasons and reasons[0] is not None and missing in reasons[0].decode(), reasons
     print(f"dead-lettered {(fire_ms(dead[0]) - ms(start)) / 1000:.1f} s after it was sent")
+
+
+def test_records_deleted_before_intake_read_them_are_counted_and_intake_goes_on(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics
+) -> None:
+    def send(prefix: str, count: int) -> list[str]:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        due = now() + timedelta(seconds=1)
+        for n in range(count):
+            sent = chronos_record(f"{prefix}-{n}", due)
+            producer.produce(
+                topics.input, key=b"k", value=b"v", headers=cast(Any, sent.headers), partition=0
+            )
+        assert producer.flush(10) == 0
+        return [f"{prefix}-{n}" for n in range(count)]
+
+    node = nodes.start(intake_process="thread")
+    before = send("before", 2)
+    assert len(read(kafka_bootstrap, topics.output, topics.partitions, 2, settle=0)) == 2
+    nodes.stop(node)  # its offsets committed: partition 0 resumes at 2
+    resets = sample("chronos_intake_offsets_out_of_range_total")
+    send("gone", 3)  # offsets 2-4
+    after = send("after", 2)  # offsets 5-6
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.delete_records([TopicPartition(topics.input, 0, 5)]).values():
+        future.result(10)
+
+    nodes.start(intake_process="thread")
+    out = read(kafka_bootstrap, topics.output, topics.partitions, 4, timeout=20)
+    assert sorted(tid_of(r) for r in out) == sorted(before + after)  # not reset to the end
+    assert sample("chronos_intake_offsets_out_of_range_total") - resets == 1
