@@ -18,11 +18,28 @@ from typing import Any, cast
 
 from chronos.config.settings import Settings, reveal_properties
 from chronos.errors import ConfigError
+from chronos.observability import metrics
 from chronos.observability.logs import ThrottleFilter
 
 # librdkafka's own log lines go through Python logging (and so the JSON format when it is
 # chosen) instead of straight to stderr; they are served by the clients' poll/consume calls.
 LIBRDKAFKA_LOG = logging.getLogger("chronos.librdkafka")
+
+
+class OutOfRangeCounter(logging.Filter):
+    """Counts the consumer's resets of an offset the broker no longer has (records deleted before
+    they were read: retention, DeleteRecords). librdkafka resets to the log start
+    (``auto.offset.reset=earliest``) and says so only in a warning of its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            text = record.getMessage()
+            if text.startswith("OFFSET ") and "offset reset" in text and "out of range" in text:
+                metrics.OFFSETS_OUT_OF_RANGE.inc()
+        return True
+
+
+LIBRDKAFKA_LOG.addFilter(OutOfRangeCounter())  # before the throttle: each one counts
 # A broker away makes every client log each failed reconnect: one line a minute per kind.
 LIBRDKAFKA_LOG.addFilter(ThrottleFilter())
 
@@ -139,10 +156,20 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
             # The producer copies each record: bound its queue by the byte budget too
             # (librdkafka's default is 1 GiB).
             "queue.buffering.max.kbytes": max(1024, settings.max_in_flight_bytes // 1024),
+            "topic.metadata.propagation.max.ms": unknown_topic_after_ms(settings),
         }
     )
     conf.update(reveal_properties(settings.producer_properties))
     return conf
+
+
+def unknown_topic_after_ms(settings: Settings) -> int:
+    """How long a topic the broker does not know is waited for before its records fail with
+    ``_UNKNOWN_TOPIC`` (a permanent refusal: counted as a publish attempt, so the message is
+    dead-lettered after ``max_publish_attempts``). librdkafka waits 30 s, longer than a record's
+    delivery timeout: every attempt then failed as a timeout (transient), the message was retried
+    for ever and the producer replaced as stuck. Half the delivery timeout instead."""
+    return max(1, min(30_000, settings.delivery_timeout_ms // 2))
 
 
 def import_producer_config(settings: Settings) -> dict[str, Any]:
@@ -173,7 +200,11 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "enable.auto.commit": True,
             "auto.commit.interval.ms": 1000,
             "enable.auto.offset.store": False,
+            # An offset out of range (records deleted before they were read) resumes at the
+            # log start, never at the end.
             "auto.offset.reset": "earliest",
+            # Only committed transactions' records (librdkafka's default, said here).
+            "isolation.level": "read_committed",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
             "queued.min.messages": PREFETCH_BATCHES * settings.consume_batch_size,

@@ -72,6 +72,11 @@ HEADER_PROBE_DURATION = Histogram(
     "Time to read a consumed batch's headers in a sacrificial child process",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10),
 )
+OFFSETS_OUT_OF_RANGE = Counter(
+    "chronos_intake_offsets_out_of_range_total",
+    "Input partitions whose offset to resume at was gone (retention or DeleteRecords moved the "
+    "log start past it): the records in between were never read; intake resumed at the log start",
+)
 PARKED_INPUT = Counter(
     "chronos_parked_input_records_total",
     "Input records skipped because the dead-letter topic refused them for longer than "

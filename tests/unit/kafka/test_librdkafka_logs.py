@@ -7,8 +7,10 @@ import socket
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from chronos.kafka import make_publisher
+from chronos.kafka.config import LIBRDKAFKA_LOG
 from tests.unit.helpers import settings
 
 
@@ -24,3 +26,22 @@ def test_librdkafka_lines_go_through_python_logging(caplog: pytest.LogCaptureFix
     records = [r for r in caplog.records if r.name == "chronos.librdkafka"]
     assert records, "no librdkafka log line reached the chronos.librdkafka logger"
     assert any("Connect to" in r.getMessage() or "FAIL" in r.getMessage() for r in records)
+
+
+def test_a_reset_of_an_offset_out_of_range_is_counted_each_time() -> None:
+    def count() -> float:
+        return REGISTRY.get_sample_value("chronos_intake_offsets_out_of_range_total") or 0.0
+
+    reset = (
+        "%s [%s] %s",
+        "OFFSET",
+        "chronos-1-intake#consumer-1",
+        "[thrd:main]: in [0]: offset reset (at offset 2 (leader epoch -1), broker 1) to offset "
+        "BEGINNING (leader epoch -1): fetch failed due to requested offset not available on the "
+        "broker: Broker: Offset out of range",
+    )
+    before = count()
+    for _ in range(2):  # the second within the throttle's minute: not logged, still counted
+        LIBRDKAFKA_LOG.warning(*reset)
+    LIBRDKAFKA_LOG.warning("%s [%s] %s", "FAIL", "c", "Connect to 127.0.0.1:1 failed")
+    assert count() - before == 2

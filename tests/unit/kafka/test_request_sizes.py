@@ -39,3 +39,13 @@ def test_the_consumer_prefetches_a_few_batches_not_librdkafkas_64_mib() -> None:
     assert conf["queued.max.messages.kbytes"] == 16 * 1024
     wider = consumer_config(settings(consumer_properties={"queued.max.messages.kbytes": "65536"}))
     assert wider["queued.max.messages.kbytes"] == "65536"
+
+
+def test_a_topic_the_broker_does_not_know_fails_before_the_delivery_timeout() -> None:
+    # A record for a missing topic must fail as unknown (permanent: dead-lettered after the
+    # attempts), not time out (transient: retried for ever).
+    for delivery_timeout_ms in (1000, 3000):
+        conf = producer_config(settings(delivery_timeout_ms=delivery_timeout_ms), "firing")
+        assert 0 < conf["topic.metadata.propagation.max.ms"] < delivery_timeout_ms
+    overridden = settings(producer_properties={"topic.metadata.propagation.max.ms": "500"})
+    assert producer_config(overridden, "firing")["topic.metadata.propagation.max.ms"] == "500"
