@@ -152,7 +152,7 @@ Index(
     "chronos_messages_topic_ready_idx",
     messages.c.target_topic,
     messages.c.deadline,
-    postgresql_where=text(f"target_topic IS NOT NULL AND {READY}"),
+    postgresql_where=text("target_topic IS NOT NULL AND readied_at IS NULL AND parked_at IS NULL"),
 )
 Index(
     "chronos_messages_id_ready_idx",
@@ -169,7 +169,7 @@ Index(
 Index(
     "chronos_messages_recurring_ready_idx",
     messages.c.deadline,
-    postgresql_where=text(f"recurrence IS NOT NULL AND {READY}"),
+    postgresql_where=text("recurrence IS NOT NULL AND readied_at IS NULL AND parked_at IS NULL"),
 )
 
 # One row per cancelled id, for CHRONOS_CANCEL_TTL_MS: a schedule of that id arriving later (another
