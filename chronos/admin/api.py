@@ -22,6 +22,8 @@ POST   /admin/v1/bulk/reschedule move them: {"deadline"}, {"shift_ms"} or {"fire
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
+GET    /admin/v1/pauses          paused tenants and topics (chronos.admin.flow); POST pauses
+       ``?tenant=T`` or ``?topic=X``, DELETE resumes it
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
 ``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
@@ -41,6 +43,7 @@ from typing import Any
 from chronos.admin.access import Caller, Tokens
 from chronos.admin.bulk import BulkActions
 from chronos.admin.filters import parse_list_params
+from chronos.admin.flow import PauseEndpoints
 from chronos.admin.params import (
     ApiError,
     encode_cursor,
@@ -116,6 +119,7 @@ class AdminAPI:
         self.tokens = Tokens.of(settings)
         self.parked_at = park_after(settings)
         self.bulk = BulkActions(settings, store, self.parked_at)
+        self.pauses = PauseEndpoints(store)
 
     @property
     def enabled(self) -> bool:
@@ -189,6 +193,15 @@ class AdminAPI:
             raw = body() if callable(body) else body
             status, payload = self.bulk.run(arg, query, raw, who)
             return _json(status, payload)
+        if route == "pauses":
+            self._allow(method, ("GET", "POST", "DELETE"))
+            if method == "GET":
+                status, payload = self.pauses.list(query)
+            elif method == "POST":
+                status, payload = self.pauses.pause(query, caller.token_name, client)
+            else:
+                status, payload = self.pauses.resume(query, caller.token_name, client)
+            return _json(status, payload)
         self._allow(method, ("GET",))
         if route == "messages":
             return self.list_messages(query)
@@ -233,6 +246,8 @@ class AdminAPI:
             return "nodes", ""
         if path == PREFIX + "/tenants":
             return "tenants", ""
+        if path == PREFIX + "/pauses":
+            return "pauses", ""
         raise ApiError(404, "not found: see GET /admin/v1/openapi.json for the endpoints")
 
     @staticmethod

@@ -56,6 +56,7 @@ from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.firing.dispatcher import Dispatcher, Timer
+from chronos.firing.pauses import PauseWatch
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
 from chronos.observability.logs import Throttle
@@ -125,6 +126,7 @@ class FiringLoop(Loop):
         self.several_tenants = False  # more than one tenant known: the budget is shared
         self.tenants_checked_at = -TENANTS_CHECK_INTERVAL
         self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
+        self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -156,9 +158,26 @@ class FiringLoop(Loop):
             self.fence(now)
         elif self.fenced:
             self.unfence(now)
-        elif now >= self.next_claim_at or self._share_freed():
-            self.claim(now)
+        else:
+            if self.pauses.due(now) and self.pauses.refresh(now):
+                self.give_back_paused()
+            if now >= self.next_claim_at or self._share_freed():
+                self.claim(now)
         self.finish(force=False)
+
+    def give_back_paused(self) -> None:
+        """Something new is paused: the rows of it this node claimed ahead are given back, not
+        fired (those already past their expiry limit fire: dead-lettered as expired)."""
+        paused = self.dispatcher.take_where(self.pauses.holds(self.monotonic))
+        if paused:
+            self._forget(paused)
+            metrics.IN_FLIGHT.set(self.dispatcher.held())
+            log.info(
+                "%d claimed messages of paused tenants or topics given back",
+                len(paused),
+                extra={"event": "paused_given_back", "count": len(paused)},
+            )
+            self._release([(t.row.id, t.row.readied_at) for t in paused], False, None)
 
     # -- the fence ----------------------------------------------------------------------------
 
@@ -257,6 +276,8 @@ class FiringLoop(Loop):
                 first_always=self.held_bytes == 0,
                 fair=self.overloaded,
                 exclude_tenants=excluded,
+                paused=self.pauses.current,
+                max_lateness_ms=self.pauses.max_lateness_ms,
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()

@@ -120,6 +120,12 @@ IN_FLIGHT = Gauge(
 # Cluster-wide values measured from the shared table: every node reports the same numbers, so
 # aggregate them with max(), not sum(). Refreshed every few seconds from indexes and the
 # planner's estimate, never by a table scan (see the ``backlog`` query).
+PAUSED_SINCE = Gauge(
+    "chronos_paused_since_timestamp_seconds",
+    "When a paused tenant or target topic was paused (Unix time; one series per pause, removed "
+    "on resume): the claims skip its messages",
+    ["kind", "name"],
+)
 WAITING = Gauge(
     "chronos_waiting_messages",
     "Rows waiting to be claimed (exact below 100k rows, above that the planner's estimate)",

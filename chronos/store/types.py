@@ -12,6 +12,7 @@ from typing import NamedTuple, Protocol
 
 from chronos.protocol import Headers, ScheduledMessage
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.flow import Pause, PauseKind, PauseSet
 
 
 class Outcome(Enum):
@@ -256,7 +257,21 @@ class Store(Protocol):
         first_always: bool = True,
         fair: bool = False,
         exclude_tenants: Sequence[str] = (),
+        paused: PauseSet | None = None,
+        max_lateness_ms: int | None = None,
     ) -> list[ClaimedRow]: ...
+
+    def pause(self, kind: PauseKind, name: str, paused_by: str) -> Pause:
+        """Pause a tenant or a target topic (again: the first pause is kept)."""
+        ...
+
+    def resume(self, kind: PauseKind, name: str) -> Pause | None:
+        """End a pause; returns it (None: it was not paused)."""
+        ...
+
+    def pauses(self) -> list[Pause]:
+        """What is paused, oldest first."""
+        ...
 
     def several_tenants(self) -> bool:
         """More than one tenant is known (chronos_tenants): the claim-ahead budget is shared."""

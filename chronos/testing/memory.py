@@ -39,6 +39,9 @@ from chronos.store import (
     Claim,
     ClaimedRow,
     Outcome,
+    Pause,
+    PauseKind,
+    PauseSet,
     StuckRow,
     row_bytes,
 )
@@ -46,6 +49,7 @@ from chronos.testing.clock import ManualClock
 from chronos.testing.kafka import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.testing.memory_admin import InMemoryAdmin
 from chronos.testing.memory_find import InMemoryFind
+from chronos.testing.memory_flow import InMemoryFlow
 from chronos.testing.memory_rows import NodeRow, StoredRow, check_uuid, refused
 
 __all__ = [
@@ -64,7 +68,7 @@ _LAST_ERROR_LENGTH = 500  # chronos_messages.last_error is varchar(500)
 # ------------------------------------------------------------------------------------ store
 
 
-class InMemoryStore(InMemoryAdmin, InMemoryFind):
+class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
     """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock.
 
     ``clock`` returns the "database" time (timezone-aware); every comparison the SQL makes with
@@ -90,6 +94,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind):
         self._nodes: dict[str, NodeRow] = {}
         self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
         self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
+        self._pauses: dict[tuple[PauseKind, str], Pause] = {}  # chronos_pauses
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
         self.fair_claims = 0  # claims run as claim_due_fair (a test convenience)
@@ -276,6 +281,8 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind):
         first_always: bool = True,
         fair: bool = False,
         exclude_tenants: Sequence[str] = (),
+        paused: PauseSet | None = None,
+        max_lateness_ms: int | None = None,
     ) -> list[ClaimedRow]:
         with self._lock:
             fair = fair or bool(exclude_tenants)
@@ -285,6 +292,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind):
             horizon = now + timedelta(milliseconds=horizon_ms)
             ready = [r for r in self._rows.values() if r.readied_at is None and r.parked_at is None]
             due = [r for r in ready if r.deadline <= horizon and r.attempts < park_attempts]
+            due = [r for r in due if self._claimable(r, now, paused, max_lateness_ms)]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
             limit = max(0, limit)
             if fair:
