@@ -55,6 +55,7 @@ from chronos.cluster.leadership import Leadership
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
+from chronos.firing.catchup import CatchupPacer
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.firing.pauses import PauseWatch
 from chronos.kafka import Publisher, is_permanent
@@ -127,6 +128,7 @@ class FiringLoop(Loop):
         self.tenants_checked_at = -TENANTS_CHECK_INTERVAL
         self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
         self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
+        self.catchup = CatchupPacer(settings, store)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -278,6 +280,7 @@ class FiringLoop(Loop):
                 exclude_tenants=excluded,
                 paused=self.pauses.current,
                 max_lateness_ms=self.pauses.max_lateness_ms,
+                catchup=self.catchup.budget(started, room - limit),  # within max_in_flight
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
@@ -289,6 +292,7 @@ class FiringLoop(Loop):
         self.claim_backoff = 0.0
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = 0
+        self.catchup.spent(rows)
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
@@ -297,7 +301,7 @@ class FiringLoop(Loop):
             self.held_by_tenant.update(r.tenant for r in rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        full = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        full = len(rows) >= limit or bool(rows and 2 * claimed_bytes >= room_bytes)
         # A tenant held back holds its share because it has more due: the backlog is still
         # there even when this claim came back short, so the next claim shares its batch too (a
         # plain claim would take the held-back tenant's oldest rows before anyone else's).

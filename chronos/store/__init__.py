@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from chronos.store.batch import encode_batch
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
-from chronos.store.flow import PAUSE_REFRESH_S, Pause, PauseKind, PauseSet
+from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Pause, PauseKind, PauseSet
 from chronos.store.postgres import PostgresStore, statement_params
 from chronos.store.postgres_session import libpq_url, session_options
 from chronos.store.types import (
@@ -48,6 +48,7 @@ __all__ = [
     "Backlog",
     "BulkBatch",
     "CancelOutcome",
+    "Catchup",
     "Claim",
     "ClaimedRow",
     "MessageCount",

@@ -1,4 +1,5 @@
-"""Flow control as the store keeps it: the paused tenants and target topics.
+"""Flow control as the store keeps it: the paused tenants and target topics, and the paced
+catch-up's part of a claim.
 
 A pause names a tenant (``''``: the default tenant) or a target topic (the output topic stands for
 the messages that name none). The nodes read the pause set every second (``PAUSE_REFRESH_S``) and
@@ -15,6 +16,15 @@ from enum import Enum
 
 PAUSE_REFRESH_S = 1.0
 """Seconds between two reads of the pause set by a node: a pause is in force within this."""
+
+
+@dataclass(frozen=True, slots=True)
+class Catchup:
+    """The paced catch-up of one claim: rows overdue by more than ``after_ms`` are claimed apart,
+    at most ``limit`` of them (the node's tokens), the rows coming due now as before."""
+
+    after_ms: int
+    limit: int
 
 
 class PauseKind(Enum):

@@ -24,7 +24,7 @@ from chronos.store.batch import (
     encode_batch,
     encoded_bytes,
 )
-from chronos.store.flow import PauseSet
+from chronos.store.flow import Catchup, PauseSet
 from chronos.store.postgres_admin import AdminQueries
 from chronos.store.postgres_find import FindQueries
 from chronos.store.postgres_flow import FlowQueries
@@ -131,10 +131,12 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
         exclude_tenants: Sequence[str] = (),
         paused: PauseSet | None = None,
         max_lateness_ms: int | None = None,
+        catchup: Catchup | None = None,
     ) -> list[ClaimedRow]:
         """Claim due rows oldest first (``claim_due``), or, when ``fair`` or a tenant is
         excluded, shared between the tenants with due rows (``claim_due_fair``; then
-        ``exclude_tenants`` are not claimed at all)."""
+        ``exclude_tenants`` are not claimed at all). With a paced ``catchup`` the claim is always
+        ``claim_due`` (the overdue rows counted apart; tenants are not shared)."""
         params: dict[str, Any] = {
             "node_id": node_id,
             "horizon_ms": horizon_ms,
@@ -145,8 +147,10 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
             "paused_tenants": sorted(paused.tenants) if paused else [],
             "paused_topics": sorted(paused.topics) if paused else [],
             "max_lateness_ms": max_lateness_ms,
+            "catchup_after_ms": catchup.after_ms if catchup else None,
+            "catchup_limit": catchup.limit if catchup else 0,
         }
-        if not fair and not exclude_tenants:
+        if catchup or (not fair and not exclude_tenants):
             rows, arrived = self._execute_tuples("claim_due", params)
         else:
             params |= {

@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol
 
 from chronos.protocol import Headers, ScheduledMessage
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
-from chronos.store.flow import Pause, PauseKind, PauseSet
+from chronos.store.flow import Catchup, Pause, PauseKind, PauseSet
 
 
 class Outcome(Enum):
@@ -259,6 +259,7 @@ class Store(Protocol):
         exclude_tenants: Sequence[str] = (),
         paused: PauseSet | None = None,
         max_lateness_ms: int | None = None,
+        catchup: Catchup | None = None,
     ) -> list[ClaimedRow]: ...
 
     def pause(self, kind: PauseKind, name: str, paused_by: str) -> Pause:

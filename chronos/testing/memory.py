@@ -36,6 +36,7 @@ from chronos.store import (
     FAIR_TENANTS_PER_CLAIM,
     UNBOUNDED_BYTES,
     Advance,
+    Catchup,
     Claim,
     ClaimedRow,
     Outcome,
@@ -241,26 +242,6 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         self._rows[m.id] = fresh
         return Outcome.INSERTED
 
-    def _fair_share(
-        self, due: list[StoredRow], with_due: set[str | None], limit: int, excluded: set[str]
-    ) -> list[StoredRow]:
-        """The rows ``claim_due_fair`` takes (``due``: oldest first): the next known tenants
-        after the cursor (wrapping round), each with due rows its share of the batch, then,
-        unless a tenant is excluded, the rest oldest first."""
-        known = sorted(self._tenants)
-        cursor = self._fair_cursor
-        size = max(1, min(self.fair_tenants_per_claim, limit))
-        window = ([t for t in known if t > cursor] + [t for t in known if t <= cursor])[:size]
-        self._fair_cursor = window[-1] if window else cursor
-        visited = [t for t in window if t not in excluded and t in with_due]
-        share = max(1, limit // max(1, len(visited)))
-        fair = [r for t in visited for r in [r for r in due if r.tenant == t][:share]]
-        fair.sort(key=lambda r: (r.deadline, r.id))
-        if excluded:
-            return fair
-        taken = {r.id for r in fair}
-        return fair + [r for r in due if r.id not in taken][: limit - len(fair)]
-
     def several_tenants(self) -> bool:
         with self._lock:
             return len(self._tenants) > 1
@@ -283,9 +264,10 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         exclude_tenants: Sequence[str] = (),
         paused: PauseSet | None = None,
         max_lateness_ms: int | None = None,
+        catchup: Catchup | None = None,
     ) -> list[ClaimedRow]:
         with self._lock:
-            fair = fair or bool(exclude_tenants)
+            fair = (fair or bool(exclude_tenants)) and catchup is None
             now = self._statement("claim_due")
             self.fair_claims += fair
             node = check_uuid(node_id, "claim_due")
@@ -298,6 +280,9 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
             if fair:
                 with_due = {r.tenant for r in ready if r.deadline <= horizon}
                 due = self._fair_share(due, with_due, limit, set(exclude_tenants))
+            elif catchup is not None:
+                due = self._paced(due, now, catchup, limit)
+                limit = len(due)
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
             running = 0

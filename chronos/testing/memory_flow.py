@@ -1,5 +1,7 @@
-"""The in-memory store's flow control: pauses, with the semantics of the SQL (``pause``,
-``resume``, ``list_pauses``, and the claims' paused filter). A mixin of ``InMemoryStore``."""
+"""How the in-memory store's claim picks rows beyond the deadline order, with the semantics of the
+SQL: the fair share between tenants (``claim_due_fair``), pauses (``pause``, ``resume``,
+``list_pauses`` and the claims' paused filter) and the paced catch-up. A mixin of
+``InMemoryStore``."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from chronos.store import Pause, PauseKind, PauseSet
+from chronos.store import Catchup, Pause, PauseKind, PauseSet
 from chronos.testing.memory_rows import StoredRow
 
 
 class InMemoryFlow:
     _lock: threading.RLock
+    _tenants: set[str]
+    _fair_cursor: str
+    fair_tenants_per_claim: int
     _pauses: dict[tuple[PauseKind, str], Pause]  # chronos_pauses
     _statement: Callable[[str], datetime]
 
@@ -41,3 +46,35 @@ class InMemoryFlow:
             return True
         limit = row.expires_ms if row.expires_ms is not None else max_lateness_ms
         return limit is not None and row.deadline < now - timedelta(milliseconds=limit)
+
+    @staticmethod
+    def _paced(
+        due: list[StoredRow], now: datetime, catchup: Catchup, limit: int
+    ) -> list[StoredRow]:
+        """``claim_due`` with a paced catch-up: up to ``limit`` rows not overdue by more than
+        ``catchup.after_ms``, and up to ``catchup.limit`` of those that are (``due``: oldest
+        first)."""
+        cut = now - timedelta(milliseconds=catchup.after_ms)
+        overdue = [r for r in due if r.deadline <= cut][: catchup.limit]
+        on_time = [r for r in due if r.deadline > cut][:limit]
+        return sorted(overdue + on_time, key=lambda r: r.deadline)
+
+    def _fair_share(
+        self, due: list[StoredRow], with_due: set[str | None], limit: int, excluded: set[str]
+    ) -> list[StoredRow]:
+        """The rows ``claim_due_fair`` takes (``due``: oldest first): the next known tenants
+        after the cursor (wrapping round), each with due rows its share of the batch, then,
+        unless a tenant is excluded, the rest oldest first."""
+        known = sorted(self._tenants)
+        cursor = self._fair_cursor
+        size = max(1, min(self.fair_tenants_per_claim, limit))
+        window = ([t for t in known if t > cursor] + [t for t in known if t <= cursor])[:size]
+        self._fair_cursor = window[-1] if window else cursor
+        visited = [t for t in window if t not in excluded and t in with_due]
+        share = max(1, limit // max(1, len(visited)))
+        fair = [r for t in visited for r in [r for r in due if r.tenant == t][:share]]
+        fair.sort(key=lambda r: (r.deadline, r.id))
+        if excluded:
+            return fair
+        taken = {r.id for r in fair}
+        return fair + [r for r in due if r.id not in taken][: limit - len(fair)]

@@ -115,6 +115,8 @@ def fair_params(fill: bool = True, exclude: tuple[str, ...] = ()) -> dict[str, A
         "paused_tenants": [],
         "paused_topics": [],
         "max_lateness_ms": None,
+        "catchup_after_ms": None,
+        "catchup_limit": 0,
     }
 
 

@@ -95,6 +95,8 @@ def explain_claim(url: str, analyze: bool) -> str:
         "paused_tenants": [],
         "paused_topics": [],
         "max_lateness_ms": None,
+        "catchup_after_ms": None,
+        "catchup_limit": 0,
     }
     with psycopg.connect(
         url, autocommit=True, options=session_options(url), cursor_factory=psycopg.ClientCursor

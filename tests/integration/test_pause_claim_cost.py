@@ -78,6 +78,8 @@ def run_claim(url: str, paused: list[str], runs: int = 20) -> tuple[str, float]:
         "paused_tenants": paused,
         "paused_topics": [],
         "max_lateness_ms": None,
+        "catchup_after_ms": None,
+        "catchup_limit": 0,
     }
     with psycopg.connect(
         url, autocommit=True, options=session_options(url), cursor_factory=psycopg.ClientCursor

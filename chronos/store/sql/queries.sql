@@ -166,7 +166,11 @@ ORDER BY b.ord;
 -- and for the rows that name no topic; usually both empty, then the filter is two comparisons
 -- with empty arrays) are skipped, except their rows already past their expiry limit (their own
 -- expires_ms, else `max_lateness_ms`; NULL: none): those are claimed to be dead-lettered.
-WITH candidates AS (
+-- Paced catch-up (`catchup_after_ms` not NULL: CHRONOS_CATCHUP_RATE is set): rows overdue by more
+-- than `catchup_after_ms` are claimed apart, at most `catchup_limit` of them (the node's share of
+-- the rate, as tokens), so that an overdue backlog never takes the batch of the rows coming due
+-- now (claimed up to `limit` as before); NULL: one oldest-first claim, the second part empty.
+WITH on_time AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
            + coalesce(pg_column_size(message_headers), 0) AS size
@@ -179,9 +183,32 @@ WITH candidates AS (
            AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
            OR deadline < now() - make_interval(
                secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
+      AND (%(catchup_after_ms)s::int IS NULL
+           OR deadline > now() - make_interval(secs => %(catchup_after_ms)s::int / 1000.0))
     ORDER BY deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), overdue AS (
+    SELECT id, deadline,
+           coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
+           + coalesce(pg_column_size(message_headers), 0) AS size
+    FROM chronos_messages
+    WHERE readied_at IS NULL
+      AND parked_at IS NULL
+      AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+      AND attempts < %(park_attempts)s
+      AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
+           AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
+           OR deadline < now() - make_interval(
+               secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
+      AND deadline <= now() - make_interval(secs => %(catchup_after_ms)s::int / 1000.0)
+    ORDER BY deadline
+    LIMIT %(catchup_limit)s
+    FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT id, deadline, size FROM on_time
+    UNION ALL
+    SELECT id, deadline, size FROM overdue
 ), due AS (
     SELECT id
     FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running

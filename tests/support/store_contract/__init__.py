@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from tests.support.store_contract.actions import ActionContract
 from tests.support.store_contract.admin import AdminContract
+from tests.support.store_contract.catchup import CatchupContract
 from tests.support.store_contract.claim import ClaimContract
 from tests.support.store_contract.common import FAR, HORIZON, Harness, claims, msg, node
 from tests.support.store_contract.enqueue import EnqueueContract
@@ -38,6 +39,7 @@ class StoreContract(
     AdminContract,
     FindContract,
     PauseContract,
+    CatchupContract,
 ):
     """Every part of the store contract but actions and tenants. Subclasses provide a
     ``harness`` fixture."""
