@@ -24,6 +24,8 @@ GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed,
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims
 GET    /admin/v1/pauses          paused tenants and topics (chronos.admin.flow); POST pauses
        ``?tenant=T`` or ``?topic=X``, DELETE resumes it
+GET    /admin/v1/limits          rate limits; POST sets one (``?tenant=T`` or ``?topic=X``,
+       ``&per_second=N``), DELETE removes it
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
 ``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
@@ -43,7 +45,7 @@ from typing import Any
 from chronos.admin.access import Caller, Tokens
 from chronos.admin.bulk import BulkActions
 from chronos.admin.filters import parse_list_params
-from chronos.admin.flow import PauseEndpoints
+from chronos.admin.flow import LimitEndpoints, PauseEndpoints
 from chronos.admin.params import (
     ApiError,
     encode_cursor,
@@ -120,6 +122,7 @@ class AdminAPI:
         self.parked_at = park_after(settings)
         self.bulk = BulkActions(settings, store, self.parked_at)
         self.pauses = PauseEndpoints(store)
+        self.limits = LimitEndpoints(store)
 
     @property
     def enabled(self) -> bool:
@@ -202,6 +205,15 @@ class AdminAPI:
             else:
                 status, payload = self.pauses.resume(query, caller.token_name, client)
             return _json(status, payload)
+        if route == "limits":
+            self._allow(method, ("GET", "POST", "DELETE"))
+            if method == "GET":
+                status, payload = self.limits.list(query)
+            elif method == "POST":
+                status, payload = self.limits.set(query, caller.token_name, client)
+            else:
+                status, payload = self.limits.clear(query, caller.token_name, client)
+            return _json(status, payload)
         self._allow(method, ("GET",))
         if route == "messages":
             return self.list_messages(query)
@@ -248,6 +260,8 @@ class AdminAPI:
             return "tenants", ""
         if path == PREFIX + "/pauses":
             return "pauses", ""
+        if path == PREFIX + "/limits":
+            return "limits", ""
         raise ApiError(404, "not found: see GET /admin/v1/openapi.json for the endpoints")
 
     @staticmethod

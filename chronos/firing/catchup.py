@@ -41,12 +41,17 @@ class CatchupPacer:
         """This node's rate (messages per second)."""
         return self.rate / max(1, self.live_nodes)
 
+    def live(self, now: float) -> int:
+        """The live nodes (read at most every ``LIVE_NODES_INTERVAL_S``)."""
+        if self.counted_at is None or now - self.counted_at >= LIVE_NODES_INTERVAL_S:
+            self._count_live_nodes(now)
+        return self.live_nodes
+
     def budget(self, now: float, limit: int) -> Catchup | None:
         """The catch-up part of a claim at ``now`` (monotonic): None when off."""
         if not self.enabled:
             return None
-        if self.counted_at is None or now - self.counted_at >= LIVE_NODES_INTERVAL_S:
-            self._count_live_nodes(now)
+        self.live(now)
         share = self.share()
         if self.filled_at is not None:
             self.tokens = min(share * BURST_S, self.tokens + share * (now - self.filled_at))

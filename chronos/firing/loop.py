@@ -57,6 +57,7 @@ from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.firing.catchup import CatchupPacer
 from chronos.firing.dispatcher import Dispatcher, Timer
+from chronos.firing.limits import LimitWatch
 from chronos.firing.pauses import PauseWatch
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
@@ -129,6 +130,7 @@ class FiringLoop(Loop):
         self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
         self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
         self.catchup = CatchupPacer(settings, store)
+        self.limits = LimitWatch(store, settings.output_topic, self.catchup.live)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -278,7 +280,7 @@ class FiringLoop(Loop):
                 first_always=self.held_bytes == 0,
                 fair=self.overloaded,
                 exclude_tenants=excluded,
-                paused=self.pauses.current,
+                paused=self.limits.exclude(self.pauses.current, started),
                 max_lateness_ms=self.pauses.max_lateness_ms,
                 catchup=self.catchup.budget(started, room - limit),  # within max_in_flight
             )
@@ -293,6 +295,9 @@ class FiringLoop(Loop):
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = 0
         self.catchup.spent(rows)
+        rows, over = self.limits.take(rows)  # over a rate limit: given back, they wait
+        if over:
+            self._release([(r.id, r.readied_at) for r in over], False, None)
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
@@ -301,7 +306,7 @@ class FiringLoop(Loop):
             self.held_by_tenant.update(r.tenant for r in rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        full = len(rows) >= limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        full = len(rows) >= limit or bool(over) or bool(rows and 2 * claimed_bytes >= room_bytes)
         # A tenant held back holds its share because it has more due: the backlog is still
         # there even when this claim came back short, so the next claim shares its batch too (a
         # plain claim would take the held-back tenant's oldest rows before anyone else's).

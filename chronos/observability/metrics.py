@@ -126,6 +126,12 @@ PAUSED_SINCE = Gauge(
     "on resume): the claims skip its messages",
     ["kind", "name"],
 )
+RATE_LIMITED = Gauge(
+    "chronos_rate_limited_messages",
+    "Messages of a rate-limited tenant or target topic this node claimed beyond its share of the "
+    "limit and gave back at its latest claim of them (they wait; a lower bound of what waits)",
+    ["kind", "name"],
+)
 WAITING = Gauge(
     "chronos_waiting_messages",
     "Rows waiting to be claimed (exact below 100k rows, above that the planner's estimate)",

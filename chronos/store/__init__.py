@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from chronos.store.batch import encode_batch
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
-from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Pause, PauseKind, PauseSet
+from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Limit, Pause, PauseKind, PauseSet
 from chronos.store.postgres import PostgresStore, statement_params
 from chronos.store.postgres_session import libpq_url, session_options
 from chronos.store.types import (
@@ -51,6 +51,7 @@ __all__ = [
     "Catchup",
     "Claim",
     "ClaimedRow",
+    "Limit",
     "MessageCount",
     "MessageFilter",
     "MessageRecord",

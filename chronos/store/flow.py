@@ -43,6 +43,17 @@ class Pause:
 
 
 @dataclass(frozen=True, slots=True)
+class Limit:
+    """A rate limit of a tenant or a target topic: messages per second, cluster-wide."""
+
+    kind: PauseKind
+    name: str
+    per_second: int
+    set_at: datetime
+    set_by: str
+
+
+@dataclass(frozen=True, slots=True)
 class PauseSet:
     """What the claims skip: the paused tenants, and the paused target topics as the claim
     compares them (``''`` standing for the output topic: the rows that name no topic)."""

@@ -1,4 +1,5 @@
-"""The Postgres side of flow control: pauses (``pause``, ``resume``, ``list_pauses``).
+"""The Postgres side of flow control: pauses (``pause``, ``resume``, ``list_pauses``) and rate
+limits (``set_limit``, ``clear_limit``, ``list_limits``).
 
 A mixin of ``chronos.store.PostgresStore``; the SQL is in ``chronos/store/sql/queries.sql`` and
 runs through the store's ``_execute``, like every other query.
@@ -8,11 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from chronos.store.flow import Pause, PauseKind
+from chronos.store.flow import Limit, Pause, PauseKind
 
 
 def _pause(row: dict[str, Any]) -> Pause:
     return Pause(PauseKind(row["kind"]), row["name"], row["paused_at"], row["paused_by"])
+
+
+def _limit(row: dict[str, Any]) -> Limit:
+    return Limit(
+        PauseKind(row["kind"]), row["name"], row["per_second"], row["set_at"], row["set_by"]
+    )
 
 
 class FlowQueries:
@@ -29,3 +36,14 @@ class FlowQueries:
 
     def pauses(self) -> list[Pause]:
         return [_pause(r) for r in self._execute("list_pauses", {})]
+
+    def set_limit(self, kind: PauseKind, name: str, per_second: int, set_by: str) -> Limit:
+        params = {"kind": kind.value, "name": name, "per_second": per_second, "set_by": set_by}
+        return _limit(self._execute("set_limit", params)[0])
+
+    def clear_limit(self, kind: PauseKind, name: str) -> Limit | None:
+        rows = self._execute("clear_limit", {"kind": kind.value, "name": name})
+        return _limit(rows[0]) if rows else None
+
+    def limits(self) -> list[Limit]:
+        return [_limit(r) for r in self._execute("list_limits", {})]

@@ -217,6 +217,29 @@ pauses = Table(
     Column("paused_by", String(255), nullable=False, comment="who paused it (the token's name)"),
 )
 
+# One row per rate-limited tenant or target topic: the nodes share each limit between them (read
+# every second) and claim no more of its rows than their share allows.
+limits = Table(
+    "chronos_limits",
+    metadata,
+    Column("kind", String(16), primary_key=True, comment="'tenant' or 'topic'"),
+    Column(
+        "name",
+        String(255),
+        primary_key=True,
+        comment="the tenant ('': the default tenant) or the target topic",
+    ),
+    Column("per_second", Integer, nullable=False, comment="messages per second, cluster-wide"),
+    Column(
+        "set_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when the limit was set (DB clock)",
+    ),
+    Column("set_by", String(255), nullable=False, comment="who set it (the token's name)"),
+)
+
 # One row per running node, written by its heartbeat every second and deleted at graceful
 # shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).
 nodes = Table(

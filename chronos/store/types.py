@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol
 
 from chronos.protocol import Headers, ScheduledMessage
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
-from chronos.store.flow import Catchup, Pause, PauseKind, PauseSet
+from chronos.store.flow import Catchup, Limit, Pause, PauseKind, PauseSet
 
 
 class Outcome(Enum):
@@ -272,6 +272,18 @@ class Store(Protocol):
 
     def pauses(self) -> list[Pause]:
         """What is paused, oldest first."""
+        ...
+
+    def set_limit(self, kind: PauseKind, name: str, per_second: int, set_by: str) -> Limit:
+        """Limit a tenant or a target topic (replacing its limit)."""
+        ...
+
+    def clear_limit(self, kind: PauseKind, name: str) -> Limit | None:
+        """Remove a limit; returns it (None: there was none)."""
+        ...
+
+    def limits(self) -> list[Limit]:
+        """Every rate limit, by kind and name."""
         ...
 
     def several_tenants(self) -> bool:

@@ -39,6 +39,7 @@ from chronos.store import (
     Catchup,
     Claim,
     ClaimedRow,
+    Limit,
     Outcome,
     Pause,
     PauseKind,
@@ -96,6 +97,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
         self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
         self._pauses: dict[tuple[PauseKind, str], Pause] = {}  # chronos_pauses
+        self._limits: dict[tuple[PauseKind, str], Limit] = {}  # chronos_limits
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
         self.fair_claims = 0  # claims run as claim_due_fair (a test convenience)

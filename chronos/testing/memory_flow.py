@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from chronos.store import Catchup, Pause, PauseKind, PauseSet
+from chronos.store import Catchup, Limit, Pause, PauseKind, PauseSet
 from chronos.testing.memory_rows import StoredRow
 
 
@@ -19,6 +19,7 @@ class InMemoryFlow:
     _fair_cursor: str
     fair_tenants_per_claim: int
     _pauses: dict[tuple[PauseKind, str], Pause]  # chronos_pauses
+    _limits: dict[tuple[PauseKind, str], Limit]  # chronos_limits
     _statement: Callable[[str], datetime]
 
     def pause(self, kind: PauseKind, name: str, paused_by: str) -> Pause:
@@ -35,6 +36,22 @@ class InMemoryFlow:
         with self._lock:
             self._statement("list_pauses")
             return sorted(self._pauses.values(), key=lambda p: (p.paused_at, p.kind.value, p.name))
+
+    def set_limit(self, kind: PauseKind, name: str, per_second: int, set_by: str) -> Limit:
+        with self._lock:
+            now = self._statement("set_limit")
+            self._limits[(kind, name)] = Limit(kind, name, per_second, now, set_by)
+            return self._limits[(kind, name)]
+
+    def clear_limit(self, kind: PauseKind, name: str) -> Limit | None:
+        with self._lock:
+            self._statement("clear_limit")
+            return self._limits.pop((kind, name), None)
+
+    def limits(self) -> list[Limit]:
+        with self._lock:
+            self._statement("list_limits")
+            return sorted(self._limits.values(), key=lambda x: (x.kind.value, x.name))
 
     @staticmethod
     def _claimable(

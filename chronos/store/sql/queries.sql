@@ -374,6 +374,27 @@ SELECT kind, name, paused_at, paused_by
 FROM chronos_pauses
 ORDER BY paused_at, kind, name;
 
+-- name: set_limit
+-- Limit a tenant or a target topic to `per_second` messages per second, cluster-wide (replacing
+-- its limit, with the new time and author). Returns the limit.
+INSERT INTO chronos_limits (kind, name, per_second, set_by)
+VALUES (%(kind)s, %(name)s, %(per_second)s, %(set_by)s)
+ON CONFLICT (kind, name) DO UPDATE
+SET per_second = excluded.per_second, set_at = now(), set_by = excluded.set_by
+RETURNING kind, name, per_second, set_at, set_by;
+
+-- name: clear_limit
+-- Remove the limit of a tenant or a target topic; returns it (none: it had none).
+DELETE FROM chronos_limits
+WHERE kind = %(kind)s AND name = %(name)s
+RETURNING kind, name, per_second, set_at, set_by;
+
+-- name: list_limits
+-- Every rate limit (a handful of rows), by kind and name: read by each node every second.
+SELECT kind, name, per_second, set_at, set_by
+FROM chronos_limits
+ORDER BY kind, name;
+
 -- name: several_tenants
 -- More than one tenant is known (at most two rows of chronos_tenants read): the firing loop shares
 -- its claim-ahead budget between tenants only then.

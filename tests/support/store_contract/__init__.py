@@ -22,7 +22,7 @@ from tests.support.store_contract.claim import ClaimContract
 from tests.support.store_contract.common import FAR, HORIZON, Harness, claims, msg, node
 from tests.support.store_contract.enqueue import EnqueueContract
 from tests.support.store_contract.find import FindContract
-from tests.support.store_contract.pauses import PauseContract
+from tests.support.store_contract.pauses import LimitContract, PauseContract
 from tests.support.store_contract.recovery import RecoveryContract
 from tests.support.store_contract.release import ReleaseContract
 from tests.support.store_contract.series import SeriesContract
@@ -40,6 +40,7 @@ class StoreContract(
     FindContract,
     PauseContract,
     CatchupContract,
+    LimitContract,
 ):
     """Every part of the store contract but actions and tenants. Subclasses provide a
     ``harness`` fixture."""

@@ -96,3 +96,21 @@ class PauseContract:
         assert {r.id for r in rows} == {"own-limit", "default-limit"}
         rows = store.claim(node(), HORIZON, 100, 5, fair=True, paused=paused)
         assert rows == []  # no default limit: default-limit waits too
+
+
+class LimitContract:
+    def test_a_limit_is_set_replaced_listed_and_cleared(self, harness: Harness) -> None:
+        store = harness.store
+        assert store.limits() == []
+        first = store.set_limit(PauseKind.TOPIC, "billing", 200, "ops")
+        assert (first.per_second, first.set_by) == (200, "ops")
+        store.set_limit(PauseKind.TENANT, "acme", 50, "ops")
+        replaced = store.set_limit(PauseKind.TOPIC, "billing", 100, "someone-else")
+        assert (replaced.per_second, replaced.set_by) == (100, "someone-else")
+        assert [(x.kind, x.name, x.per_second) for x in store.limits()] == [
+            (PauseKind.TENANT, "acme", 50),
+            (PauseKind.TOPIC, "billing", 100),
+        ]
+        assert store.clear_limit(PauseKind.TOPIC, "billing") == replaced
+        assert store.clear_limit(PauseKind.TOPIC, "billing") is None
+        assert [x.name for x in store.limits()] == ["acme"]

@@ -79,3 +79,52 @@ def test_the_cli_pauses_lists_and_resumes(node: Node, capsys: pytest.CaptureFixt
     assert status == 0 and "resumed topic 'billing'" in out
     status, _, err = run(capsys, node, "resume", "--topic", "billing")
     assert status == 1 and "404" in err and "not paused" in err
+
+
+LIMITS = "/admin/v1/limits"
+
+
+def test_set_list_replace_and_clear_a_limit() -> None:
+    h = AdminHarness()
+    status, _, limit = h.call("POST", LIMITS, "topic=billing&per_second=200")
+    assert status == 200
+    validate(limit, "Limit")
+    assert (limit["kind"], limit["name"], limit["per_second"]) == ("topic", "billing", 200)
+    assert h.call("POST", LIMITS, "tenant=acme&per_second=5")[0] == 200
+    assert h.call("POST", LIMITS, "topic=billing&per_second=100")[2]["per_second"] == 100
+    status, _, listing = h.call("GET", LIMITS)
+    validate(listing, "LimitList")
+    assert [(x["name"], x["per_second"]) for x in listing["limits"]] == [
+        ("acme", 5),
+        ("billing", 100),
+    ]
+    assert h.call("DELETE", LIMITS, "topic=billing")[0] == 200
+    assert h.call("DELETE", LIMITS, "topic=billing")[0] == 404
+    assert [x.name for x in h.store.limits()] == ["acme"]
+
+
+@pytest.mark.parametrize(
+    "query", ["topic=b", "topic=b&per_second=0", "topic=b&per_second=x", "per_second=5"]
+)
+def test_a_limit_needs_a_target_and_a_positive_rate(query: str) -> None:
+    assert AdminHarness().call("POST", LIMITS, query)[0] == 400
+
+
+def test_the_read_only_token_cannot_set_a_limit() -> None:
+    h = AdminHarness(admin_read_token=Secret("read-token"))
+    reader = {"Authorization": "Bearer read-token"}
+    assert h.call("POST", LIMITS, "topic=b&per_second=5", headers=reader)[0] == 403
+    assert h.call("GET", LIMITS, headers=reader)[0] == 200
+
+
+def test_the_cli_limits(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, node, "limit", "--topic", "billing", "--per-second", "200")
+    assert status == 0 and "limited topic 'billing' to 200 per second" in out
+    status, out, _ = run(capsys, node, "limits")
+    assert status == 0 and "PER_SECOND" in out and "billing" in out
+    status, out, _ = run(capsys, node, "limit", "--topic", "billing", "--clear")
+    assert status == 0 and "removed" in out
+    status, out, _ = run(capsys, node, "limits")
+    assert "no rate limits" in out
+    with pytest.raises(SystemExit):
+        run(capsys, node, "limit", "--topic", "billing", "--per-second", "0")
