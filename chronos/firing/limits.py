@@ -8,8 +8,10 @@ it, the rows of a limited tenant or topic beyond its tokens are given back at on
 statement for the batch, never per message): they wait in the table, never dropped, and are
 claimed again as tokens come. A tenant or topic whose rows were given back is left out of the
 claims until its bucket is half full again (the loop claims again at once meanwhile), so that
-its rows never fill the batch ahead of the others'. ``chronos_rate_limited_messages{kind,name}``
-is how many this node gave back at its latest claim of them (a lower bound of what waits).
+its rows never fill the batch ahead of the others'. Rows past their expiry limit are kept
+whatever the tokens (dead-lettered, never fired to the limited topic: the claim takes them as it
+takes a paused tenant's). ``chronos_rate_limited_messages{kind,name}`` is how many this node
+gave back at its latest claim of them (a lower bound of what waits).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.observability import metrics
 from chronos.store import PAUSE_REFRESH_S, ClaimedRow, Limit, PauseKind, PauseSet, Store
@@ -28,9 +31,10 @@ REST_SHARE = 0.5  # a key whose rows were given back waits for half a bucket
 
 
 class LimitWatch:
-    def __init__(self, store: Store, output_topic: str, live_nodes: Callable[[float], int]):
+    def __init__(self, settings: Settings, store: Store, live_nodes: Callable[[float], int]):
         self.store = store
-        self.output_topic = output_topic
+        self.max_lateness_ms = settings.max_lateness_ms or None
+        self.output_topic = settings.output_topic
         self.live_nodes = live_nodes
         self.limits: dict[tuple[PauseKind, str], int] = {}  # (kind, key as the claim has it)
         self.tokens: dict[tuple[PauseKind, str], float] = {}
@@ -69,6 +73,10 @@ class LimitWatch:
         over: list[ClaimedRow] = []
         held: dict[tuple[PauseKind, str], int] = {}
         for row in rows:
+            limit_ms = row.expires_ms if row.expires_ms is not None else self.max_lateness_ms
+            if limit_ms is not None and -row.remaining_ms > limit_ms:
+                kept.append(row)  # expired: dead-lettered, never fired to its topic
+                continue
             keys = [
                 k
                 for k in ((PauseKind.TENANT, row.tenant), (PauseKind.TOPIC, row.target_topic or ""))

@@ -130,7 +130,7 @@ class FiringLoop(Loop):
         self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
         self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
         self.catchup = CatchupPacer(settings, store)
-        self.limits = LimitWatch(store, settings.output_topic, self.catchup.live)
+        self.limits = LimitWatch(settings, store, self.catchup.live)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)

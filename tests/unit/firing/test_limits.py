@@ -71,3 +71,13 @@ def test_the_limit_is_shared_between_the_live_nodes_and_cleared() -> None:
     firing.store.clear_limit(PauseKind.TOPIC, "slow")
     firing.run_for(1_500, step_ms=5)
     assert _fired(firing, b"s") == 3_000
+
+
+def test_expired_messages_of_a_limited_topic_are_dead_lettered_not_churned() -> None:
+    firing = Firing.create(claim_batch_size=500, max_lateness_ms=1_000, dead_letter_topic="dlt")
+    firing.store.set_limit(PauseKind.TOPIC, "slow", 10, "ops")
+    _due(firing, "x", 200, topic="slow")
+    firing.clock.advance(5_000)  # all past CHRONOS_MAX_LATENESS_MS
+    firing.run_for(1_000, step_ms=5)
+    assert sum(1 for r in firing.publisher.records if r.topic == "dlt") == 200
+    assert firing.store.statements.count("release_claims") == 0  # none given back
