@@ -25,6 +25,10 @@ GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claim
        cluster's fire rate (the sum of the live nodes' own)
 GET    /admin/v1/whoami          the caller's token and whether it may write (the console hides
        the actions a read-only token cannot take)
+GET    /admin/v1/pauses          paused tenants and topics (chronos.admin.flow); POST pauses
+       ``?tenant=T`` or ``?topic=X``, DELETE resumes it
+GET    /admin/v1/limits          rate limits; POST sets one (``?tenant=T`` or ``?topic=X``,
+       ``&per_second=N``), DELETE removes it
 
 Message states: ``waiting`` (unclaimed), ``claimed`` (a node readied it and is firing it) and
 ``parked`` (unclaimed, its publish failed ``2 * max_publish_attempts`` times: never claimed
@@ -45,6 +49,7 @@ from chronos.admin.access import Caller, Tokens
 from chronos.admin.audit import AdminAudit
 from chronos.admin.bulk import BulkActions
 from chronos.admin.filters import parse_list_params
+from chronos.admin.flow import LimitEndpoints, PauseEndpoints
 from chronos.admin.params import (
     ApiError,
     encode_cursor,
@@ -122,6 +127,8 @@ class AdminAPI:
         self.parked_at = park_after(settings)
         self.audit = AdminAudit(settings)  # CHRONOS_AUDIT_TOPIC: writes recorded by whom
         self.bulk = BulkActions(settings, store, self.parked_at, self.audit)
+        self.pauses = PauseEndpoints(store)
+        self.limits = LimitEndpoints(store)
 
     @property
     def enabled(self) -> bool:
@@ -195,6 +202,24 @@ class AdminAPI:
             raw = body() if callable(body) else body
             status, payload = self.bulk.run(arg, query, raw, who)
             return _json(status, payload)
+        if route == "pauses":
+            self._allow(method, ("GET", "POST", "DELETE"))
+            if method == "GET":
+                status, payload = self.pauses.list(query)
+            elif method == "POST":
+                status, payload = self.pauses.pause(query, caller.token_name, client)
+            else:
+                status, payload = self.pauses.resume(query, caller.token_name, client)
+            return _json(status, payload)
+        if route == "limits":
+            self._allow(method, ("GET", "POST", "DELETE"))
+            if method == "GET":
+                status, payload = self.limits.list(query)
+            elif method == "POST":
+                status, payload = self.limits.set(query, caller.token_name, client)
+            else:
+                status, payload = self.limits.clear(query, caller.token_name, client)
+            return _json(status, payload)
         self._allow(method, ("GET",))
         if route == "messages":
             return self.list_messages(query)
@@ -244,6 +269,10 @@ class AdminAPI:
             return "tenants", ""
         if path == PREFIX + "/whoami":
             return "whoami", ""
+        if path == PREFIX + "/pauses":
+            return "pauses", ""
+        if path == PREFIX + "/limits":
+            return "limits", ""
         raise ApiError(404, "not found: see GET /admin/v1/openapi.json for the endpoints")
 
     @staticmethod

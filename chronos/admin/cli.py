@@ -13,6 +13,8 @@ chronos admin cancel FILTERS    cancel every message the list's filter flags mat
                                 print how many match, change nothing)
 chronos admin requeue ID        requeue a parked message
 chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
+chronos admin pause / resume    --tenant T | --topic X: pause or resume it cluster-wide;
+                                ``pauses`` lists what is paused (chronos.admin.cli_flow)
 chronos admin dead-letters      the dead-letter topic (chronos.admin.deadletters_cli)
 chronos admin replay            replay dead letters to the input topic, once each
 chronos admin reschedule FILTERS  move every waiting message the filters match: --at, --shift
@@ -38,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
+from chronos.admin import cli_flow
 from chronos.admin.cli_bulk import reschedule_body, run_bulk
 from chronos.admin.cli_filters import add_filter_flags, filter_params, narrowed
 from chronos.config.settings import ADMIN_URL_ENV, OPTIONS_BY_NAME
@@ -240,6 +243,8 @@ def add_parser(sub: Any) -> None:
         "--shift", type=_signed_seconds, default=None, help="by filter: move each by SECONDS"
     )
     when.add_argument("--now", action="store_true", help="by filter: fire each now")
+
+    cli_flow.add_parsers(commands, common)
 
     from chronos.admin import deadletters_cli  # the dead-letter topic: straight to Kafka
 
@@ -455,4 +460,5 @@ ACTIONS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], None]] = 
     "cancel": _cancel,
     "requeue": _requeue,
     "reschedule": _reschedule,
+    **cli_flow.actions(table),
 }

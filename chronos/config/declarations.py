@@ -212,6 +212,18 @@ class Settings:
         "dead-lettered with reason 'expired' (or dropped, CHRONOS_EXPIRED_ACTION); 0: off",
         _non_negative_int,
     )
+    catchup_rate: int = setting(
+        0,
+        "paced catch-up: messages per second, cluster-wide, at which messages overdue by more "
+        "than CHRONOS_CATCHUP_AFTER_MS fire (each node takes its share of the live nodes), while "
+        "those coming due now fire on time; 0: off (a backlog fires as fast as it can)",
+        _non_negative_int,
+    )
+    catchup_after_ms: int = setting(
+        1_000,
+        "how overdue a message must be for CHRONOS_CATCHUP_RATE to pace it",
+        _positive_int,
+    )
     expired_action: str = setting(
         "dead-letter",
         "what happens to a message past CHRONOS_MAX_LATENESS_MS: 'dead-letter' (reason "

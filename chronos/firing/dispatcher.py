@@ -145,6 +145,15 @@ class Dispatcher:
             unfired, self.timers = self.timers, []
         return [timer for _, _, timer in unfired]
 
+    def take_where(self, wanted: Callable[[ClaimedRow], bool]) -> list[Timer]:
+        """Take the unfired timers whose rows are ``wanted`` (a pause: they are given back)."""
+        with self.cond:
+            taken = [e for e in self.timers if wanted(e[2].row)]
+            if taken:
+                self.timers = [e for e in self.timers if not wanted(e[2].row)]
+                heapq.heapify(self.timers)
+        return [timer for _, _, timer in taken]
+
     def stop(self) -> None:
         self.stopping.set()
         with self.cond:

@@ -28,12 +28,8 @@ table, then claims again.
 
 Tenants: while the previous claim came back full (more is due than a claim takes:
 overload), the next claim shares its batch between the tenants with due rows (the store's fair
-claim); otherwise it is the plain oldest-first claim. The claim-ahead budget is shared too: a
-tenant holding ``TENANT_SHARE_OF_IN_FLIGHT`` of ``max_in_flight`` (at most ``TENANT_HELD_CLAIMS``
-claims' worth) is left out of the next claims until it holds a quarter less (then the loop claims
-at once) — once more than one tenant is known (a single-tenant deployment claims ahead as before) —
-so a flood never fills the budget and a small tenant's message is claimed (ahead of its
-deadline, as usual) while the flood waits in the table.
+claim); otherwise it is the plain oldest-first claim. The claim-ahead budget is shared too
+(``chronos.firing.tenant_share``).
 
 The claim statement runs again at once while it returns full batches (a backlog drains at full
 speed); otherwise it waits the poll interval less the time taken, plus a little jitter.
@@ -45,7 +41,6 @@ import logging
 import random
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
@@ -55,7 +50,11 @@ from chronos.cluster.leadership import Leadership
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
+from chronos.firing.catchup import CatchupPacer
 from chronos.firing.dispatcher import Dispatcher, Timer
+from chronos.firing.limits import LimitWatch
+from chronos.firing.pauses import PauseWatch
+from chronos.firing.tenant_share import TenantShare
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA_WRITES
@@ -70,17 +69,6 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 2000
 DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
-TENANT_SHARE_OF_IN_FLIGHT = 0.5
-"""The part of ``max_in_flight`` one tenant may hold: the rest stays free for the others."""
-TENANTS_CHECK_INTERVAL = 1.0
-"""Seconds between two looks at whether more than one tenant is known (one tiny statement)."""
-TENANT_HELD_CLAIMS = 4
-"""...and at most this many claims' worth (``claim_batch_size`` rows each): the timers fire
-earliest deadline first, so every row a flood holds that fell due before a small tenant's is
-published before it; a flood's overdue rows held by the node are the small tenant's queue. Four
-claims' worth keeps that queue a fraction of a second at the node's firing rate, and still more
-than a claim's round trip of work for the flood (its drain rate is unchanged)."""
-
 
 WRITE_PROBE_ROWS = 10  # rows held at most while writes to Kafka fail
 
@@ -113,23 +101,16 @@ class FiringLoop(Loop):
         self.pending_delete: list[Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
         self.tenant_metrics = TenantMetrics(settings.tenant_metrics_top)
-        self.held_by_tenant: Counter[str] = Counter()  # rows held, as held_bytes counts them
-        self.tenant_cap = max(
-            1,
-            min(
-                int(settings.max_in_flight * TENANT_SHARE_OF_IN_FLIGHT),
-                TENANT_HELD_CLAIMS * settings.claim_batch_size,
-            ),
-        )
+        self.share = TenantShare(settings, store)  # the claim-ahead budget between tenants
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
         self.delivered_at: float | None = None  # the last successful delivery (monotonic)
         self.publish_failures = Throttle()  # a broker away repeats them: one line a minute
         self.overloaded = False  # the previous claim came back full: the next one is fair
-        self.several_tenants = False  # more than one tenant known: the budget is shared
-        self.tenants_checked_at = -TENANTS_CHECK_INTERVAL
-        self.held_back: set[str] = set()  # tenants the previous claim left out (their share held)
+        self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
+        self.catchup = CatchupPacer(settings, store)
+        self.limits = LimitWatch(settings, store, self.catchup.live)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -161,9 +142,26 @@ class FiringLoop(Loop):
             self.fence(now)
         elif self.fenced:
             self.unfence(now)
-        elif now >= self.next_claim_at or self._share_freed():
-            self.claim(now)
+        else:
+            if self.pauses.due(now) and self.pauses.refresh(now):
+                self.give_back_paused()
+            if now >= self.next_claim_at or self.share.freed():
+                self.claim(now)
         self.finish(force=False)
+
+    def give_back_paused(self) -> None:
+        """Something new is paused: the rows of it this node claimed ahead are given back, not
+        fired (those already past their expiry limit fire: dead-lettered as expired)."""
+        paused = self.dispatcher.take_where(self.pauses.holds(self.monotonic))
+        if paused:
+            self._forget(paused)
+            metrics.IN_FLIGHT.set(self.dispatcher.held())
+            log.info(
+                "%d claimed messages of paused tenants or topics given back",
+                len(paused),
+                extra={"event": "paused_given_back", "count": len(paused)},
+            )
+            self._release([(t.row.id, t.row.readied_at) for t in paused], False, None)
 
     # -- the fence ----------------------------------------------------------------------------
 
@@ -253,7 +251,7 @@ class FiringLoop(Loop):
             self.next_claim_at = started + poll
             return
         limit = min(self.settings.claim_batch_size, room)
-        excluded = self._excluded_tenants(started)
+        excluded = self.share.excluded(started)
         t0 = time.perf_counter()
         try:
             rows = self.store.claim(
@@ -267,31 +265,38 @@ class FiringLoop(Loop):
                 first_always=self.held_bytes == 0,
                 fair=self.overloaded,
                 exclude_tenants=excluded,
+                paused=self.limits.exclude(self.pauses.current, started),
+                max_lateness_ms=self.pauses.max_lateness_ms,
+                catchup=self.catchup.budget(started, room - limit),  # within max_in_flight
             )
         except StoreError as exc:  # keep firing what we hold meanwhile
             metrics.DATABASE_ERRORS.labels("claim").inc()
             log.log(exc.log_level, "claim failed: %s", exc, extra={"event": "database_error"})
-            self.held_back = set()  # back off, whatever is freed meanwhile
+            self.share.held_back = set()  # back off, whatever is freed meanwhile
             self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff * random.uniform(0.5, 1)
             return
         self.claim_backoff = 0.0
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = 0
+        self.catchup.spent(rows)
+        rows, over = self.limits.take(rows)  # over a rate limit: given back, they wait
+        if over:
+            self._release([(r.id, r.readied_at) for r in over], False, None)
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
             claimed_bytes = self.dispatcher.add(rows)  # each row's size, kept with its timer
             self.held_bytes += claimed_bytes
-            self.held_by_tenant.update(r.tenant for r in rows)
+            self.share.claimed(r.tenant for r in rows)
         returned = self.monotonic()
         metrics.IN_FLIGHT.set(self.dispatcher.held())
-        full = len(rows) == limit or bool(rows and 2 * claimed_bytes >= room_bytes)
+        full = len(rows) >= limit or bool(over) or bool(rows and 2 * claimed_bytes >= room_bytes)
         # A tenant held back holds its share because it has more due: the backlog is still
         # there even when this claim came back short, so the next claim shares its batch too (a
         # plain claim would take the held-back tenant's oldest rows before anyone else's).
         self.overloaded = full or bool(excluded)
-        self.held_back = set(excluded)
+        self.share.held_back = set(excluded)
         if full:
             # A backlog (by count or by bytes): claim again at once, as room allows, sharing the
             # next batch between the tenants with due rows.
@@ -300,25 +305,6 @@ class FiringLoop(Loop):
             elapsed = returned - started
             jitter = random.uniform(0, 0.1 * poll)
             self.next_claim_at = returned + max(0.0, poll - elapsed) + jitter
-
-    def _excluded_tenants(self, now: float) -> list[str]:
-        """The tenants holding their share of the claim-ahead budget, while more than one tenant
-        is known (checked every ``TENANTS_CHECK_INTERVAL``): a node that only ever sees the
-        default tenant claims ahead as far as ``max_in_flight`` allows, as before tenants."""
-        if now - self.tenants_checked_at >= TENANTS_CHECK_INTERVAL:
-            try:
-                self.several_tenants = self.store.several_tenants()
-                self.tenants_checked_at = now
-            except StoreError as exc:  # keep the last answer; the claim will report the outage
-                log.debug("could not count the known tenants: %s", exc)
-        if not self.several_tenants:
-            return []
-        return [t for t, n in self.held_by_tenant.items() if n >= self.tenant_cap]
-
-    def _share_freed(self) -> bool:
-        """A tenant the previous claim left out now holds a quarter of its share less: claim
-        for it at once rather than after the poll interval (its backlog drains without a gap)."""
-        return any(self.held_by_tenant[t] <= self.tenant_cap * 3 // 4 for t in self.held_back)
 
     # -- phase 2: delete / release ------------------------------------------------------------
 
@@ -375,8 +361,7 @@ class FiringLoop(Loop):
     def _forget(self, timers: list[Timer]) -> None:
         """These rows leave this node's hands (deleted, given back or left to the detector)."""
         self.held_bytes -= sum(t.size for t in timers)
-        self.held_by_tenant.subtract(t.row.tenant for t in timers)
-        self.held_by_tenant = +self.held_by_tenant  # drop the tenants that hold nothing
+        self.share.released(t.row.tenant for t in timers)
 
     def _delete_delivered(self) -> None:
         batch, self.pending_delete = self.pending_delete, []

@@ -136,6 +136,18 @@ IN_FLIGHT = Gauge(
 # Cluster-wide values measured from the shared table: every node reports the same numbers, so
 # aggregate them with max(), not sum(). Refreshed every few seconds from indexes and the
 # planner's estimate, never by a table scan (see the ``backlog`` query).
+PAUSED_SINCE = Gauge(
+    "chronos_paused_since_timestamp_seconds",
+    "When a paused tenant or target topic was paused (Unix time; one series per pause, removed "
+    "on resume): the claims skip its messages",
+    ["kind", "name"],
+)
+RATE_LIMITED = Gauge(
+    "chronos_rate_limited_messages",
+    "Messages of a rate-limited tenant or target topic this node claimed beyond its share of the "
+    "limit and gave back at its latest claim of them (they wait; a lower bound of what waits)",
+    ["kind", "name"],
+)
 WAITING = Gauge(
     "chronos_waiting_messages",
     "Rows waiting to be claimed (exact below 100k rows, above that the planner's estimate)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from chronos.store.batch import encode_batch
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Limit, Pause, PauseKind, PauseSet
 from chronos.store.postgres import PostgresStore, statement_params
 from chronos.store.postgres_session import libpq_url, session_options
 from chronos.store.types import (
@@ -41,18 +42,24 @@ __all__ = [
     "FAIR_TENANTS_PER_CLAIM",
     "KNOWN_TENANTS_MEMORY",
     "LIST_QUERIES",
+    "PAUSE_REFRESH_S",
     "UNBOUNDED_BYTES",
     "Advance",
     "Backlog",
     "BulkBatch",
     "CancelOutcome",
+    "Catchup",
     "Claim",
     "ClaimedRow",
+    "Limit",
     "MessageCount",
     "MessageFilter",
     "MessageRecord",
     "NodeRecord",
     "Outcome",
+    "Pause",
+    "PauseKind",
+    "PauseSet",
     "PostgresStore",
     "RequeueOutcome",
     "RescheduleOutcome",

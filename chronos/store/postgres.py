@@ -24,8 +24,10 @@ from chronos.store.batch import (
     encode_batch,
     encoded_bytes,
 )
+from chronos.store.flow import Catchup, PauseSet
 from chronos.store.postgres_admin import AdminQueries
 from chronos.store.postgres_find import FindQueries
+from chronos.store.postgres_flow import FlowQueries
 from chronos.store.postgres_leadership import LeadershipQueries
 from chronos.store.postgres_session import SLOW_STATEMENT_S, PostgresSession
 from chronos.store.types import (
@@ -42,7 +44,7 @@ from chronos.store.types import (
 )
 
 
-class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQueries):
+class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQueries, FlowQueries):
     """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
 
     def __init__(
@@ -127,10 +129,14 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
         first_always: bool = True,
         fair: bool = False,
         exclude_tenants: Sequence[str] = (),
+        paused: PauseSet | None = None,
+        max_lateness_ms: int | None = None,
+        catchup: Catchup | None = None,
     ) -> list[ClaimedRow]:
         """Claim due rows oldest first (``claim_due``), or, when ``fair`` or a tenant is
         excluded, shared between the tenants with due rows (``claim_due_fair``; then
-        ``exclude_tenants`` are not claimed at all)."""
+        ``exclude_tenants`` are not claimed at all). With a paced ``catchup`` the claim is always
+        ``claim_due`` (the overdue rows counted apart; tenants are not shared)."""
         params: dict[str, Any] = {
             "node_id": node_id,
             "horizon_ms": horizon_ms,
@@ -138,8 +144,13 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
             "park_attempts": park_attempts,
             "max_bytes": max_bytes,
             "first_always": first_always,
+            "paused_tenants": sorted(paused.tenants) if paused else [],
+            "paused_topics": sorted(paused.topics) if paused else [],
+            "max_lateness_ms": max_lateness_ms,
+            "catchup_after_ms": catchup.after_ms if catchup else None,
+            "catchup_limit": catchup.limit if catchup else 0,
         }
-        if not fair and not exclude_tenants:
+        if catchup or (not fair and not exclude_tenants):
             rows, arrived = self._execute_tuples("claim_due", params)
         else:
             params |= {

@@ -196,6 +196,51 @@ tenants = Table(
     Column("tenant", String(128), primary_key=True, comment="a tenant ('': the default tenant)"),
 )
 
+# One row per paused tenant or target topic (a handful): the claim skips their rows (the node reads
+# the set every second and passes it to the claim) until they are resumed.
+pauses = Table(
+    "chronos_pauses",
+    metadata,
+    Column("kind", String(16), primary_key=True, comment="'tenant' or 'topic'"),
+    Column(
+        "name",
+        String(255),
+        primary_key=True,
+        comment="the tenant ('': the default tenant) or the target topic",
+    ),
+    Column(
+        "paused_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when it was paused (DB clock)",
+    ),
+    Column("paused_by", String(255), nullable=False, comment="who paused it (the token's name)"),
+)
+
+# One row per rate-limited tenant or target topic: the nodes share each limit between them (read
+# every second) and claim no more of its rows than their share allows.
+limits = Table(
+    "chronos_limits",
+    metadata,
+    Column("kind", String(16), primary_key=True, comment="'tenant' or 'topic'"),
+    Column(
+        "name",
+        String(255),
+        primary_key=True,
+        comment="the tenant ('': the default tenant) or the target topic",
+    ),
+    Column("per_second", Integer, nullable=False, comment="messages per second, cluster-wide"),
+    Column(
+        "set_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when the limit was set (DB clock)",
+    ),
+    Column("set_by", String(255), nullable=False, comment="who set it (the token's name)"),
+)
+
 # One row per running node, written by its heartbeat every second and deleted at graceful
 # shutdown: the live nodes of the admin API, and the basis of leader election (lowest live id).
 nodes = Table(

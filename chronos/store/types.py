@@ -12,6 +12,7 @@ from typing import NamedTuple, Protocol
 
 from chronos.protocol import Headers, ScheduledMessage
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.flow import Catchup, Limit, Pause, PauseKind, PauseSet
 
 
 class Outcome(Enum):
@@ -257,7 +258,34 @@ class Store(Protocol):
         first_always: bool = True,
         fair: bool = False,
         exclude_tenants: Sequence[str] = (),
+        paused: PauseSet | None = None,
+        max_lateness_ms: int | None = None,
+        catchup: Catchup | None = None,
     ) -> list[ClaimedRow]: ...
+
+    def pause(self, kind: PauseKind, name: str, paused_by: str) -> Pause:
+        """Pause a tenant or a target topic (again: the first pause is kept)."""
+        ...
+
+    def resume(self, kind: PauseKind, name: str) -> Pause | None:
+        """End a pause; returns it (None: it was not paused)."""
+        ...
+
+    def pauses(self) -> list[Pause]:
+        """What is paused, oldest first."""
+        ...
+
+    def set_limit(self, kind: PauseKind, name: str, per_second: int, set_by: str) -> Limit:
+        """Limit a tenant or a target topic (replacing its limit)."""
+        ...
+
+    def clear_limit(self, kind: PauseKind, name: str) -> Limit | None:
+        """Remove a limit; returns it (None: there was none)."""
+        ...
+
+    def limits(self) -> list[Limit]:
+        """Every rate limit, by kind and name."""
+        ...
 
     def several_tenants(self) -> bool:
         """More than one tenant is known (chronos_tenants): the claim-ahead budget is shared."""

@@ -36,9 +36,14 @@ from chronos.store import (
     FAIR_TENANTS_PER_CLAIM,
     UNBOUNDED_BYTES,
     Advance,
+    Catchup,
     Claim,
     ClaimedRow,
+    Limit,
     Outcome,
+    Pause,
+    PauseKind,
+    PauseSet,
     StuckRow,
     row_bytes,
 )
@@ -46,6 +51,7 @@ from chronos.testing.clock import ManualClock
 from chronos.testing.kafka import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.testing.memory_admin import InMemoryAdmin
 from chronos.testing.memory_find import InMemoryFind
+from chronos.testing.memory_flow import InMemoryFlow
 from chronos.testing.memory_rows import NodeRow, StoredRow, check_uuid, refused
 
 __all__ = [
@@ -64,7 +70,7 @@ _LAST_ERROR_LENGTH = 500  # chronos_messages.last_error is varchar(500)
 # ------------------------------------------------------------------------------------ store
 
 
-class InMemoryStore(InMemoryAdmin, InMemoryFind):
+class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
     """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock.
 
     ``clock`` returns the "database" time (timezone-aware); every comparison the SQL makes with
@@ -90,6 +96,8 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind):
         self._nodes: dict[str, NodeRow] = {}
         self._cancels: dict[str, datetime] = {}  # chronos_cancels: id -> expires_at
         self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
+        self._pauses: dict[tuple[PauseKind, str], Pause] = {}  # chronos_pauses
+        self._limits: dict[tuple[PauseKind, str], Limit] = {}  # chronos_limits
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
         self.fair_claims = 0  # claims run as claim_due_fair (a test convenience)
@@ -236,26 +244,6 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind):
         self._rows[m.id] = fresh
         return Outcome.INSERTED
 
-    def _fair_share(
-        self, due: list[StoredRow], with_due: set[str | None], limit: int, excluded: set[str]
-    ) -> list[StoredRow]:
-        """The rows ``claim_due_fair`` takes (``due``: oldest first): the next known tenants
-        after the cursor (wrapping round), each with due rows its share of the batch, then,
-        unless a tenant is excluded, the rest oldest first."""
-        known = sorted(self._tenants)
-        cursor = self._fair_cursor
-        size = max(1, min(self.fair_tenants_per_claim, limit))
-        window = ([t for t in known if t > cursor] + [t for t in known if t <= cursor])[:size]
-        self._fair_cursor = window[-1] if window else cursor
-        visited = [t for t in window if t not in excluded and t in with_due]
-        share = max(1, limit // max(1, len(visited)))
-        fair = [r for t in visited for r in [r for r in due if r.tenant == t][:share]]
-        fair.sort(key=lambda r: (r.deadline, r.id))
-        if excluded:
-            return fair
-        taken = {r.id for r in fair}
-        return fair + [r for r in due if r.id not in taken][: limit - len(fair)]
-
     def several_tenants(self) -> bool:
         with self._lock:
             return len(self._tenants) > 1
@@ -276,20 +264,27 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind):
         first_always: bool = True,
         fair: bool = False,
         exclude_tenants: Sequence[str] = (),
+        paused: PauseSet | None = None,
+        max_lateness_ms: int | None = None,
+        catchup: Catchup | None = None,
     ) -> list[ClaimedRow]:
         with self._lock:
-            fair = fair or bool(exclude_tenants)
+            fair = (fair or bool(exclude_tenants)) and catchup is None
             now = self._statement("claim_due")
             self.fair_claims += fair
             node = check_uuid(node_id, "claim_due")
             horizon = now + timedelta(milliseconds=horizon_ms)
             ready = [r for r in self._rows.values() if r.readied_at is None and r.parked_at is None]
             due = [r for r in ready if r.deadline <= horizon and r.attempts < park_attempts]
+            due = [r for r in due if self._claimable(r, now, paused, max_lateness_ms)]
             due.sort(key=lambda r: r.deadline)  # stable: insertion order breaks ties
             limit = max(0, limit)
             if fair:
                 with_due = {r.tenant for r in ready if r.deadline <= horizon}
                 due = self._fair_share(due, with_due, limit, set(exclude_tenants))
+            elif catchup is not None:
+                due = self._paced(due, now, catchup, limit)
+                limit = len(due)
             claimed: list[ClaimedRow] = []
             arrived = self.monotonic()
             running = 0

@@ -3,6 +3,7 @@ topics per test; on failure, the tail of every node's log is printed with the re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,3 +49,14 @@ def make_cluster(
         if failed is not None and failed.failed:
             print(cluster.logs())
         cluster.close()
+
+
+LONG_RUN_ENV = "CHRONOS_FAULT_LONG"
+"""Set to 1 to run the scenarios that have one at the issue's full size (minutes each); CI runs
+them scaled down."""
+
+
+@pytest.fixture
+def long_run() -> bool:
+    """The full-size variant of a scenario is asked for (``CHRONOS_FAULT_LONG=1``)."""
+    return os.environ.get(LONG_RUN_ENV) == "1"

@@ -112,6 +112,11 @@ def fair_params(fill: bool = True, exclude: tuple[str, ...] = ()) -> dict[str, A
         "tenants": 500,  # every known tenant: 400 small, 90 idle, the flood and ''
         "exclude_tenants": list(exclude),
         "fill": fill,
+        "paused_tenants": [],
+        "paused_topics": [],
+        "max_lateness_ms": None,
+        "catchup_after_ms": None,
+        "catchup_limit": 0,
     }
 
 

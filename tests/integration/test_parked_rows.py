@@ -92,6 +92,11 @@ def explain_claim(url: str, analyze: bool) -> str:
         "park_attempts": PARK_ATTEMPTS,
         "max_bytes": 2**40,
         "first_always": True,
+        "paused_tenants": [],
+        "paused_topics": [],
+        "max_lateness_ms": None,
+        "catchup_after_ms": None,
+        "catchup_limit": 0,
     }
     with psycopg.connect(
         url, autocommit=True, options=session_options(url), cursor_factory=psycopg.ClientCursor

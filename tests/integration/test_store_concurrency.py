@@ -155,6 +155,11 @@ def test_a_claim_that_began_before_a_reschedule_committed_does_not_see_its_row_r
         "tenants": 10,
         "exclude_tenants": [],
         "fill": True,
+        "paused_tenants": [],
+        "paused_topics": [],
+        "max_lateness_ms": None,
+        "catchup_after_ms": None,
+        "catchup_limit": 0,
     }
     soon = at + timedelta(milliseconds=100)
     replacement = ScheduledMessage("s", soon, b"k", b"v2", [], Action.RESCHEDULE, recurrence=every)

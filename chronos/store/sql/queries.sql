@@ -162,7 +162,15 @@ ORDER BY b.ord;
 -- not look older than it (advance_fired would take the row for replaced and give it back).
 -- The stored headers come back decoded, as two arrays in order: names (text) and raw values
 -- (bytea, NULL kept); jsonpath keeps document order.
-WITH candidates AS (
+-- Paused tenants and target topics (`paused_tenants`, `paused_topics`: '' for the default tenant
+-- and for the rows that name no topic; usually both empty, then the filter is two comparisons
+-- with empty arrays) are skipped, except their rows already past their expiry limit (their own
+-- expires_ms, else `max_lateness_ms`; NULL: none): those are claimed to be dead-lettered.
+-- Paced catch-up (`catchup_after_ms` not NULL: CHRONOS_CATCHUP_RATE is set): rows overdue by more
+-- than `catchup_after_ms` are claimed apart, at most `catchup_limit` of them (the node's share of
+-- the rate, as tokens), so that an overdue backlog never takes the batch of the rows coming due
+-- now (claimed up to `limit` as before); NULL: one oldest-first claim, the second part empty.
+WITH on_time AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
            + coalesce(pg_column_size(message_headers), 0) AS size
@@ -171,9 +179,36 @@ WITH candidates AS (
       AND parked_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
+      AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
+           AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
+           OR deadline < now() - make_interval(
+               secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
+      AND (%(catchup_after_ms)s::int IS NULL
+           OR deadline > now() - make_interval(secs => %(catchup_after_ms)s::int / 1000.0))
     ORDER BY deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), overdue AS (
+    SELECT id, deadline,
+           coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
+           + coalesce(pg_column_size(message_headers), 0) AS size
+    FROM chronos_messages
+    WHERE readied_at IS NULL
+      AND parked_at IS NULL
+      AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
+      AND attempts < %(park_attempts)s
+      AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
+           AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
+           OR deadline < now() - make_interval(
+               secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
+      AND deadline <= now() - make_interval(secs => %(catchup_after_ms)s::int / 1000.0)
+    ORDER BY deadline
+    LIMIT %(catchup_limit)s
+    FOR UPDATE SKIP LOCKED
+), candidates AS (
+    SELECT id, deadline, size FROM on_time
+    UNION ALL
+    SELECT id, deadline, size FROM overdue
 ), due AS (
     SELECT id
     FROM (SELECT id, size, sum(size) OVER (ORDER BY deadline, id) AS running
@@ -213,6 +248,8 @@ RETURNING m.id, extract(epoch FROM m.deadline)::double precision AS deadline_epo
 -- before tenants (tenant NULL) are claimed by the fill only. The byte budget counts the visited
 -- tenants' rows first. The cost is bounded by `tenants` index probes plus the fill, whatever the
 -- number of rows or tenants. Rows are updated through `id = ANY(...)` (primary key in any plan).
+-- Paused tenants and topics are skipped as claim_due skips them (a paused tenant is not visited:
+-- its expired rows are claimed by the fill).
 -- After the claimed rows comes one row whose id is NULL and whose tenant column is the cursor of
 -- the next fair claim (the last tenant visited).
 WITH visit AS (
@@ -242,6 +279,7 @@ WITH visit AS (
         LIMIT 1  -- a probe per tenant, never a join over the rows (LIMIT keeps it a subquery)
     ) d
     WHERE v.tenant <> ALL(%(exclude_tenants)s::text[])
+      AND v.tenant <> ALL(%(paused_tenants)s::text[])
 ), share AS (
     SELECT greatest(1, %(limit)s / greatest(1, count(*)))::bigint AS rows FROM due_tenants
 ), fair AS (
@@ -257,6 +295,9 @@ WITH visit AS (
           AND coalesce(m.readied_at, m.parked_at) IS NULL
           AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
           AND m.attempts < %(park_attempts)s
+          AND (coalesce(m.target_topic, '') <> ALL(%(paused_topics)s::text[])
+               OR m.deadline < now() - make_interval(
+                   secs => coalesce(m.expires_ms, %(max_lateness_ms)s::int) / 1000.0))
         ORDER BY m.deadline
         LIMIT (SELECT rows FROM share)
         FOR UPDATE SKIP LOCKED
@@ -271,6 +312,10 @@ WITH visit AS (
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
       AND id <> ALL(ARRAY(SELECT id FROM fair))
+      AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
+           AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
+           OR deadline < now() - make_interval(
+               secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
       AND %(fill)s::boolean
     ORDER BY deadline
     LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fair))
@@ -307,6 +352,48 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        coalesce((SELECT v.tenant FROM visit v ORDER BY v.pos DESC LIMIT 1), %(cursor)s::text),
        NULL, NULL;
+
+-- name: pause
+-- Pause a tenant or a target topic (kind 'tenant' | 'topic'); pausing it again keeps the first
+-- pause's time and author. Returns the pause.
+INSERT INTO chronos_pauses (kind, name, paused_by)
+VALUES (%(kind)s, %(name)s, %(paused_by)s)
+ON CONFLICT (kind, name) DO UPDATE SET kind = excluded.kind
+RETURNING kind, name, paused_at, paused_by;
+
+-- name: resume
+-- Resume a paused tenant or target topic; returns the pause it ended (none: it was not paused).
+DELETE FROM chronos_pauses
+WHERE kind = %(kind)s AND name = %(name)s
+RETURNING kind, name, paused_at, paused_by;
+
+-- name: list_pauses
+-- Every paused tenant and target topic (a handful of rows), oldest first: what the nodes' claims
+-- skip, read by each node every second.
+SELECT kind, name, paused_at, paused_by
+FROM chronos_pauses
+ORDER BY paused_at, kind, name;
+
+-- name: set_limit
+-- Limit a tenant or a target topic to `per_second` messages per second, cluster-wide (replacing
+-- its limit, with the new time and author). Returns the limit.
+INSERT INTO chronos_limits (kind, name, per_second, set_by)
+VALUES (%(kind)s, %(name)s, %(per_second)s, %(set_by)s)
+ON CONFLICT (kind, name) DO UPDATE
+SET per_second = excluded.per_second, set_at = now(), set_by = excluded.set_by
+RETURNING kind, name, per_second, set_at, set_by;
+
+-- name: clear_limit
+-- Remove the limit of a tenant or a target topic; returns it (none: it had none).
+DELETE FROM chronos_limits
+WHERE kind = %(kind)s AND name = %(name)s
+RETURNING kind, name, per_second, set_at, set_by;
+
+-- name: list_limits
+-- Every rate limit (a handful of rows), by kind and name: read by each node every second.
+SELECT kind, name, per_second, set_at, set_by
+FROM chronos_limits
+ORDER BY kind, name;
 
 -- name: several_tenants
 -- More than one tenant is known (at most two rows of chronos_tenants read): the firing loop shares

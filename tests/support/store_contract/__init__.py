@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from tests.support.store_contract.actions import ActionContract
 from tests.support.store_contract.admin import AdminContract
+from tests.support.store_contract.catchup import CatchupContract
 from tests.support.store_contract.claim import ClaimContract
 from tests.support.store_contract.common import FAR, HORIZON, Harness, claims, msg, node
 from tests.support.store_contract.enqueue import EnqueueContract
 from tests.support.store_contract.find import FindContract
+from tests.support.store_contract.pauses import LimitContract, PauseContract
 from tests.support.store_contract.recovery import RecoveryContract
 from tests.support.store_contract.release import ReleaseContract
 from tests.support.store_contract.series import SeriesContract
@@ -36,6 +38,9 @@ class StoreContract(
     RecoveryContract,
     AdminContract,
     FindContract,
+    PauseContract,
+    CatchupContract,
+    LimitContract,
 ):
     """Every part of the store contract but actions and tenants. Subclasses provide a
     ``harness`` fixture."""

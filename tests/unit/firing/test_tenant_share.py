@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from unittest.mock import patch
 
-from chronos.firing.loop import TENANT_SHARE_OF_IN_FLIGHT
+from chronos.firing.tenant_share import TENANT_SHARE_OF_IN_FLIGHT
 from chronos.protocol import ScheduledMessage
 from chronos.store import ClaimedRow
 from tests.unit.helpers import OUTPUT, Firing
