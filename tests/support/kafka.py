@@ -57,6 +57,21 @@ def new_topics(bootstrap: str, label: str = "", partitions: int = TEST_PARTITION
     return topics
 
 
+def set_topic_config(bootstrap: str, topic: str, config: Mapping[str, str]) -> None:
+    """Set ``config`` on ``topic`` (e.g. ``max.message.bytes`` for an input topic that takes
+    records larger than a broker's default, as an operator may configure one)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    entries = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in config.items()
+    ]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=10)
+
+
 def delete_topics(bootstrap: str, topics: Topics, timeout: float = 5.0) -> None:
     """Best effort: leftover topics are harmless, they only cost the broker memory."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
