@@ -46,6 +46,8 @@ ENDPOINTS = [
     ("GET", "/admin/v1/nodes", 200),
     ("GET", "/admin/v1/tenants", 200),
     ("GET", "/admin/v1/whoami", 200),
+    ("GET", "/admin/v1/pauses", 200),
+    ("GET", "/admin/v1/limits", 200),
 ]
 
 
@@ -89,6 +91,8 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/whoami",
         "/admin/v1/bulk/cancel",
         "/admin/v1/bulk/reschedule",
+        "/admin/v1/pauses",
+        "/admin/v1/limits",
     }
     for path in ("/health/live", "/metrics"):
         assert api.get(path, token=None)[0] == 200
