@@ -7,7 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.filters import (
+    BULK_BATCH,
+    SAMPLE_ROWS,
+    BulkBatch,
+    MessageCount,
+    MessageFilter,
+)
 from chronos.store.postgres_admin import message_record
 from chronos.store.types import DEFAULT_CANCEL_TTL_MS, UNBOUNDED_BYTES, MessageRecord
 
@@ -52,7 +58,18 @@ class FindQueries:
             },
         )
         matched = int(rows[0]["matched"])
-        return MessageCount(min(matched, count_limit), matched < count_limit)
+        if matched < count_limit:
+            return MessageCount(matched, True)
+        # Past the limit, an estimate: the share matching in a sample of about SAMPLE_ROWS
+        # rows (whole pages), scaled to the table; never below what was counted.
+        table_rows = int(self._execute("table_rows", {})[0]["n"])
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / max(table_rows, 1))
+        sampled = self._execute(
+            "estimate_messages",
+            {**where.params(), "park_attempts": park_attempts, "sample_percent": percent},
+        )
+        in_sample = int(sampled[0]["matched"])
+        return MessageCount(max(count_limit, round(in_sample * 100.0 / percent)), False)
 
     def bulk_cancel(
         self,
