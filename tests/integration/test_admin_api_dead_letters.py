@@ -20,7 +20,7 @@ from chronos.admin.deadletters import DeadLetterTopic, Replayer
 from chronos.config.settings import Secret
 from chronos.embedded import create_topics
 from chronos.protocol import DEAD_LETTER_HEADERS
-from tests.integration.admin_api import Api
+from tests.integration.admin_api import TOKEN, Api
 from tests.support import Topics
 from tests.support.dead_letters import read_topic, write_dead_letters
 
@@ -60,9 +60,8 @@ def dlq_api(
     )
 
 
-def _post(api: Api, body: dict[str, Any], token: str | None = None) -> tuple[int, Any]:
-    kwargs: dict[str, Any] = {} if token is None else {"token": token}
-    status, _, answer = api.request("POST", REPLAY, body=body, **kwargs)
+def _post(api: Api, body: dict[str, Any], token: str | None = TOKEN) -> tuple[int, Any]:
+    status, _, answer = api.request("POST", REPLAY, body=body, token=token)
     return status, answer
 
 
@@ -192,6 +191,11 @@ def test_bad_replay_bodies_and_no_dead_letter_topic(
     for body in ({}, {"reason": "a", "records": ["0:1"]}, {"records": ["x"]}, {"reason": ""}):
         status, answer = _post(dlq_api, body)
         assert status == 400, (body, answer)
+    for token in (None, "wrong"):
+        assert dlq_api.get("/admin/v1/dead-letters", token=token)[0] == 401
+        assert _post(dlq_api, {"reason": "a"}, token=token)[0] == 401
+    status, missing = _post(dlq_api, {"records": ["0:99"]})
+    assert status == 404 and "no record 0:99" in missing["error"]
     off = start_api(migrated_database_url, dead_letter_topic="")
     status, answer = off.get("/admin/v1/dead-letters")
     assert status == 404 and "CHRONOS_DEAD_LETTER_TOPIC" in answer["error"]
