@@ -61,15 +61,19 @@ class FindQueries:
         if matched < count_limit:
             return MessageCount(matched, True)
         # Past the limit, an estimate: the share matching in a sample of about SAMPLE_ROWS
-        # rows (whole pages), scaled to the table; never below what was counted.
+        # rows (whole pages) times the planner's row count; never below what was counted.
         table_rows = int(self._execute("table_rows", {})[0]["n"])
         percent = min(100.0, 100.0 * SAMPLE_ROWS / max(table_rows, 1))
         sampled = self._execute(
             "estimate_messages",
             {**where.params(), "park_attempts": park_attempts, "sample_percent": percent},
         )
-        in_sample = int(sampled[0]["matched"])
-        return MessageCount(max(count_limit, round(in_sample * 100.0 / percent)), False)
+        # The share matching in the sample times the table's rows: the sample's own size
+        # varies with the pages it drew, the share far less.
+        matched, total = int(sampled[0]["matched"]), int(sampled[0]["sampled"])
+        if percent < 100.0:
+            matched = round(matched / max(total, 1) * table_rows)
+        return MessageCount(max(count_limit, matched), False)
 
     def bulk_cancel(
         self,

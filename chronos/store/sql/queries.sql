@@ -1324,12 +1324,12 @@ SELECT count(*) AS matched FROM (
 
 -- name: estimate_messages
 -- An estimate of how many rows match an admin filter, for when count_messages stopped at its
--- limit: the rows matching it in a block sample of `sample_percent` percent of the table
--- (SYSTEM: whole pages, a fixed seed), scaled up by the caller. Reads about that share of the
--- pages, never the whole table; every state's test is the one of its find_messages branch.
-SELECT count(*) AS matched
-FROM chronos_messages TABLESAMPLE SYSTEM (%(sample_percent)s::float8) REPEATABLE (42)
-WHERE ((readied_at IS NULL AND parked_at IS NULL AND attempts < %(park_attempts)s
+-- limit: of the rows in a block sample of `sample_percent` percent of the table (SYSTEM: whole
+-- pages, a fixed seed), how many there are and how many match; the caller scales the share
+-- matching to the table's rows. Reads about that share of the pages, never the whole table;
+-- every state's test is the one of its find_messages branch.
+SELECT count(*) AS sampled, count(*) FILTER (WHERE
+      ((readied_at IS NULL AND parked_at IS NULL AND attempts < %(park_attempts)s
         AND (%(state)s::text IS NULL OR %(state)s::text = 'waiting'))
        OR (readied_at IS NULL AND attempts > 0
            AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
@@ -1349,11 +1349,12 @@ WHERE ((readied_at IS NULL AND parked_at IS NULL AND attempts < %(park_attempts)
   AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
   AND (%(recurring)s::boolean IS NULL
        OR (%(recurring)s::boolean AND recurrence IS NOT NULL)
-       OR (NOT %(recurring)s::boolean AND recurrence IS NULL));
+       OR (NOT %(recurring)s::boolean AND recurrence IS NULL))) AS matched
+FROM chronos_messages TABLESAMPLE SYSTEM (%(sample_percent)s::float8) REPEATABLE (42);
 
 -- name: table_rows
--- The planner's idea of how many rows the table holds (statistics, or the page count's
--- guess before the first ANALYZE; never a scan): what sizes estimate_messages' sample.
+-- How many rows the table holds by the statistics (the live rows the statistics count, or the
+-- last ANALYZE's; never a scan): what sizes estimate_messages' sample and scales its share.
 SELECT greatest(coalesce(s.n_live_tup::float8, 0), c.reltuples::float8, 0)::bigint AS n
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid = 'chronos_messages'::regclass;
