@@ -1,9 +1,10 @@
 """The console's operator features in a real headless browser against one live node (real
 Postgres and broker), one node and one browser session for the module: the message browser
-(filters, count, cursor paging), a message's whole record, bulk actions by the search with the
-dry-run count shown before the confirmation, the tenants panel, the cluster's fire rate,
-"overdue" judged by the database clock (not the browser's), and a read-only token that sees no
-write action; the dead letters browsed by reason and replayed, the count shown first."""
+(filters, count, an estimate past 10,000, cursor paging), a message's whole record, bulk
+actions by the search with the dry-run count shown before the confirmation, the tenants panel,
+the cluster's fire rate, "overdue" judged by the database clock (not the browser's), a
+read-only token that sees no write action, and the dead letters browsed by reason and
+replayed, the count shown first."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 
@@ -410,3 +412,22 @@ def test_dead_letters_browsed_by_reason_and_replayed_once_with_the_count_first(
     reader.until(lambda: len(reader.rows("dl-list")) >= 3)
     assert not reader.el("dl-bar").is_displayed()
     assert not any(box.is_displayed() for box in browser.find_elements("css selector", ".dl-pick"))
+
+
+def test_a_count_past_its_limit_is_shown_as_an_estimate(live: Live, browser: Any) -> None:
+    # 30,000 rows of one tenant, past the exact count's 10,000: the console says "about".
+    with psycopg.connect(live.cluster.database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO chronos_messages (id, deadline, message_key, message_value, tenant) "
+            "SELECT 'many-' || g, now() + interval '2 hours' + g * interval '1 ms', 'k', 'v', "
+            "'many' FROM generate_series(1, 30000) g"
+        )
+        conn.execute("ANALYZE chronos_messages")
+    page = Page(browser, live)
+    page.search(tenant="many")
+    page.until_text("browse-count", "(an estimate)")
+    shown = page.text("browse-count")
+    assert shown.startswith("about ") and shown.endswith(" message(s) match (an estimate)")
+    assert 20_000 <= int(shown.split()[1]) <= 40_000, shown
+    with psycopg.connect(live.cluster.database_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM chronos_messages WHERE tenant = 'many'")
