@@ -23,6 +23,9 @@ GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadlin
 GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims, and the
        cluster's fire rate (the sum of the live nodes' own)
+GET    /admin/v1/dead-letters    browse the dead-letter topic (``?reason=CODE``), cursor-paged
+POST   /admin/v1/dead-letters/replay   replay chosen records or a reason's to the input topic,
+       once each (chronos.admin.deadletters_api)
 GET    /admin/v1/whoami          the caller's token and whether it may write (the console hides
        the actions a read-only token cannot take)
 GET    /admin/v1/pauses          paused tenants and topics (chronos.admin.flow); POST pauses
@@ -48,6 +51,7 @@ from typing import Any
 from chronos.admin.access import Caller, Tokens
 from chronos.admin.audit import AdminAudit
 from chronos.admin.bulk import BulkActions
+from chronos.admin.deadletters_api import DeadLetterEndpoints
 from chronos.admin.filters import parse_list_params
 from chronos.admin.flow import LimitEndpoints, PauseEndpoints
 from chronos.admin.params import (
@@ -93,6 +97,7 @@ PREFIX = "/admin/v1"
 SPEC_PATH = PREFIX + "/openapi.json"
 MESSAGES_PATH = PREFIX + "/messages"
 BULK_PATH = PREFIX + "/bulk/"  # POST BULK_PATH + cancel | reschedule
+DEAD_LETTERS_PATH = PREFIX + "/dead-letters"  # GET; POST DEAD_LETTERS_PATH/replay
 REQUEUE = "requeue"  # POST MESSAGES_PATH/{id}/requeue
 RESCHEDULE = "reschedule"  # POST MESSAGES_PATH/{id}/reschedule
 WRITES = ("DELETE", "POST")
@@ -129,6 +134,7 @@ class AdminAPI:
         self.bulk = BulkActions(settings, store, self.parked_at, self.audit)
         self.pauses = PauseEndpoints(store)
         self.limits = LimitEndpoints(store)
+        self.dead_letters = DeadLetterEndpoints(settings, self.audit)
 
     @property
     def enabled(self) -> bool:
@@ -202,6 +208,13 @@ class AdminAPI:
             raw = body() if callable(body) else body
             status, payload = self.bulk.run(arg, query, raw, who)
             return _json(status, payload)
+        if route == "dead-letters":
+            self._allow(method, ("GET",))
+            return _json(*self.dead_letters.browse(query))
+        if route == "replay":
+            self._allow(method, ("POST",))
+            raw = body() if callable(body) else body
+            return _json(*self.dead_letters.replay(query, raw, who))
         if route == "pauses":
             self._allow(method, ("GET", "POST", "DELETE"))
             if method == "GET":
@@ -261,6 +274,10 @@ class AdminAPI:
             return "message", parse_message_id(rest)
         if path.startswith(BULK_PATH) and path[len(BULK_PATH) :] in BulkActions.ACTIONS:
             return "bulk", path[len(BULK_PATH) :]
+        if path == DEAD_LETTERS_PATH:
+            return "dead-letters", ""
+        if path == DEAD_LETTERS_PATH + "/replay":
+            return "replay", ""
         if path == PREFIX + "/stats":
             return "stats", ""
         if path == PREFIX + "/nodes":

@@ -360,7 +360,7 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     if cursor:
         text += f"\nmore: --cursor {cursor}"
     if "count" in page:
-        text += f"\nmatching: {'' if page['count_exact'] else 'at least '}{page['count']}"
+        text += f"\nmatching: {'' if page['count_exact'] else 'about '}{page['count']}"
     _emit(args, out, page, text)
 
 

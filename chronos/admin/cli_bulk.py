@@ -19,7 +19,9 @@ class Client(Protocol):
 
 def _matched(answer: dict[str, Any]) -> str:
     count = answer["matched"]
-    return f"{count} messages match" if answer["matched_exact"] else f"at least {count} match"
+    if answer["matched_exact"]:
+        return f"{count} messages match"
+    return f"about {count} match (an estimate)"
 
 
 def run_bulk(

@@ -18,6 +18,12 @@ interrupted between a batch's confirmation and its marker replays that batch aga
 run (at least once): harmless for a schedule whose id is still waiting (it is ignored), and the
 only window where a record can be replayed twice. Two replays at the same time are not guarded
 against: run one at a time.
+
+The command line (chronos.admin.deadletters_cli) and the admin API (chronos.admin.
+deadletters_api) both read and replay through this module. The API works in bounded requests:
+``MarkerIndex`` keeps what the markers name between requests (read on from where it stopped),
+and a replay by reason stops after a batch once its time or bytes are spent, answering where to
+resume.
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ class ReplayError(ChronosError):
     """The replay could not go on (the broker refused a record, or could not be reached)."""
 
 
+class NotADeadLetter(ReplayError):
+    """A chosen position holds no dead letter (no record there, or a replay marker)."""
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """One record of the dead-letter topic."""
@@ -81,7 +91,14 @@ class DeadLetter:
         stamp = datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
         return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
+    @property
+    def size(self) -> int:
+        """The bytes of the record's key, value and headers (what reading it cost)."""
+        headers = sum(len(name) + len(value or b"") for name, value in self.headers)
+        return len(self.key or b"") + len(self.value or b"") + headers
+
     def json(self, replayed: bool | None = None) -> dict[str, Any]:
+        topic, partition, offset = source_position(self.source)
         return {
             "partition": self.partition,
             "offset": self.offset,
@@ -89,6 +106,9 @@ class DeadLetter:
             "code": self.code,
             "reason": self.reason,
             "source": self.source,
+            "source_topic": topic,
+            "source_partition": partition,
+            "source_offset": offset,
             "reduced": self.reduced,
             "replayed": replayed,
             "key": b64(self.key),
@@ -123,6 +143,19 @@ def read(
     )
 
 
+def source_position(source: str) -> tuple[str | None, int | None, int | None]:
+    """``topic/partition/offset`` of a dead letter's source header as its parts (None each when
+    the source is ``chronos/ID``, a scheduled message, or unknown)."""
+    topic, _, rest = source.rpartition("/")
+    partition, _, offset = topic.rpartition("/")
+    if not partition or not rest.isdigit():
+        return None, None, None
+    topic, partition = partition, offset
+    if not partition.isdigit():
+        return None, None, None
+    return topic, int(partition), int(rest)
+
+
 def parse_position(raw: str) -> tuple[int, int]:
     """``PARTITION:OFFSET``."""
     partition, sep, offset = raw.partition(":")
@@ -135,7 +168,12 @@ class DeadLetterTopic:
     """The dead-letter topic of ``settings``, read with assigned partitions (no group of its
     own); replay state through the per-code groups."""
 
-    def __init__(self, settings: Settings, timeout: float = 10.0):
+    def __init__(
+        self,
+        settings: Settings,
+        timeout: float = 10.0,
+        consumer_overrides: dict[str, Any] | None = None,
+    ):
         if not settings.dead_letter_topic:
             raise ConfigError("CHRONOS_DEAD_LETTER_TOPIC is empty: there is no dead-letter topic")
         self.settings = settings
@@ -143,10 +181,13 @@ class DeadLetterTopic:
         self.timeout = timeout
         from confluent_kafka import Consumer
 
-        self.consumer = Consumer(
-            tail_consumer_config(settings, f"chronos-dead-letters-{uuid.uuid4()}")
-        )
-        metadata = self.consumer.list_topics(self.topic, timeout=timeout)
+        config = tail_consumer_config(settings, f"chronos-dead-letters-{uuid.uuid4()}")
+        self.consumer = Consumer({**config, **(consumer_overrides or {})})
+        try:
+            metadata = self.consumer.list_topics(self.topic, timeout=timeout)
+        except BaseException:
+            self.consumer.close()
+            raise
         found = metadata.topics.get(self.topic)
         if found is None or found.error is not None:
             self.consumer.close()
@@ -227,8 +268,13 @@ class DeadLetterTopic:
         """The record at ``partition:offset``."""
         from confluent_kafka import TopicPartition
 
-        missing = ReplayError(f"{self.topic} has no record {partition}:{offset}")
+        missing = NotADeadLetter(f"{self.topic} has no record {partition}:{offset}")
         if partition not in self.partitions:
+            raise missing
+        low, high = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, partition), timeout=self.timeout
+        )
+        if not low <= offset < high:
             raise missing
         self.consumer.assign([TopicPartition(self.topic, partition, offset)])
         limit = time.monotonic() + self.timeout
@@ -259,6 +305,31 @@ class DeadLetterTopic:
         return done
 
 
+class MarkerIndex:
+    """What the replay markers name, kept between bounded reads: each ``catch_up`` reads on
+    from where the last one stopped (a long-lived reader, e.g. the admin API's, never reads a
+    record twice for it)."""
+
+    def __init__(self) -> None:
+        self.done: set[tuple[int, int]] = set()
+        self.upto: dict[int, int] = {}  # per partition: the next offset to read
+
+    def catch_up(self, dlq: DeadLetterTopic, until: float, max_bytes: int) -> bool:
+        """Read the markers written since the last call, until the ``time.monotonic()``
+        deadline ``until`` or ``max_bytes`` read; True when it read to the end."""
+        spent = 0
+        for letter in dlq.scan(dict(self.upto)):
+            self.upto[letter.partition] = letter.offset + 1
+            self.done |= {(letter.partition, offset) for offset in letter.marks}
+            spent += letter.size
+            if spent >= max_bytes or time.monotonic() >= until:
+                return False
+        return True
+
+    def add(self, positions: list[tuple[int, int]]) -> None:
+        self.done.update(positions)
+
+
 # ---------------------------------------------------------------------------------- replaying
 
 
@@ -267,17 +338,39 @@ class Progress:
     scanned: int = 0
     replayed: int = 0
     skipped: int = 0  # already replayed
+    resume: dict[int, int] | None = None  # stopped at its budget: where to read on from
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Where a replay by reason stops (after a whole batch, marked): a ``time.monotonic()``
+    deadline and the bytes read (key, value, headers); None: no bound."""
+
+    until: float | None = None
+    max_bytes: int | None = None
+
+    def spent(self, read: int) -> bool:
+        over_time = self.until is not None and time.monotonic() >= self.until
+        return over_time or (self.max_bytes is not None and read >= self.max_bytes)
 
 
 class Replayer:
     """Publishes dead letters' originals to the input topic, and marks them replayed after
     the broker confirmed them."""
 
-    def __init__(self, dlq: DeadLetterTopic, report: Callable[[Progress], None]):
+    def __init__(
+        self,
+        dlq: DeadLetterTopic,
+        report: Callable[[Progress], None],
+        index: MarkerIndex | None = None,
+    ):
+        """``index``: the markers already read (up to the topic's end); None: read them all
+        at the start of each replay."""
         from confluent_kafka import Producer
 
         self.dlq = dlq
         self.report = report
+        self.index = index
         self.producer = Producer(producer_config(dlq.settings, "replay"))
         self.errors: list[Any] = []
         self.progress = Progress()
@@ -326,12 +419,32 @@ class Replayer:
                 on_delivery=lambda err, _msg: self.errors.append(err) if err else None,
             )
         self._confirm()
+        if self.index is not None:
+            self.index.add([(letter.partition, letter.offset) for letter in sent])
         sent.clear()
 
-    def by_code(self, code: str, dry_run: bool = False) -> Progress:
-        done = self.dlq.replayed()
+    def _done(self) -> set[tuple[int, int]]:
+        return self.dlq.replayed() if self.index is None else self.index.done
+
+    def by_code(
+        self,
+        code: str,
+        dry_run: bool = False,
+        starts: dict[int, int] | None = None,
+        budget: Budget | None = None,
+    ) -> Progress:
+        """Replay every record of ``code`` from ``starts`` (default: the oldest); with a
+        ``budget``, stop after the batch that spent it (``progress.resume``: where to go on)."""
+        done = self._done()
         sent: list[DeadLetter] = []
-        for letter in self.dlq.scan():
+        position = dict(starts or {})
+        read = 0
+        for letter in self.dlq.scan(starts):
+            if budget is not None and read and budget.spent(read):  # one record at least
+                self.progress.resume = dict(position)  # this record and on: the next time
+                break  # (what was sent is marked below)
+            position[letter.partition] = letter.offset + 1
+            read += letter.size
             if letter.is_marker:
                 continue
             self.progress.scanned += 1
@@ -352,7 +465,7 @@ class Replayer:
         return self.progress
 
     def chosen(self, positions: list[tuple[int, int]], dry_run: bool = False) -> Progress:
-        done = self.dlq.replayed()
+        done = self._done()
         for partition, offset in dict.fromkeys(positions):
             self.progress.scanned += 1
             if (partition, offset) in done:
@@ -361,7 +474,7 @@ class Replayer:
                 continue
             letter = self.dlq.one(partition, offset)
             if letter.is_marker:
-                raise ReplayError(f"{partition}:{offset} is a replay marker, not a dead letter")
+                raise NotADeadLetter(f"{partition}:{offset} is a replay marker, not a dead letter")
             self.progress.replayed += 1
             if not dry_run:
                 self._send(letter)

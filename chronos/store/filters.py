@@ -123,10 +123,15 @@ def next_prefix(prefix: bytes) -> bytes | None:
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
 
 
+SAMPLE_ROWS = 10_000
+"""About how many rows a count past its limit samples for its estimate."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageCount:
-    """How many rows match: exact, or at least ``count`` when ``exact`` is False (the count
-    stopped at its limit)."""
+    """How many rows match: exact, or an estimate when ``exact`` is False (more rows matched
+    than the exact count's limit: the share matching in a sample of about ``SAMPLE_ROWS``
+    rows, scaled to the table, and never below that limit)."""
 
     count: int
     exact: bool

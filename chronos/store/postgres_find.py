@@ -7,7 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.filters import (
+    BULK_BATCH,
+    SAMPLE_ROWS,
+    BulkBatch,
+    MessageCount,
+    MessageFilter,
+)
 from chronos.store.postgres_admin import message_record
 from chronos.store.types import DEFAULT_CANCEL_TTL_MS, UNBOUNDED_BYTES, MessageRecord
 
@@ -52,7 +58,22 @@ class FindQueries:
             },
         )
         matched = int(rows[0]["matched"])
-        return MessageCount(min(matched, count_limit), matched < count_limit)
+        if matched < count_limit:
+            return MessageCount(matched, True)
+        # Past the limit, an estimate: the share matching in a sample of about SAMPLE_ROWS
+        # rows (whole pages) times the planner's row count; never below what was counted.
+        table_rows = int(self._execute("table_rows", {})[0]["n"])
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / max(table_rows, 1))
+        sampled = self._execute(
+            "estimate_messages",
+            {**where.params(), "park_attempts": park_attempts, "sample_percent": percent},
+        )
+        # The share matching in the sample times the table's rows: the sample's own size
+        # varies with the pages it drew, the share far less.
+        matched, total = int(sampled[0]["matched"]), int(sampled[0]["sampled"])
+        if percent < 100.0:
+            matched = round(matched / max(total, 1) * table_rows)
+        return MessageCount(max(count_limit, matched), False)
 
     def bulk_cancel(
         self,

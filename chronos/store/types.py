@@ -385,7 +385,8 @@ class Store(Protocol):
     def count_messages(
         self, where: MessageFilter, *, park_attempts: int, count_limit: int
     ) -> MessageCount:
-        """How many rows match ``where``: exact below ``count_limit``, else at least it."""
+        """How many rows match ``where``: exact below ``count_limit``, else an estimate
+        (``exact`` False; at least ``count_limit``)."""
         ...
 
     def bulk_cancel(

@@ -1,9 +1,10 @@
 """The console's operator features in a real headless browser against one live node (real
 Postgres and broker), one node and one browser session for the module: the message browser
-(filters, count, cursor paging), a message's whole record, bulk actions by the search with the
-dry-run count shown before the confirmation, the tenants panel, the cluster's fire rate,
-"overdue" judged by the database clock (not the browser's), and a read-only token that sees no
-write action."""
+(filters, count, an estimate past 10,000, cursor paging), a message's whole record, bulk
+actions by the search with the dry-run count shown before the confirmation, the tenants panel,
+the cluster's fire rate, "overdue" judged by the database clock (not the browser's), a
+read-only token that sees no write action, and the dead letters browsed by reason and
+replayed, the count shown first."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 
@@ -24,6 +26,7 @@ from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from chronos.protocol.names import TENANT_HEADER
 from tests.support.cluster import REPO, Cluster, NodeProcess
 from tests.support.databases import DatabaseFactory
+from tests.support.dead_letters import write_dead_letters
 from tests.support.kafka import delete_topics, new_topics
 from tests.support.services import unavailable
 
@@ -368,3 +371,63 @@ def test_a_read_only_token_sees_no_write_action(live: Live, browser: Any) -> Non
     page.until_text("field-id", ids[0])
     assert page.el("cancel").is_displayed()
     assert page.el("bulk-bar").is_displayed()
+
+
+def test_dead_letters_browsed_by_reason_and_replayed_once_with_the_count_first(
+    live: Live, browser: Any
+) -> None:
+    write_dead_letters(live.bootstrap, live.cluster.topics)
+    page = Page(browser, live)
+    page.type("dl-reason", "topic_not_allowed")
+    page.click("dl-browse")
+    page.until(lambda: [row[1] for row in page.rows("dl-list")] == ["0:0", "0:1"])
+    rows = page.rows("dl-list")
+    assert [row[1] for row in rows] == ["0:0", "0:1"]
+    assert {(row[3], row[4], row[7]) for row in rows} == {("topic_not_allowed", "in/0/1", "no")}
+    assert "'gone' is not allowed" in rows[0][5]
+    assert rows[0][6] == "chronosMessageId, chronosDeadline, x, x"
+
+    page.browser.execute_script("document.querySelector('#dl-list .dl-pick').click()")
+    page.click("dl-replay-chosen")
+    page.until_text("dl-confirm-text", "Replay 1 dead letter(s) selected")
+    page.click("dl-confirm-no")  # backing out replays nothing
+    assert not page.el("dl-confirm").is_displayed()
+    page.click("dl-replay-chosen")
+    page.until_text("dl-confirm-text", "Replay 1 dead letter(s) selected")
+    page.click("dl-confirm-yes")
+    page.until_text("dl-result", "replayed 1")
+    page.until(lambda: [row[7] for row in page.rows("dl-list")] == ["yes", "no"])
+
+    page.click("dl-replay-reason")  # the other one: the first is not replayed again
+    page.until_text("dl-confirm-text", "Replay 1 dead letter(s) of reason topic_not_allowed")
+    assert "1 already replayed" in page.text("dl-confirm-text")
+    page.click("dl-confirm-yes")
+    page.until_text("dl-result", "replayed 1 (1 already replayed)")
+    page.until(lambda: [row[7] for row in page.rows("dl-list")] == ["yes", "yes"])
+    # The node read the replayed records from its input topic like any other.
+    assert live.cluster.table.wait(lambda t: {"t0", "t1"} <= t.ids(), timeout=30)
+
+    reader = Page(browser, live, READ_TOKEN)  # reads, and sees no replay action
+    reader.until_text("role", "read-only token")
+    reader.until(lambda: len(reader.rows("dl-list")) >= 3)
+    assert not reader.el("dl-bar").is_displayed()
+    assert not any(box.is_displayed() for box in browser.find_elements("css selector", ".dl-pick"))
+
+
+def test_a_count_past_its_limit_is_shown_as_an_estimate(live: Live, browser: Any) -> None:
+    # 30,000 rows of one tenant, past the exact count's 10,000: the console says "about".
+    with psycopg.connect(live.cluster.database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO chronos_messages (id, deadline, message_key, message_value, tenant) "
+            "SELECT 'many-' || g, now() + interval '2 hours' + g * interval '1 ms', 'k', 'v', "
+            "'many' FROM generate_series(1, 30000) g"
+        )
+        conn.execute("ANALYZE chronos_messages")
+    page = Page(browser, live)
+    page.search(tenant="many")
+    page.until_text("browse-count", "(an estimate)")
+    shown = page.text("browse-count")
+    assert shown.startswith("about ") and shown.endswith(" message(s) match (an estimate)")
+    assert 20_000 <= int(shown.split()[1]) <= 40_000, shown
+    with psycopg.connect(live.cluster.database_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM chronos_messages WHERE tenant = 'many'")

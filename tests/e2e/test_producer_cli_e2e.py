@@ -9,16 +9,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from kafka import KafkaProducer
 
 from chronos.protocol import (
     DEAD_LETTER_HEADERS,
     DEADLINE_HEADER,
     MESSAGE_ID_HEADER,
-    dead_letter_headers,
 )
 from tests.e2e.test_cli_e2e import chronos, header, node_env, read_all
 from tests.support import Topics
+from tests.support.dead_letters import write_dead_letters
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -99,50 +98,11 @@ def test_schedule_reschedule_cancel_and_tail_through_a_node(
     assert "not-allowed-x" in dead["reason"] and dead["replayed"] is False
 
 
-def _dead_letters(bootstrap: str, topics: Topics) -> list[tuple[bytes, list[Any]]]:
-    """What intake writes for two records whose topic was not allowed and one without a
-    deadline (the same function writes the headers)."""
-    letters = []
-    for n in range(2):
-        original = [(MESSAGE_ID_HEADER, f"t{n}".encode()), ("x", b"keep"), ("x", b"")]
-        original.insert(1, (DEADLINE_HEADER, b"2030-01-01T00:00:00.000Z"))
-        letters.append(
-            (
-                f"t{n}".encode(),
-                dead_letter_headers(
-                    original,
-                    "header chronosTopic 'gone' is not allowed",
-                    "in/0/1",
-                    "topic_not_allowed",
-                ),
-            )
-        )
-    letters.append(
-        (
-            b"m",
-            dead_letter_headers(
-                [(MESSAGE_ID_HEADER, b"m")],
-                "missing header chronosDeadline",
-                "in/0/2",
-                "missing_deadline",
-            ),
-        )
-    )
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    try:
-        for value, headers in letters:
-            producer.send(topics.dead_letter, key=value, value=value, headers=headers, partition=0)
-        producer.flush(30)
-    finally:
-        producer.close()
-    return letters
-
-
 def test_dead_letters_listed_by_code_and_replayed_once(
     kafka_bootstrap: str, topics: Topics
 ) -> None:
     env = kafka_env(kafka_bootstrap, topics)
-    letters = _dead_letters(kafka_bootstrap, topics)
+    letters = write_dead_letters(kafka_bootstrap, topics)
 
     listing = json.loads(ok(chronos("admin", "dead-letters", "--json", env=env)))
     assert [d["code"] for d in listing["dead_letters"]] == [

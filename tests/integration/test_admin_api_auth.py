@@ -89,6 +89,8 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/nodes",
         "/admin/v1/tenants",
         "/admin/v1/whoami",
+        "/admin/v1/dead-letters",
+        "/admin/v1/dead-letters/replay",
         "/admin/v1/bulk/cancel",
         "/admin/v1/bulk/reschedule",
         "/admin/v1/pauses",
@@ -105,6 +107,8 @@ def test_methods_not_served_answer_405_with_allow(api: Api) -> None:
         ("PATCH", "/admin/v1/stats", "GET"),
         ("GET", "/admin/v1/messages/x/reschedule", "POST"),
         ("DELETE", "/admin/v1/nodes", "GET"),
+        ("DELETE", "/admin/v1/dead-letters", "GET"),
+        ("GET", "/admin/v1/dead-letters/replay", "POST"),
     ):
         status, headers, body = api.request(method, path)
         assert status == 405, (method, path)

@@ -84,6 +84,34 @@ def test_the_list_filters_and_counts_on_postgres(api: Api) -> None:
     assert (other["key"], other["key_text"], other["target_topic"]) == ("/wA=", None, "elsewhere")
 
 
+def test_a_count_past_its_limit_is_an_estimate_marked_as_one(api: Api) -> None:
+    # 30,000 rows, 22,500 of tenant acme: past the exact count's limit (10,000), the list
+    # answers an estimate, marked as one, near the truth (not the limit as a lower bound).
+    base = datetime.now(UTC) + timedelta(hours=1)
+    for start in range(0, 30_000, 5_000):
+        seed(
+            api,
+            [
+                ScheduledMessage(
+                    f"many-{i:05}",
+                    base + timedelta(milliseconds=i),
+                    b"k",
+                    b"v",
+                    [],
+                    tenant="acme" if i % 4 else "beta",
+                )
+                for i in range(start, start + 5_000)
+            ],
+        )
+    api.sql("ANALYZE chronos_messages")  # as autovacuum would have by now
+    status, body = api.get("/admin/v1/messages?tenant=acme&count=true&limit=1")
+    assert status == 200, body
+    assert body["count_exact"] is False
+    assert 17_000 <= body["count"] <= 28_000, body["count"]
+    status, body = api.get("/admin/v1/messages?tenant=beta&count=true&limit=1")
+    assert (body["count"], body["count_exact"]) == (7_500, True)
+
+
 def test_bulk_cancel_dry_run_first_then_claimed_rows_fire_and_markers_block(api: Api) -> None:
     _seed(api)
     claim(api, str(uuid.uuid4()), ["camp-0"])

@@ -1322,6 +1322,43 @@ SELECT count(*) AS matched FROM (
         LIMIT %(count_limit)s)
 ) counted;
 
+-- name: estimate_messages
+-- An estimate of how many rows match an admin filter, for when count_messages stopped at its
+-- limit: of the rows in a block sample of `sample_percent` percent of the table (SYSTEM: whole
+-- pages, a fixed seed), how many there are and how many match; the caller scales the share
+-- matching to the table's rows. Reads about that share of the pages, never the whole table;
+-- every state's test is the one of its find_messages branch.
+SELECT count(*) AS sampled, count(*) FILTER (WHERE
+      ((readied_at IS NULL AND parked_at IS NULL AND attempts < %(park_attempts)s
+        AND (%(state)s::text IS NULL OR %(state)s::text = 'waiting'))
+       OR (readied_at IS NULL AND attempts > 0
+           AND (attempts >= %(park_attempts)s OR parked_at IS NOT NULL)
+           AND (%(state)s::text IS NULL OR %(state)s::text = 'parked'))
+       OR (readied_at IS NOT NULL
+           AND (%(state)s::text IS NULL OR %(state)s::text = 'claimed')))
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+       OR (%(tenant)s::text = '' AND tenant IS NULL))
+  AND (%(topic)s::text IS NULL OR target_topic = %(topic)s::text
+       OR (%(topic_unset)s AND target_topic IS NULL))
+  AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
+  AND (%(key_low)s::bytea IS NULL
+       OR (%(key_exact)s AND message_key = %(key)s::bytea)
+       OR (NOT %(key_exact)s
+           AND substring(message_key from 1 for octet_length(%(key)s::bytea)) = %(key)s::bytea))
+  AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+  AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+  AND (%(recurring)s::boolean IS NULL
+       OR (%(recurring)s::boolean AND recurrence IS NOT NULL)
+       OR (NOT %(recurring)s::boolean AND recurrence IS NULL))) AS matched
+FROM chronos_messages TABLESAMPLE SYSTEM (%(sample_percent)s::float8) REPEATABLE (42);
+
+-- name: table_rows
+-- How many rows the table holds by the statistics (the live rows the statistics count, or the
+-- last ANALYZE's; never a scan): what sizes estimate_messages' sample and scales its share.
+SELECT greatest(coalesce(s.n_live_tup::float8, 0), c.reltuples::float8, 0)::bigint AS n
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = 'chronos_messages'::regclass;
+
 -- name: bulk_cancel
 -- One batch of a cancel by filter: up to `batch` matching rows after the cursor (as
 -- find_messages, by (deadline, id)), locked in id order; the unclaimed ones are deleted, a

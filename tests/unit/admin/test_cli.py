@@ -343,6 +343,17 @@ def _with_tenants(node: Node) -> None:
     )
 
 
+def test_a_count_past_its_limit_is_shown_as_an_estimate(
+    node: Node, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _with_tenants(node)
+    monkeypatch.setattr("chronos.admin.api.COUNT_LIMIT", 2)  # 3 match: past it
+    status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count", "--json")
+    assert (as_json(out)["count"], as_json(out)["count_exact"]) == (3, False)
+    status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count")
+    assert status == 0 and "matching: about 3" in out
+
+
 def test_list_takes_the_filter_flags(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
     _with_tenants(node)
     status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count", "--json")

@@ -73,3 +73,41 @@ def test_positions(raw: str, expected: tuple[int, int]) -> None:
 def test_bad_positions(raw: str) -> None:
     with pytest.raises(ValueError, match="PARTITION:OFFSET"):
         parse_position(raw)
+
+
+def test_a_sources_parts_and_the_apis_cursor_and_replay_body() -> None:
+    from chronos.admin.deadletters import source_position
+    from chronos.admin.deadletters_api import _replay_body, decode_cursor, encode_cursor
+    from chronos.admin.params import ApiError
+
+    assert source_position("orders.in/2/40") == ("orders.in", 2, 40)
+    assert source_position("chronos/invoice-7") == (None, None, None)
+    assert decode_cursor(encode_cursor({0: 3, 2: 41}), "cursor") == {0: 3, 2: 41}
+    assert _replay_body(b'{"records": ["0:1", "2:7"], "dry_run": true}') == (
+        None,
+        [(0, 1), (2, 7)],
+        True,
+        {},
+    )
+    resume = encode_cursor({1: 500})
+    assert _replay_body(b'{"reason": "expired", "resume": "%s"}' % resume.encode()) == (
+        "expired",
+        None,
+        False,
+        {1: 500},
+    )
+    for raw in (
+        b"",
+        b"[]",
+        b'{"reason": 1}',
+        b'{"records": []}',
+        b'{"records": ["0:1"], "resume": "x"}',
+        b'{"reason": "a", "other": 1}',
+        b'{"reason": "a", "resume": ""}',
+    ):
+        with pytest.raises(ApiError) as refused:
+            _replay_body(raw)
+        assert refused.value.status == 400, raw
+    for bad in ("", "!!", encode_cursor({})):
+        with pytest.raises(ApiError):
+            decode_cursor(bad, "cursor")
