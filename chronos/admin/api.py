@@ -132,8 +132,8 @@ class AdminAPI:
         self.parked_at = park_after(settings)
         self.audit = AdminAudit(settings)  # CHRONOS_AUDIT_TOPIC: writes recorded by whom
         self.bulk = BulkActions(settings, store, self.parked_at, self.audit)
-        self.pauses = PauseEndpoints(store)
-        self.limits = LimitEndpoints(store)
+        self.pauses = PauseEndpoints(store, self.audit)
+        self.limits = LimitEndpoints(store, self.audit)
         self.dead_letters = DeadLetterEndpoints(settings, self.audit)
 
     @property

@@ -13,6 +13,11 @@ the paused messages, and what a node already claimed of them is given back, not 
 messages keep waiting; those that expire meanwhile are dead-lettered as expired. ``tenant=`` (empty)
 is the default tenant; the output topic stands for the messages that name no topic. Each pause
 and resume is logged with the token's name and the client's address, and the pause keeps them.
+
+With ``CHRONOS_AUDIT_TOPIC`` set, each pause, resume, limit set and limit removed is also an
+audit record (``paused``, ``resumed``, ``limited``; a removed limit is ``limited`` with
+``details.per_second`` null): who (the token and the client), what (``target``: the tenant or
+topic) and when. A refused or 404 request records nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import logging
 from typing import Any
 from urllib.parse import urlencode
 
+from chronos.admin.audit import AdminAudit
 from chronos.admin.params import ApiError, format_timestamp, parse_query
+from chronos.observability import audit
 from chronos.protocol import MAX_ID_LENGTH
 from chronos.store import Limit, Pause, PauseKind, Store
 
@@ -75,11 +82,17 @@ def parse_target(query: str) -> tuple[PauseKind, str]:
     return PauseKind(kind), name
 
 
+def _who(token_name: str, client: str) -> str:
+    """The caller as the other admin audit records name it."""
+    return f"the {token_name} token from {client}"
+
+
 class PauseEndpoints:
     """Runs ``/admin/v1/pauses`` for ``chronos.admin.api``."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, audit_trail: AdminAudit | None = None) -> None:
         self.store = store
+        self.audit = audit_trail
 
     def list(self, query: str) -> tuple[int, dict[str, Any]]:
         parse_query(query, frozenset())
@@ -96,6 +109,8 @@ class PauseEndpoints:
             client,
             extra={"event": "paused", "kind": kind.value, "target": name, "token": token_name},
         )
+        if self.audit is not None:
+            self.audit.operator(audit.PAUSED, _who(token_name, client), {kind.value: name})
         return 200, pause_json(pause)
 
     def resume(self, query: str, token_name: str, client: str) -> tuple[int, dict[str, Any]]:
@@ -111,14 +126,17 @@ class PauseEndpoints:
             client,
             extra={"event": "resumed", "kind": kind.value, "target": name, "token": token_name},
         )
+        if self.audit is not None:
+            self.audit.operator(audit.RESUMED, _who(token_name, client), {kind.value: name})
         return 200, pause_json(pause)
 
 
 class LimitEndpoints:
     """Runs ``/admin/v1/limits`` for ``chronos.admin.api``."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, audit_trail: AdminAudit | None = None) -> None:
         self.store = store
+        self.audit = audit_trail
 
     def list(self, query: str) -> tuple[int, dict[str, Any]]:
         parse_query(query, frozenset())
@@ -138,6 +156,13 @@ class LimitEndpoints:
             client,
             extra={"event": "limited", "kind": kind.value, "target": name, "token": token_name},
         )
+        if self.audit is not None:
+            self.audit.operator(
+                audit.LIMITED,
+                _who(token_name, client),
+                {kind.value: name},
+                details={"per_second": per_second},
+            )
         return 200, limit_json(limit)
 
     def clear(self, query: str, token_name: str, client: str) -> tuple[int, dict[str, Any]]:
@@ -153,4 +178,11 @@ class LimitEndpoints:
             client,
             extra={"event": "unlimited", "kind": kind.value, "target": name, "token": token_name},
         )
+        if self.audit is not None:
+            self.audit.operator(
+                audit.LIMITED,
+                _who(token_name, client),
+                {kind.value: name},
+                details={"per_second": None},
+            )
         return 200, limit_json(limit)

@@ -5,8 +5,9 @@ rescheduled, requeued, expired, dead-lettered) and per operator action, as
 The schema is ``audit.schema.json`` beside this module (JSON Schema 2020-12); every event has
 ``version`` (``SCHEMA_VERSION``), ``event``, ``at`` (RFC 3339 UTC, ms) and ``node``. A new field
 is added without a version change; a field removed or changed in meaning bumps the version.
-Event types reserved for flow control (``paused``, ``resumed``, ``limited``) are in the schema
-and have builders here, but nothing emits them yet; ``bulk`` is a bulk action of the admin API.
+The operator events are ``bulk`` (a bulk action of the admin API) and flow control's ``paused``,
+``resumed`` and ``limited`` (a limit set, or removed: ``details.per_second`` null), written by the
+admin API's endpoints (``chronos.admin.flow``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ RESCHEDULED = "rescheduled"
 REQUEUED = "requeued"
 EXPIRED = "expired"
 DEAD_LETTERED = "dead_lettered"
-PAUSED = "paused"  # reserved: not emitted yet
-RESUMED = "resumed"  # reserved: not emitted yet
-LIMITED = "limited"  # reserved: not emitted yet
+PAUSED = "paused"  # a tenant or topic paused through the admin API
+RESUMED = "resumed"  # ... resumed
+LIMITED = "limited"  # ... rate-limited (details.per_second; null: the limit removed)
 BULK = "bulk"  # a bulk action of the admin API
 
 VIA_KAFKA = "kafka"  # a chronosAction record on the input topic
@@ -127,9 +128,8 @@ def operator(
     count: int | None = None,
     details: dict[str, Any] | None = None,
 ) -> Event:
-    """A bulk action of the admin API, or (reserved: nothing emits them yet) a pause, resume or
-    rate limit — who,
-    on what (a tenant, a topic or a bulk action's filter), and how many messages."""
+    """A bulk action of the admin API, or a pause, resume or rate limit — who, on what (a
+    tenant, a topic or a bulk action's filter), and how many messages."""
     record = _base(event, node, at)
     record.update(by=by, target=target)
     if count is not None:

@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from loadtest.bench import scenarios as sc
+from loadtest.bench.catchup import run_catchup_scenario
 from loadtest.bench.evaluation import capacity, evaluate, run_ceiling
 from loadtest.bench.figures import received_gaps
 from loadtest.bench.procstats import cpu_model, memory_total_kb
@@ -193,6 +194,8 @@ def run_bench(args: argparse.Namespace) -> int:
                         rec = run_ceiling_scenario(ctx, scenario)
                         if scenario.name == "ceiling":
                             ceiling = rec["result"]["ceiling_msg_per_s"]
+                    elif scenario.kind == "catchup":
+                        rec = run_catchup_scenario(ctx, scenario)
                     else:
                         rec = run_load_scenario(ctx, scenario, ceiling)
                     if scenario.kind != "ceiling":

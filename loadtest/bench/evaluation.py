@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from loadtest.analysis.delivery import Row, late_text, scenario_delivery_rows
 from loadtest.bench import scenarios as sc
+from loadtest.bench.catchup_verdicts import catchup_rows
 from loadtest.bench.records import BenchRecord, Lateness, ScenarioRecord
 from loadtest.bench.results.load import Drain
 from loadtest.bench.scaling import scaling_rows
@@ -86,12 +87,13 @@ def evaluate(bench: BenchRecord) -> list[Row]:
         *scaling_rows(bench),
         *_backlog_rows(bench),
         *tenant_rows(bench),
+        *catchup_rows(bench),
         *_rss_rows(bench),
         *scenario_delivery_rows(
             [
                 r.delivery_figures
                 for r in bench.scenarios
-                if r.ok and r.kind not in ("ceiling", "saturate", "scaling", "relay")
+                if r.ok and r.kind not in ("ceiling", "saturate", "scaling", "relay", "catchup")
             ]
         ),
     ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.analysis.delivery import Delivery, LossLocation, Row, ScenarioDelivery
+from loadtest.bench.results.catchup import CatchupFigures
 from loadtest.bench.results.cpu import CpuPerMessage, CpuUsage, PerCore
 from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num, json_str
 from loadtest.bench.results.load import BacklogVerdict, Drain, Intake, Preload, SteadyRates
@@ -104,6 +105,7 @@ class ScenarioRecord:
     background_stored: int | None = None  # ...and how much of it is in the table at the end
     pinned: bool | None = None  # ``scaling``: each component on CPUs of its own...
     pinning: str | None = None  # ...or why not (``loadtest.bench.pinning``)
+    catchup: CatchupFigures | None = None  # ``catchup``: the paced drain and the stream
 
     @property
     def background_missing(self) -> int | None:
@@ -169,6 +171,7 @@ class ScenarioRecord:
             background_stored=json_int(json_map(data, "background"), "stored"),
             pinned=_json_bool(json_map(data, "pinning"), "pinned"),
             pinning=json_str(json_map(data, "pinning"), "description"),
+            catchup=CatchupFigures.from_dict(json_map(data, "catchup")),
         )
 
 

@@ -449,6 +449,13 @@ def one_line(rec: ScenarioRecord) -> str:
     """A scenario's figures in one line, for the progress on stderr."""
     if rec.kind == "ceiling":
         return f"{rec.ceiling_msg_per_s or 0:,.0f} msg/s"
+    if rec.catchup is not None:
+        c = rec.catchup
+        return (
+            f"backlog {fmt(c.backlog_fired)} of {fmt(c.backlog_sent)} at "
+            f"{fmt(c.backlog_rate_per_s)} msg/s (catch-up rate {fmt(c.catchup_rate, 0)}); stream "
+            f"p99 {fmt(c.stream_p99_ms)} ms; lost {fmt(c.backlog_lost + c.stream_lost)}"
+        )
     late = rec.lateness or Lateness()
     counts = rec.counts
     late_after = None if rec.delivery is None else rec.delivery.late_after_window

@@ -47,6 +47,11 @@ many nodes; with each component pinned to CPUs of its own when the machine has e
 TENANT_SMALL_P99_MS = 1000.0
 TENANT_DRAIN_RATIO = 0.9  # the flood drains at >= this x the control's rate (within 10 %)
 
+# Paced catch-up: (backlog, CHRONOS_CATCHUP_RATE, stream msg/s, seconds away); --quick: the 2nd.
+CATCHUP_SIZES = ((60_000, 2_000, 100, 60.0), (6_000, 500, 100, 6.0))
+CATCHUP_NODES, CATCHUP_STREAM_DELAY, CATCHUP_RATE_TOLERANCE = 2, "uniform:2s-5s", 0.1
+CATCHUP_STREAM_P99_MS = 200.0
+
 RATE_TOLERANCE = 0.01
 """A steady fired rate within 1 % of the offered rate counts as keeping up (whole-second
 binning and the uniform delays make the per-window mean wobble by a few tenths of a percent)."""
@@ -79,6 +84,7 @@ SCENARIO_NAMES = (
     "backlog",
     "tenants",
     "scaling",
+    "catchup",
 )
 DEFAULT_SCENARIOS = (
     "sustained",
@@ -90,6 +96,7 @@ DEFAULT_SCENARIOS = (
     "burst",
     "backlog",
     "tenants",
+    "catchup",
 )
 
 
@@ -339,6 +346,7 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             for count in burst_counts
         ],
         "tenants": _tenant_scenarios(quick, grace),
+        "catchup": [_catchup_scenario(quick, grace)],
         # Does adding nodes add throughput? The saturating load against 1, 2 and 3 nodes.
         "scaling": [
             Scenario(
@@ -363,6 +371,24 @@ def _catalogue(quick: bool) -> dict[str, list[Scenario]]:
             for rows in (BACKLOG_BASELINE_ROWS, backlog_rows)
         ],
     }
+
+
+def _catchup_scenario(quick: bool, grace: float) -> Scenario:
+    """A backlog due once stored, while every node is stopped (``loadtest.bench.catchup``)."""
+    count, rate, stream, away = CATCHUP_SIZES[1 if quick else 0]
+    at = max(15, math.ceil(count / BURST_SEND_RATE + 10 + count / 3_000))
+    backlog = Workload(
+        BURST_SEND_RATE,
+        f"burst:{at}s",
+        count=count,
+        drain_timeout_s=away + 2 * count / rate + 60,
+        grace_s=grace,
+    )
+    title = (
+        f"{count:,} come due while every node is away {away:g} s, {stream} msg/s due 2-5 s ahead"
+    )
+    extra = {"catchup_rate": rate, "stream_rate": stream, "away_s": away}
+    return Scenario("catchup", "catchup", title, CATCHUP_NODES, backlog, extra=extra)
 
 
 TENANT_LINGER_MS = 50

@@ -49,12 +49,18 @@ class Live:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.node.settings.http_port}"
 
-    def api(self, path: str) -> Any:
+    def api(self, path: str, method: str = "GET") -> Any:
         request = urllib.request.Request(
-            self.url + "/admin/v1" + path, headers={"Authorization": f"Bearer {TOKEN}"}
+            self.url + "/admin/v1" + path,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            method=method,
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
+
+    def flow(self, kind: str) -> dict[str, dict[str, Any]]:
+        """The pauses (``kind`` "pauses") or limits by their name, as the API lists them."""
+        return {x["name"]: x for x in self.api("/" + kind)[kind]}
 
     def schedule(
         self, tenant: str, ids: list[str], *, key: Callable[[int], bytes] = lambda n: b"k"
@@ -180,6 +186,20 @@ class Page:
             first_cell,
         )
         assert clicked, f"no row {first_cell!r} in #{element_id}"
+
+    def row_button(self, element_id: str, name: str) -> None:
+        """Click the button of a table body's row whose second cell is ``name``."""
+        clicked = self.browser.execute_script(
+            "const tr = [...document.getElementById(arguments[0]).rows]"
+            ".find((r) => r.cells.length > 1 && r.cells[1].textContent === arguments[1]);"
+            "const b = tr && tr.querySelector('button'); if (b) b.click(); return !!b;",
+            element_id,
+            name,
+        )
+        assert clicked, f"no row {name!r} with a button in #{element_id}"
+
+    def row_names(self, element_id: str) -> list[str]:
+        return [row[1] for row in self.rows(element_id) if len(row) > 1]
 
     def search(self, **filters: str) -> None:
         for name in ("tenant", "topic", "id_prefix", "key", "deadline_from", "deadline_to"):
@@ -363,6 +383,20 @@ def test_a_read_only_token_sees_no_write_action(live: Live, browser: Any) -> Non
     page.search(tenant="reader")
     page.until_text("browse-count", "1 message(s) match")  # reading still works
     assert not page.el("bulk-bar").is_displayed()
+    live.api("/pauses?tenant=reader", "POST")
+    live.api("/limits?tenant=reader&per_second=9", "POST")
+    try:  # the read-only token sees the pauses and limits, and no control to change them
+        page.until(lambda: "reader" in page.row_names("pauses"))
+        page.until(lambda: "reader" in page.row_names("limits"))
+        assert not page.el("flow-bar").is_displayed()
+        buttons = page.browser.execute_script(
+            "return [...document.querySelectorAll('#pauses button, #limits button')]"
+            ".map((b) => b.offsetParent !== null)"
+        )
+        assert buttons == [False, False]
+    finally:
+        live.api("/pauses?tenant=reader", "DELETE")
+        live.api("/limits?tenant=reader", "DELETE")
 
     page = Page(browser, live, TOKEN)  # the admin token: the actions are back
     page.until_text("role", "admin token")
@@ -371,6 +405,7 @@ def test_a_read_only_token_sees_no_write_action(live: Live, browser: Any) -> Non
     page.until_text("field-id", ids[0])
     assert page.el("cancel").is_displayed()
     assert page.el("bulk-bar").is_displayed()
+    assert page.el("flow-bar").is_displayed()
 
 
 def test_dead_letters_browsed_by_reason_and_replayed_once_with_the_count_first(
@@ -431,3 +466,76 @@ def test_a_count_past_its_limit_is_shown_as_an_estimate(live: Live, browser: Any
     assert 20_000 <= int(shown.split()[1]) <= 40_000, shown
     with psycopg.connect(live.cluster.database_url, autocommit=True) as conn:
         conn.execute("DELETE FROM chronos_messages WHERE tenant = 'many'")
+
+
+def test_flow_control_pauses_resumes_limits_and_clears_each_after_a_confirmation(
+    live: Live, browser: Any
+) -> None:
+    from selenium.webdriver.support.select import Select
+
+    tenant, topic = ids_of("flow", 1)[0], f"flow-topic-{uuid.uuid4().hex[:6]}"
+    page = Page(browser, live)
+    try:
+        Select(page.el("flow-kind")).select_by_value("tenant")
+        page.type("flow-name", tenant)
+        page.click("flow-pause")
+        page.until_text("flow-confirm-text", f"Pause tenant {tenant}?")
+        page.click("flow-confirm-no")  # backing out changes nothing
+        assert not page.el("flow-confirm").is_displayed()
+        assert tenant not in live.flow("pauses")
+        page.click("flow-pause")
+        page.until_text("flow-confirm-text", f"Pause tenant {tenant}?")
+        page.click("flow-confirm-yes")
+        page.until_text("flow-result", f"paused tenant {tenant}")
+        page.until(lambda: tenant in page.row_names("pauses"))
+        paused = live.flow("pauses")[tenant]
+        assert (paused["kind"], paused["paused_by"]) == ("tenant", "admin token from 127.0.0.1")
+
+        Select(page.el("flow-kind")).select_by_value("topic")
+        page.type("flow-name", topic)
+        page.click("flow-pause")
+        page.until_text("flow-confirm-text", f"Pause topic {topic}?")
+        page.click("flow-confirm-yes")
+        page.until(lambda: topic in page.row_names("pauses"))
+        assert live.flow("pauses")[topic]["kind"] == "topic"
+
+        page.row_button("pauses", tenant)  # resume the tenant from its row
+        page.until_text("flow-confirm-text", f"Resume tenant {tenant}?")
+        page.click("flow-confirm-yes")
+        page.until_text("flow-result", f"resumed tenant {tenant}")
+        page.until(lambda: tenant not in page.row_names("pauses"))
+        assert set(live.flow("pauses")) & {tenant, topic} == {topic}  # the topic stays paused
+
+        page.type("flow-per-second", "200")
+        page.click("flow-limit")
+        page.until_text("flow-confirm-text", f"Limit topic {topic} to 200 messages/s")
+        page.click("flow-confirm-yes")
+        page.until_text("flow-result", f"limited topic {topic} to 200 messages/s")
+        page.until(lambda: topic in page.row_names("limits"))
+        assert live.flow("limits")[topic]["per_second"] == 200
+        row = next(r for r in page.rows("limits") if r[1] == topic)
+        assert row[:3] == ["topic", topic, "200"]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "console-flow.png"))
+
+        page.row_button("limits", topic)  # clear the limit from its row
+        page.until_text("flow-confirm-text", f"Remove the rate limit of topic {topic}")
+        page.click("flow-confirm-no")
+        assert topic in live.flow("limits")
+        page.row_button("limits", topic)
+        page.click("flow-confirm-yes")
+        page.until_text("flow-result", f"removed the rate limit of topic {topic}")
+        page.until(lambda: topic not in page.row_names("limits"))
+        assert topic not in live.flow("limits")
+
+        page.type("flow-per-second", "0")  # refused by the API: the page says why
+        page.click("flow-limit")
+        page.click("flow-confirm-yes")
+        page.until_text("flow-result", "400: per_second")
+        assert topic not in live.flow("limits")
+    finally:
+        for kind in ("pauses", "limits"):
+            for name in (tenant, topic):
+                if name in live.flow(kind):
+                    query = f"{'tenant' if name == tenant else 'topic'}={name}"
+                    live.api(f"/{kind}?{query}", "DELETE")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -99,3 +99,39 @@ def _waiting(url: str, message_id: str) -> bool:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT 1 FROM chronos_messages WHERE id = %s", (message_id,))
         return row.fetchone() is not None
+
+
+def test_pauses_resumes_and_limits_are_audited_with_who_what_and_when(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics, audit_topic: str
+) -> None:
+    node = nodes.start(audit_topic=audit_topic, admin_token=Secret(TOKEN))
+    api = AdminAPI(node.settings, node.store)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    before = now()
+    calls = [
+        ("DELETE", "/admin/v1/limits", "tenant=nobody"),  # 404: nothing done, nothing audited
+        ("GET", "/admin/v1/pauses", ""),  # a read: not audited
+        ("POST", "/admin/v1/pauses", "tenant=acme"),
+        ("DELETE", "/admin/v1/pauses", "tenant=acme"),
+        ("POST", "/admin/v1/pauses", f"topic={topics.output}"),
+        ("POST", "/admin/v1/limits", f"topic={topics.output}&per_second=200"),
+        ("DELETE", "/admin/v1/limits", f"topic={topics.output}"),
+    ]
+    statuses = [api.handle(m, p, q, auth, client="10.0.0.8") for m, p, q in calls]
+    assert [s[0] for s in statuses if s is not None] == [404, 200, 200, 200, 200, 200, 200]
+
+    records = read(kafka_bootstrap, audit_topic, 1, 5, timeout=30)
+    events = valid_events(r.value() for r in records)
+    assert [(e["event"], e["target"], e.get("details")) for e in events] == [
+        ("paused", {"tenant": "acme"}, None),
+        ("resumed", {"tenant": "acme"}, None),
+        ("paused", {"topic": topics.output}, None),
+        ("limited", {"topic": topics.output}, {"per_second": 200}),
+        ("limited", {"topic": topics.output}, {"per_second": None}),
+    ]
+    for event in events:
+        assert event["by"] == "the admin token from 10.0.0.8"
+        assert event["node"] == node.settings.node_id
+        at = datetime.fromisoformat(event["at"])
+        assert before - timedelta(seconds=1) <= at <= now() + timedelta(seconds=1)
+    assert all(r.key() is None for r in records)

@@ -29,6 +29,7 @@ def test_full_plan() -> None:
         "tenants",
         "tenants-control",
         "tenants-200k",
+        "catchup",
         "ceiling-end",
     ]
     by = {r.name: r for r in runs}

@@ -355,3 +355,14 @@ def test_a_page_of_big_messages_is_cut_by_bytes_and_the_cursor_goes_on() -> None
         if not cursor:
             break
     assert seen == [f"b{i:02}" for i in range(12)] and pages >= 3
+
+
+def test_every_path_of_the_spec_is_served_with_exactly_its_methods() -> None:
+    """The spec's methods per path are what the API allows (its 405's Allow): pauses and
+    limits with GET, POST and DELETE like the rest."""
+    h = AdminHarness()
+    for path, item in SPEC["paths"].items():
+        documented = {m.upper() for m in item if m in ("get", "post", "put", "patch", "delete")}
+        status, extra, _ = h.call("PATCH", path.replace("{id}", "x"))
+        assert status == 405, path
+        assert set(extra["Allow"].split(", ")) == documented, path

@@ -21,7 +21,7 @@ def _harness() -> tuple[AdminHarness, FakePublisher]:
     h = AdminHarness(audit_topic=AUDIT)
     publisher = FakePublisher()
     h.api.audit = AdminAudit(h.settings, AuditTrail(publisher, AUDIT))
-    h.api.bulk.audit = h.api.audit
+    h.api.bulk.audit = h.api.pauses.audit = h.api.limits.audit = h.api.audit
     return h, publisher
 
 
@@ -68,6 +68,23 @@ def test_a_bulk_action_through_the_api_is_one_audit_record_of_its_filter_and_cou
     (event,) = valid_events(r.value for r in publisher.delivered(AUDIT))  # the dry run: none
     assert (event["event"], event["target"], event["count"]) == ("bulk", {"id_prefix": "m"}, 6)
     assert event["details"]["action"] == "cancel" and event["details"]["complete"] is True
+
+
+def test_flow_control_is_audited_and_a_404_is_not() -> None:
+    h, publisher = _harness()
+    assert h.call("DELETE", "/admin/v1/pauses", "topic=t")[0] == 404
+    assert h.call("POST", "/admin/v1/pauses", "topic=t")[0] == 200
+    assert h.call("DELETE", "/admin/v1/pauses", "topic=t")[0] == 200
+    assert h.call("POST", "/admin/v1/limits", "tenant=&per_second=5")[0] == 200
+    assert h.call("DELETE", "/admin/v1/limits", "tenant=")[0] == 200
+    publisher.poll(0)
+    events = valid_events(r.value for r in publisher.delivered(AUDIT))
+    assert [(e["event"], e["target"], e.get("details"), e["by"]) for e in events] == [
+        ("paused", {"topic": "t"}, None, "the admin token from -"),
+        ("resumed", {"topic": "t"}, None, "the admin token from -"),
+        ("limited", {"tenant": ""}, {"per_second": 5}, "the admin token from -"),
+        ("limited", {"tenant": ""}, {"per_second": None}, "the admin token from -"),
+    ]
 
 
 def test_off_by_default_the_admin_api_makes_no_producer() -> None:
