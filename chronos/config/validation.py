@@ -34,6 +34,14 @@ OWNED_PROPERTIES = {
     "group.protocol": "CHRONOS_GROUP_PROTOCOL",
 }
 
+# Consumer properties of the classic group protocol that librdkafka refuses with
+# group.protocol=consumer (KIP-848: the broker owns the session, heartbeats and assignment).
+CLASSIC_GROUP_PROPERTIES = (
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+)
+
 # A row's publish attempts are a smallint and it is parked after 2 x max_publish_attempts.
 MAX_PUBLISH_ATTEMPTS = 32767 // 2
 
@@ -111,6 +119,16 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
                     f"{env} / {source.split(' / ')[1]} {raw_name} is refused: it would override "
                     f"{owner}, which Chronos checks and sets on its clients; set {owner} instead"
                 )
+        if settings.group_protocol == "consumer" and "PRODUCER" not in source:
+            for raw_name in props:
+                if raw_name.strip().lower() in CLASSIC_GROUP_PROPERTIES:
+                    env = source.split(" ")[0] + raw_name.strip().upper().replace(".", "_")
+                    raise ConfigError(
+                        f"{env} / {source.split(' / ')[1]} {raw_name} is refused with "
+                        "CHRONOS_GROUP_PROTOCOL=consumer: with that protocol the broker owns the "
+                        "session timeout, heartbeats and assignment (group.consumer.* broker "
+                        "settings); remove it or use CHRONOS_GROUP_PROTOCOL=classic"
+                    )
         if "CONSUMER" in source:
             continue
         for name in ("linger.ms", "queue.buffering.max.ms"):  # the producer refuses to start

@@ -124,7 +124,7 @@ def node_settings(
 ) -> chronos_settings.Settings:
     """The settings of node ``index``: the stack's services, its own port and a fresh node id."""
     consumer = dict(settings.consumer_properties)
-    if "session.timeout.ms" not in consumer:
+    if "session.timeout.ms" not in consumer and settings.group_protocol == "classic":
         consumer["session.timeout.ms"] = DEV_SESSION_TIMEOUT_MS
     return settings.replace(
         database_url=chronos_settings.Secret(database_url),

@@ -4,9 +4,11 @@ partition.
 Kafka leaves gaps in a partition's offsets (transaction markers, aborted transactions,
 compaction) and a consumer steps over them. But a broker can also answer a fetch with a later
 batch than the one at the offset asked for, and then the consumer never asks for the skipped
-records again: they are lost to intake. The embedded broker does this (docs/reliability.md,
-"intake loss"): a produce reserves its offsets before it stores its batch, and a fetch served in
-between, once a later batch (another producer's) is stored, returns the later one.
+records again: they are lost to intake. The Kafka-protocol imitation (``chronos dev --broker
+tansu``) does this (docs/reliability.md, "intake loss"): a produce reserves its offsets before it
+stores its batch, and a fetch served in between, once a later batch (another producer's) is
+stored, returns the later one. Apache Kafka never did where it was measured: there the check sees
+only real gaps, and a ``recovered`` count would be the sign of a broker that does.
 
 So intake never steps over a gap on one answer. The partition's records from the gap on are
 left out of the consumed batch (not stored, their offsets not stored) and the consumer seeks back

@@ -25,4 +25,8 @@ def make_settings(database_url: str, bootstrap: str, topics: Topics, **overrides
         "consumer_properties": {"session.timeout.ms": DEV_SESSION_TIMEOUT_MS},
     }
     values.update(overrides)
+    if values.get("group_protocol") == "consumer":  # the broker owns the session timeout
+        values["consumer_properties"] = {
+            k: v for k, v in values["consumer_properties"].items() if k != "session.timeout.ms"
+        }
     return load(environ={}, **values).validate()

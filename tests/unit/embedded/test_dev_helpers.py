@@ -61,6 +61,17 @@ def test_node_settings_keep_a_session_timeout_the_user_chose() -> None:
     assert node.consumer_properties["session.timeout.ms"] == "10000"
 
 
+def test_node_settings_leave_the_session_to_the_broker_with_its_protocol() -> None:
+    # With CHRONOS_GROUP_PROTOCOL=consumer the broker owns the session timeout: librdkafka
+    # refuses a consumer given session.timeout.ms, so a dev node would not start.
+    base = settings.load(environ={"CHRONOS_GROUP_PROTOCOL": "consumer"})
+
+    node = dev.node_settings(base, "postgresql://u@h:1/d", "h:2", 0, 8080)
+
+    assert "session.timeout.ms" not in node.consumer_properties
+    node.validate()
+
+
 def test_default_node_command_runs_chronos() -> None:
     assert dev.NODE_COMMAND[1:] == ("-m", "chronos", "run")
 

@@ -3,7 +3,10 @@ minute at librdkafka's 45 s session timeout)."""
 
 from __future__ import annotations
 
+import pytest
+
 from chronos.config.settings import load
+from chronos.errors import ConfigError
 from chronos.kafka import consumer_config
 from tests.unit.helpers import settings
 
@@ -55,3 +58,26 @@ def test_group_settings_come_from_the_environment() -> None:
         }
     )
     assert (loaded.group_instance_id, loaded.group_protocol) == ("pod-1", "consumer")
+
+
+@pytest.mark.parametrize(
+    ("source", "prop"),
+    [
+        ("consumer_properties", "session.timeout.ms"),
+        ("consumer_properties", "heartbeat.interval.ms"),
+        ("kafka_properties", "partition.assignment.strategy"),
+    ],
+)
+def test_a_classic_group_property_with_the_broker_driven_protocol_is_refused_by_name(
+    source: str, prop: str
+) -> None:
+    # librdkafka refuses to create such a consumer ("... is not supported for
+    # group.protocol=consumer"): the node would fail after start-up instead of at the check.
+    with pytest.raises(ConfigError, match=r"CHRONOS_GROUP_PROTOCOL") as raised:
+        settings(group_protocol="consumer", **{source: {prop: "6000"}})
+    assert prop.upper().replace(".", "_") in str(raised.value)
+
+
+def test_a_classic_group_property_is_taken_with_the_classic_protocol() -> None:
+    conf = consumer_config(settings(consumer_properties={"heartbeat.interval.ms": "1000"}))
+    assert conf["heartbeat.interval.ms"] == "1000"

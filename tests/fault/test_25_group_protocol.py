@@ -1,0 +1,73 @@
+"""Scenario 25 — a node killed under each consumer-group protocol: how long its input waits.
+
+Two ``chronos run`` processes at the default settings (only their HTTP ports apart), on the
+embedded broker, 100 messages per second (due 2-6 s later); one node is killed with SIGKILL and
+the load goes on until the survivor holds every input partition, then 3 s more. Run once with
+``CHRONOS_GROUP_PROTOCOL=classic`` (the default: the client's 6 s session timeout) and once with
+``consumer`` (KIP-848: the broker's ``group.consumer.session.timeout.ms``, 45 s by default, the
+least its ``group.consumer.min.session.timeout.ms`` allows). Pass: lost 0, early 0, and the
+failover within the protocol's session timeout plus a margin for a busy machine. Recorded: the
+input failover (kill -> the survivor holds every input partition). docs/reliability.md ("Kafka
+behaviours on the real broker") gives the figures and why ``classic`` stays the default.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from chronos.config.settings import OPTIONS_BY_NAME
+from tests.support import Topics
+from tests.support.checker import Load, ScenarioResult, expectations, record_result
+from tests.support.cluster import FAST_TIMINGS, Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DEFAULTS: dict[str, Any] = {
+    name: OPTIONS_BY_NAME[name].default for name in FAST_TIMINGS if name != "log_format"
+}
+# The session timeout each protocol waits out after a SIGKILL (the client's; the broker's).
+SESSION_S = {"classic": 6.0, "consumer": 45.0}
+MARGIN_S = 15.0  # joins and rebalances on a 2-core machine shared with other test runs
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_kill_one_of_two_nodes(
+    make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics, protocol: str
+) -> None:
+    cluster = make_cluster(**DEFAULTS, group_protocol=protocol)
+    nodes = cluster.start_many(2)
+    cluster.wait_ready()
+    victim, survivor = nodes
+    wanted = {(topics.input, p) for p in range(topics.partitions)}
+    limit = SESSION_S[protocol] + MARGIN_S
+    load = Load(kafka_bootstrap, topics.input, rate=100, delay=(2.0, 6.0)).start()
+    try:
+        time.sleep(3)
+        killed_at = time.monotonic()
+        victim.kill()
+        while survivor.assignment() != wanted and time.monotonic() - killed_at < limit + 30:
+            time.sleep(0.05)
+        failover_s = time.monotonic() - killed_at
+        time.sleep(3)
+    finally:
+        messages = load.stop()
+    report = cluster.check(expectations(messages), timeout=90, quiet=2.0)
+    print(f"\n{protocol}: input failover {failover_s:.2f} s after the kill")
+    record_result(
+        ScenarioResult.of(
+            f"25-group-protocol-{protocol}",
+            f"kill -9 of one of two nodes, CHRONOS_GROUP_PROTOCOL={protocol}",
+            report,
+            failover_s,
+            input_failover_s=round(failover_s, 2),
+            late_max_ms=round(report.late.max),
+        )
+    )
+    assert survivor.assignment() == wanted, f"no failover within {failover_s:.0f} s"
+    assert report.lost == [] and report.misrouted == [], report.summary()
+    assert report.early == {}, report.summary()
+    assert failover_s <= limit, f"input failover after {failover_s:.1f} s (limit {limit:.0f} s)"
