@@ -185,6 +185,7 @@ def test_chronos_dev_without_java_exits_2_with_one_line(
         (["--brokers", "0"], "--brokers"),
         (["--brokers", "3", "--broker", "tansu"], "--broker kafka"),
         (["--brokers", "3", "--tls"], "--tls"),
+        (["--broker", "tansu", "--tls"], "--tls needs --broker kafka"),
     ],
 )
 def test_chronos_dev_refuses_broker_options_that_do_not_fit(
