@@ -38,8 +38,7 @@ class EmbeddedKafka:
     """One Apache Kafka node (broker and controller) on ``host:port``.
 
     ``log_dir``: where its data (``kafka/`` or ``kafka-<id>/``), log and pid file live (else a
-    temporary directory, removed when the object is collected). ``advertised_port``: the port
-    the node tells clients to connect to (a TLS terminator in front of it) instead of its own.
+    temporary directory, removed when the object is collected).
     ``voters``/``cluster_id``/``replication``: set by :class:`EmbeddedKafkaCluster`.
     ``security``: TLS and SASL_SSL listeners (with fixed ports) instead of the plaintext one;
     the bootstrap address is then the first one's, reached with the librdkafka settings
@@ -53,7 +52,6 @@ class EmbeddedKafka:
         host: str = "127.0.0.1",
         log_dir: Path | None = None,
         die_with_parent: bool = True,
-        advertised_port: int | None = None,
         node_id: int = 1,
         controller_port: int = 0,
         auto_create_topics: bool = False,
@@ -69,7 +67,6 @@ class EmbeddedKafka:
         if security is not None:
             port = security.listeners[0].port
         self._port = port
-        self.advertised_port = advertised_port
         self.node_id = node_id
         self.controller_port = controller_port
         self.auto_create_topics = auto_create_topics
@@ -120,7 +117,6 @@ class EmbeddedKafka:
             controller_port=self.controller_port,
             data_dir=self.data_dir,
             voters=tuple(self.voters),
-            advertised_port=self.advertised_port,
             replication=self.replication,
             auto_create_topics=self.auto_create_topics,
             extra=self.extra,

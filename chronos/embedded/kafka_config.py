@@ -69,7 +69,6 @@ class NodeConfig:
     controller_port: int
     data_dir: Path
     voters: Sequence[tuple[int, int]] = ()  # (node id, controller port) of every node
-    advertised_port: int | None = None
     replication: int = 1  # replication of the internal topics (the node count, at most 3)
     auto_create_topics: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -98,9 +97,7 @@ class NodeConfig:
                 f"{BROKER_LISTENER}://{self.host}:{self.port},"
                 f"{CONTROLLER_LISTENER}://{self.host}:{self.controller_port}"
             ),
-            "advertised.listeners": (
-                f"{BROKER_LISTENER}://{self.host}:{self.advertised_port or self.port}"
-            ),
+            "advertised.listeners": f"{BROKER_LISTENER}://{self.host}:{self.port}",
             "controller.listener.names": CONTROLLER_LISTENER,
             "inter.broker.listener.name": BROKER_LISTENER,
             "listener.security.protocol.map": (
