@@ -141,7 +141,8 @@ class EmbeddedKafka:
         self.assign_ports()
         java, libs = kafka_jars.java_binary(), kafka_jars.jar_dir()
         classpath = str(libs / "*")
-        sharing = self._class_sharing(kafka_jars.class_archive(libs, java))
+        kind = "secured" if self.security is not None else ""
+        sharing = self._class_sharing(kafka_jars.class_archive(libs, java, kind))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.config()
         self.config_path.write_text(config.render())

@@ -141,8 +141,14 @@ def grant(
     name: str,
     operations: Sequence[AclOperation],
 ) -> None:
-    admin = AdminClient(dict(admin_settings))
-    bindings = [
+    create_acls(admin_settings, bindings(principal, kind, name, operations))
+
+
+def bindings(
+    principal: str, kind: ResourceType, name: str, operations: Sequence[AclOperation]
+) -> list[AclBinding]:
+    """ALLOW ``principal`` each of ``operations`` on the resource ``kind`` ``name``."""
+    return [
         AclBinding(
             kind,
             name,
@@ -154,7 +160,12 @@ def grant(
         )
         for operation in operations
     ]
-    for future in admin.create_acls(bindings, request_timeout=15).values():
+
+
+def create_acls(admin_settings: Mapping[str, str], acls: Sequence[AclBinding]) -> None:
+    """Create ``acls`` in one request, as the super user."""
+    admin = AdminClient(dict(admin_settings))
+    for future in admin.create_acls(list(acls), request_timeout=15).values():
         future.result()
 
 
@@ -181,11 +192,16 @@ def secured_broker(pki: Pki, workdir: Path) -> Iterator[SecuredBroker]:
         except ChronosError as exc:
             unavailable(f"cannot start the secured Apache Kafka: {exc}")
         secured = SecuredBroker(pki, ports, broker)
-        admin = secured.admin_settings()
         everything = [AclOperation.ALL]
-        for principal in (f"User:{NODE_USER[0]}", CERT_PRINCIPAL):
-            grant(admin, principal, ResourceType.TOPIC, "*", everything)
-            grant(admin, principal, ResourceType.GROUP, "*", everything)
+        create_acls(
+            secured.admin_settings(),
+            [
+                acl
+                for principal in (f"User:{NODE_USER[0]}", CERT_PRINCIPAL)
+                for kind in (ResourceType.TOPIC, ResourceType.GROUP)
+                for acl in bindings(principal, kind, "*", everything)
+            ],
+        )
         yield secured
     finally:
         broker.stop()
