@@ -38,13 +38,13 @@ test: check system-deps
 	$(BIN)/python -m pytest $(ARGS)
 
 # Debian binaries the suite runs: promtool (the alert rules' tests), headless Chromium with its
-# driver (the console's browser test), stunnel (the TLS terminator in front of the broker), a
-# PostgreSQL server built with OpenSSL (the embedded one has none: the TLS tests) and the Java
-# compiler (the Java client test builds its producer and consumer against the broker's jars).
-# Installed when missing and we are root; otherwise those tests skip locally and fail in CI
+# driver (the console's browser test), a PostgreSQL server built with OpenSSL (the embedded one
+# has none: the TLS tests; the broker serves TLS on its own listener) and the Java compiler (the
+# Java client test builds its producer and consumer against the broker's jars). Installed when
+# missing and we are root; otherwise those tests skip locally and fail in CI
 # (tests/support/services.py unavailable()).
-SYSTEM_BINARIES := promtool chromium chromedriver stunnel4 javac
-SYSTEM_PACKAGES := prometheus chromium chromium-driver stunnel4 postgresql-15 openjdk-17-jdk-headless
+SYSTEM_BINARIES := promtool chromium chromedriver javac
+SYSTEM_PACKAGES := prometheus chromium chromium-driver postgresql-15 openjdk-17-jdk-headless
 system-deps: kafka-deps
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgres(Debian)"; \

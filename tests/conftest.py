@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
+from chronos.embedded.tls import Pki
 from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
+from tests.support.tls import SecuredBroker, pki_or_skip, secured_broker
 
 # ------------------------------------------------------------------------------- logging
 
@@ -147,3 +149,22 @@ def make_topics(
 def topics(make_topics: Callable[..., Topics]) -> Topics:
     """Unique input/output/dead-letter topics (3 partitions each) for this test."""
     return make_topics()
+
+
+# ------------------------------------------------------------------------------- security
+
+
+@pytest.fixture(scope="session")
+def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The suite's certificates (a CA, server and client certificates, a second CA...)."""
+    return pki_or_skip(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(
+    tls_pki: Pki, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecuredBroker]:
+    """One Apache Kafka with its own TLS and SASL_SSL (SCRAM-SHA-512) listeners and ACLs on,
+    shared by the session's security tests (started only when one asks for it)."""
+    with secured_broker(tls_pki, tmp_path_factory.mktemp("secured-kafka")) as broker:
+        yield broker

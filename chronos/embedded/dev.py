@@ -38,15 +38,9 @@ from chronos.embedded import (
     kafka_jars,
     launcher,
 )
+from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
 from chronos.embedded.launcher import Launched
-from chronos.embedded.process import free_port
-from chronos.embedded.tls import (
-    Pki,
-    Stunnel,
-    client_properties,
-    postgres_with_openssl,
-    verify_full_url,
-)
+from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl, verify_full_url
 from chronos.errors import ChronosError, ConfigError
 from chronos.store import migrate
 
@@ -107,9 +101,9 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tls",
         action="store_true",
-        help="encrypted connections only: the broker (one) behind a TLS terminator that requires a "
-        "client certificate, Postgres (Debian's, built with OpenSSL) with TLS only, "
-        "certificates made in DATA_DIR/tls; needs openssl, stunnel4 and postgresql-15",
+        help="encrypted connections only: the broker (one) on its own TLS listener, which "
+        "requires a client certificate, Postgres (Debian's, built with OpenSSL) with TLS only, "
+        "certificates made in DATA_DIR/tls; needs openssl and postgresql-15",
     )
     group.add_argument(
         "--http-port-base",
@@ -213,17 +207,15 @@ class _Broker(Protocol):
 class _Services:
     postgres: EmbeddedPostgres
     broker: _Broker
-    tunnel: Stunnel | None = None  # with --tls: in front of the broker, on --kafka-port
     client: dict[str, str] = field(default_factory=dict)  # the Kafka clients' TLS settings
-    pki_ca: Path = Path()
+    pki_ca: Path | None = None  # with --tls: the CA Postgres's certificate is verified against
 
 
 def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
     """The stack's servers, not started. With ``--tls``: certificates in ``data_dir/tls``, the
-    broker on a free port behind a terminator on ``--kafka-port`` that requires a client
-    certificate (the broker advertises the terminator), and Postgres with TLS only (its own
-    cluster, ``postgres-tls``: Debian's server cannot read the embedded one's). ConfigError
-    when a tool is missing."""
+    broker's own TLS listener on ``--kafka-port`` requiring a client certificate (and no
+    plaintext one), and Postgres with TLS only (its own cluster, ``postgres-tls``: Debian's
+    server cannot read the embedded one's). ConfigError when a tool is missing."""
     if args.broker == "kafka":
         kafka_jars.java_binary()
         kafka_jars.jar_dir()  # Maven lays the jars out the first time (a minute or so)
@@ -234,15 +226,11 @@ def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
         )
     bin_dir = postgres_with_openssl()
     pki = Pki.create(data_dir / "tls")
-    broker_port = free_port()
-    broker = _broker(args, data_dir, port=broker_port, advertised_port=args.kafka_port)
-    tunnel = Stunnel(
-        data_dir / "tls",
-        broker_port,
-        pki.cert("server"),
-        pki.key("server"),
-        port=args.kafka_port,
-        client_ca=pki.ca,
+    listener = TlsListener("TLS", args.kafka_port, pki.cert("server"), pki.key("server"))
+    broker = EmbeddedKafka(
+        log_dir=data_dir,
+        security=BrokerSecurity([listener], pki.ca),
+        client=client_properties(pki),
     )
     postgres = EmbeddedPostgres(
         data_dir / "postgres-tls",
@@ -252,22 +240,15 @@ def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
         bin_dir=bin_dir,
         tls=(pki.cert("server"), pki.key("server")),
     )
-    return _Services(postgres, broker, tunnel, client_properties(pki), pki.ca)
+    return _Services(postgres, broker, client_properties(pki), pki.ca)
 
 
-def _broker(
-    args: argparse.Namespace,
-    data_dir: Path,
-    *,
-    port: int | None = None,
-    advertised_port: int | None = None,
-) -> _Broker:
-    port = args.kafka_port if port is None else port
+def _broker(args: argparse.Namespace, data_dir: Path) -> _Broker:
     if args.broker == "tansu":
-        return TansuBroker(port, log_dir=data_dir, advertised_port=advertised_port)
+        return TansuBroker(args.kafka_port, log_dir=data_dir)
     if args.brokers > 1:
-        return EmbeddedKafkaCluster(args.brokers, port, log_dir=data_dir)
-    return EmbeddedKafka(port, log_dir=data_dir, advertised_port=advertised_port)
+        return EmbeddedKafkaCluster(args.brokers, args.kafka_port, log_dir=data_dir)
+    return EmbeddedKafka(args.kafka_port, log_dir=data_dir)
 
 
 def _check_args(args: argparse.Namespace) -> str | None:
@@ -280,6 +261,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--brokers > 1 needs --broker kafka (the imitation runs one broker)"
     if args.brokers > 1 and args.tls:
         return "--tls runs one broker: drop --brokers"
+    if args.tls and args.broker != "kafka":
+        return "--tls needs --broker kafka (the imitation has no TLS listener)"
     return None
 
 
@@ -307,16 +290,14 @@ def run_dev(
     except ConfigError as exc:
         print(f"chronos dev: {exc}", file=sys.stderr)
         return 2
-    postgres, broker, tunnel, client = stack.postgres, stack.broker, stack.tunnel, stack.client
+    postgres, broker, client = stack.postgres, stack.broker, stack.client
     nodes: list[Launched] = []
     host = settings.http_host if settings.http_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     with _stop_on_signals(stop):
         try:
             url = postgres.start()
             bootstrap = broker.start()
-            if tunnel is not None:
-                tunnel.start()
-                bootstrap = f"127.0.0.1:{tunnel.port}"
+            if stack.pki_ca is not None:
                 url = verify_full_url(postgres.port, stack.pki_ca)
                 settings = settings.replace(
                     kafka_properties={**settings.kafka_properties, **client}
@@ -384,7 +365,5 @@ def run_dev(
         finally:
             print("chronos dev: stopping", flush=True)
             _stop_nodes(nodes, settings.shutdown_timeout_ms / 1000 + 5)
-            if tunnel is not None:
-                tunnel.stop()
             broker.stop()
             postgres.stop()

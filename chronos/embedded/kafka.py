@@ -24,6 +24,7 @@ from types import TracebackType
 from confluent_kafka.admin import AdminClient
 
 from chronos.embedded import kafka_config, kafka_jars, launcher
+from chronos.embedded.kafka_security import BrokerSecurity
 from chronos.embedded.process import _alive, _cmdline, _kill_stray, _port_accepts, _tail, free_port
 from chronos.errors import ChronosError
 
@@ -37,9 +38,11 @@ class EmbeddedKafka:
     """One Apache Kafka node (broker and controller) on ``host:port``.
 
     ``log_dir``: where its data (``kafka/`` or ``kafka-<id>/``), log and pid file live (else a
-    temporary directory, removed when the object is collected). ``advertised_port``: the port
-    the node tells clients to connect to (a TLS terminator in front of it) instead of its own.
+    temporary directory, removed when the object is collected).
     ``voters``/``cluster_id``/``replication``: set by :class:`EmbeddedKafkaCluster`.
+    ``security``: TLS and SASL_SSL listeners (with fixed ports) instead of the plaintext one;
+    the bootstrap address is then the first one's, reached with the librdkafka settings
+    ``client`` (a client certificate the CA signed).
     """
 
     def __init__(
@@ -49,17 +52,21 @@ class EmbeddedKafka:
         host: str = "127.0.0.1",
         log_dir: Path | None = None,
         die_with_parent: bool = True,
-        advertised_port: int | None = None,
         node_id: int = 1,
         controller_port: int = 0,
         auto_create_topics: bool = False,
         pid_file: str | None = "broker.pid",
         log_name: str = "broker.log",
         data_name: str = "kafka",
+        security: BrokerSecurity | None = None,
+        client: dict[str, str] | None = None,
     ) -> None:
         self.host = host
+        self.security = security
+        self.client = dict(client or {})
+        if security is not None:
+            port = security.listeners[0].port
         self._port = port
-        self.advertised_port = advertised_port
         self.node_id = node_id
         self.controller_port = controller_port
         self.auto_create_topics = auto_create_topics
@@ -110,10 +117,10 @@ class EmbeddedKafka:
             controller_port=self.controller_port,
             data_dir=self.data_dir,
             voters=tuple(self.voters),
-            advertised_port=self.advertised_port,
             replication=self.replication,
             auto_create_topics=self.auto_create_topics,
             extra=self.extra,
+            security=self.security,
         )
 
     # ------------------------------------------------------------------ life cycle
@@ -134,7 +141,8 @@ class EmbeddedKafka:
         self.assign_ports()
         java, libs = kafka_jars.java_binary(), kafka_jars.jar_dir()
         classpath = str(libs / "*")
-        sharing = self._class_sharing(kafka_jars.class_archive(libs, java))
+        kind = "secured" if self.security is not None else ""
+        sharing = self._class_sharing(kafka_jars.class_archive(libs, java, kind))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.config()
         self.config_path.write_text(config.render())
@@ -193,7 +201,7 @@ class EmbeddedKafka:
 
     def _format(self, java: str, classpath: str, log4j2: Path) -> None:
         cluster_id = self.cluster_id or kafka_config.new_cluster_id()
-        args = kafka_config.format_args(self.config_path, cluster_id)
+        args = kafka_config.format_args(self.config_path, cluster_id, self.security)
         command = kafka_config.java_command(java, classpath, STORAGE_TOOL, args, log4j2, tool=True)
         result = subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False
@@ -227,6 +235,7 @@ class EmbeddedKafka:
                     {
                         "bootstrap.servers": self.bootstrap,
                         "socket.connection.setup.timeout.ms": 5000,
+                        **self.client,
                     }
                 )
                 try:

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chronos.embedded.kafka_security import BrokerSecurity, escape
+
 HEAP = "384m"
 """The broker's maximum heap (``-Xmx``)."""
 
@@ -67,10 +69,10 @@ class NodeConfig:
     controller_port: int
     data_dir: Path
     voters: Sequence[tuple[int, int]] = ()  # (node id, controller port) of every node
-    advertised_port: int | None = None
     replication: int = 1  # replication of the internal topics (the node count, at most 3)
     auto_create_topics: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
+    security: BrokerSecurity | None = None  # TLS and SASL_SSL listeners instead of PLAINTEXT
 
     @property
     def log_dirs(self) -> Path:
@@ -95,9 +97,7 @@ class NodeConfig:
                 f"{BROKER_LISTENER}://{self.host}:{self.port},"
                 f"{CONTROLLER_LISTENER}://{self.host}:{self.controller_port}"
             ),
-            "advertised.listeners": (
-                f"{BROKER_LISTENER}://{self.host}:{self.advertised_port or self.port}"
-            ),
+            "advertised.listeners": f"{BROKER_LISTENER}://{self.host}:{self.port}",
             "controller.listener.names": CONTROLLER_LISTENER,
             "inter.broker.listener.name": BROKER_LISTENER,
             "listener.security.protocol.map": (
@@ -131,11 +131,27 @@ class NodeConfig:
             "broker.session.timeout.ms": "6000",
             "broker.heartbeat.interval.ms": "1000",
         }
+        if self.security is not None:
+            props.update(self._secured())
         props.update(self.extra)
         return props
 
+    def _secured(self) -> dict[str, str]:
+        """The listeners of a secured node: its TLS and SASL_SSL ones, the controller's."""
+        assert self.security is not None
+        urls = self.security.listener_urls(self.host)
+        return {
+            "listeners": f"{urls},{CONTROLLER_LISTENER}://{self.host}:{self.controller_port}",
+            "advertised.listeners": urls,
+            "inter.broker.listener.name": self.security.inter_broker_listener,
+            "listener.security.protocol.map": (
+                f"{self.security.protocol_map()},{CONTROLLER_LISTENER}:PLAINTEXT"
+            ),
+            **self.security.properties(),
+        }
+
     def render(self) -> str:
-        return "".join(f"{key}={value}\n" for key, value in self.properties().items())
+        return "".join(f"{key}={escape(value)}\n" for key, value in self.properties().items())
 
 
 def new_cluster_id() -> str:
@@ -181,6 +197,10 @@ def java_command(
     ]  # fmt: skip
 
 
-def format_args(config_file: Path, cluster_id: str) -> list[str]:
-    """``kafka.tools.StorageTool``'s arguments formatting a node of a static quorum."""
-    return ["format", "-t", cluster_id, "-c", str(config_file), "--ignore-formatted"]
+def format_args(
+    config_file: Path, cluster_id: str, security: BrokerSecurity | None = None
+) -> list[str]:
+    """``kafka.tools.StorageTool``'s arguments formatting a node of a static quorum (with the
+    SCRAM users of ``security``)."""
+    users = security.format_args() if security is not None else []
+    return ["format", "-t", cluster_id, "-c", str(config_file), "--ignore-formatted", *users]

@@ -89,11 +89,13 @@ def _java_version(java: str) -> str:
     return result.stderr + result.stdout
 
 
-def class_archive(libs: Path, java: str) -> Path:
+def class_archive(libs: Path, java: str, kind: str = "") -> Path:
     """Where the broker's class-data-sharing archive for ``java`` lives, beside the jars: made
-    at the exit of the first node that runs without one, it halves the next starts' time."""
+    at the exit of the first node that runs without one, it halves the next starts' time. A
+    ``kind`` of node that loads other classes (``secured``: TLS, SASL, the authorizer) has an
+    archive of its own."""
     tag = hashlib.sha256(f"{java}\n{_java_version(java)}".encode()).hexdigest()[:12]
-    return libs.parent / f"classes-{tag}.jsa"
+    return libs.parent / f"classes-{tag}{'-' + kind if kind else ''}.jsa"
 
 
 def parse_java_major(text: str) -> int:

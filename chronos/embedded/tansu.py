@@ -48,11 +48,10 @@ def broker_binary() -> str:
 class TansuBroker:
     """The imitation broker on ``host:port`` with in-memory storage.
 
-        A restart keeps the port but loses every topic and record. Output goes to
-        ``log_dir/broker.log`` (or a temporary file); with a ``log_dir`` a pid file there lets the
-        next start stop a broker a killed session left behind. ``die_with_parent`` as for
-        ``EmbeddedPostgres``. ``advertised_port``: the port the broker tells clients to connect to
-    (a TLS terminator in front of it) instead of its own.
+    A restart keeps the port but loses every topic and record. Output goes to
+    ``log_dir/broker.log`` (or a temporary file); with a ``log_dir`` a pid file there lets the
+    next start stop a broker a killed session left behind. ``die_with_parent`` as for
+    ``EmbeddedPostgres``.
     """
 
     def __init__(
@@ -62,11 +61,9 @@ class TansuBroker:
         host: str = "127.0.0.1",
         log_dir: Path | None = None,
         die_with_parent: bool = True,
-        advertised_port: int | None = None,
     ) -> None:
         self.host = host
         self._port = port
-        self.advertised_port = advertised_port
         self.log_dir = Path(log_dir).absolute() if log_dir is not None else None
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
@@ -98,12 +95,11 @@ class TansuBroker:
         if not self._port:
             self._port = free_port(self.host)
         url = f"tcp://{self.host}:{self._port}"
-        advertised = f"tcp://{self.host}:{self.advertised_port or self._port}"
         command = [
             broker_binary(),
             "broker",
             "--listener-url", url,
-            "--advertised-listener-url", advertised,
+            "--advertised-listener-url", url,
             "--storage-engine", "memory://tansu/",
         ]  # fmt: skip
         self.log_path = self._open_log_path()

@@ -1,19 +1,16 @@
 """TLS for the embedded stack (``chronos dev --tls``) and the suite: a certificate authority made
-with ``openssl``, a TLS terminator (``stunnel``) in front of the embedded broker, and the
-PostgreSQL binaries built with OpenSSL (Debian's; the embedded ones have none).
+with ``openssl`` and the certificates it signs, the PostgreSQL binaries built with OpenSSL
+(Debian's; the embedded ones have none), and the settings of a client that trusts the CA.
 
-The embedded broker has no usable TLS listener, so the terminator accepts TLS on a port of its
-own and forwards to the broker's plaintext port, and the broker advertises the terminator's port:
-a client bootstraps through it and is sent back to it for every request, so a client without the
-TLS settings reaches nothing.
+The embedded Apache Kafka serves TLS on its own listeners (:mod:`chronos.embedded.kafka_security`)
+with the server certificate made here; the client certificate's subject (``CN=chronos-node``) is
+the principal its ACLs name.
 """
 
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,73 +101,6 @@ class Pki:
                 cwd=root,
             )  # fmt: skip
         return pki
-
-
-class Stunnel:
-    """``stunnel`` accepting TLS on ``port`` for the plaintext ``target`` port, presenting
-    ``cert``/``key``; with ``client_ca`` a client certificate signed by it is required."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        target: int,
-        cert: Path,
-        key: Path,
-        *,
-        port: int,
-        client_ca: Path | None = None,
-    ) -> None:
-        binary = shutil.which("stunnel4") or shutil.which("stunnel")
-        if binary is None:
-            raise ConfigError("TLS to the embedded broker needs stunnel: apt-get install stunnel4")
-        self.binary = binary
-        self.port = port
-        self.config = workdir / f"stunnel-{port}.conf"
-        self.log = workdir / f"stunnel-{port}.log"
-        lines = [
-            "foreground = yes",
-            f"output = {self.log}",
-            "debug = 5",
-            "[kafka]",
-            f"accept = 127.0.0.1:{port}",
-            f"connect = 127.0.0.1:{target}",
-            f"cert = {cert}",
-            f"key = {key}",
-        ]
-        if client_ca is not None:
-            lines += [f"CAfile = {client_ca}", "verifyChain = yes", "requireCert = yes"]
-        self.config.write_text("\n".join(lines) + "\n")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 10.0) -> None:
-        self.log.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
-            [self.binary, str(self.config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log.read_text()[-2000:] if self.log.exists() else ""
-                raise ConfigError(f"stunnel exited on port {self.port}: {tail}")
-            if self.log.exists() and "Configuration successful" in self.log.read_text():
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise ConfigError(f"stunnel did not start on port {self.port} ({self.config})")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
 
 
 def verify_full_url(port: int, ca: Path, database: str = "postgres") -> str:

@@ -1,12 +1,14 @@
-"""Chronos over encrypted connections only, every client a real process: the broker behind a TLS
-terminator that requires a client certificate (it advertises the terminator's port, so a
-client without the TLS settings reaches nothing), and Postgres accepting TLS connections only
-(``hostssl`` rules alone), verified with ``sslmode=verify-full``.
+"""Chronos over encrypted connections only, every client a real process: Apache Kafka on its own
+TLS listener (client certificates required) and its SASL_SSL listener (SCRAM-SHA-512 users made
+when its storage was formatted), with the standard authorizer on (``secured_kafka``, one broker
+for the session), and Postgres accepting TLS connections only (``hostssl`` rules alone),
+verified with ``sslmode=verify-full``.
 
 ``chronos migrate``, ``chronos check``, two ``chronos run`` nodes, ``chronos schedule``,
-``chronos import``, ``chronos tail`` and ``chronos admin`` run through them; a wrong CA, a
-certificate for another host, an expired certificate and a missing client certificate stop
-start-up with exit 2 naming the setting.
+``chronos import``, ``chronos tail`` and ``chronos admin`` run through each listener; a wrong
+CA, a certificate for another host, an expired certificate, a missing client certificate, a
+wrong password and an unknown user stop start-up with exit 2 naming the setting; a plaintext
+client reaches nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,10 +31,9 @@ from tests.e2e.test_cli_e2e import NodeProcess, chronos
 from tests.support import Topics
 from tests.support.polling import eventually
 from tests.support.tls import (
+    NODE_USER,
+    SecuredBroker,
     TlsBroker,
-    pki_or_skip,
-    terminator,
-    tls_broker,
     tls_postgres,
     verify_full_url,
 )
@@ -42,14 +44,14 @@ TOKEN = "tls-admin-token"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return pki_or_skip(tmp_path_factory.mktemp("pki"))
+def pki(tls_pki: Pki) -> Pki:
+    return tls_pki
 
 
 @pytest.fixture(scope="module")
-def mutual_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    with tls_broker(pki, tmp_path_factory.mktemp("mtls-broker"), mutual=True) as broker:
-        yield broker
+def mutual_broker(secured_kafka: SecuredBroker) -> TlsBroker:
+    """The broker's TLS listener, with the client certificate."""
+    return secured_kafka.tls()
 
 
 @pytest.fixture(scope="module")
@@ -118,17 +120,19 @@ def free_port() -> int:
 
 
 def test_the_broker_and_postgres_refuse_plaintext(
-    mutual_broker: TlsBroker, tls_server: str, pki: Pki
+    secured_kafka: SecuredBroker, mutual_broker: TlsBroker, tls_server: str, pki: Pki
 ) -> None:
     """The proof that the other tests carry their bytes over TLS: without the settings, a
-    client reaches neither server (no silent fallback to plaintext)."""
-    plain_settings: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": mutual_broker.bootstrap,
-        "socket.connection.setup.timeout.ms": 3000,
-    }
-    plain = AdminClient(plain_settings)
-    with pytest.raises(KafkaException):
-        plain.list_topics(timeout=5)
+    client reaches neither server on any of their ports (no silent fallback to plaintext)."""
+    for listener in secured_kafka.ports:
+        plain = AdminClient(
+            {
+                "bootstrap.servers": secured_kafka.address(listener),
+                "socket.connection.setup.timeout.ms": 3000,
+            }
+        )
+        with pytest.raises(KafkaException):
+            plain.list_topics(timeout=2)
     no_client_cert = {
         k: v for k, v in mutual_broker.client_settings().items() if "certificate" not in k
     }
@@ -136,6 +140,7 @@ def test_the_broker_and_postgres_refuse_plaintext(
     with pytest.raises(KafkaException):
         AdminClient(no_client_cert).list_topics(timeout=5)
     assert AdminClient(mutual_broker.client_settings()).list_topics(timeout=10).brokers
+    assert AdminClient(secured_kafka.scram().client_settings()).list_topics(timeout=10).brokers
     url = verify_full_url(tls_server, pki)
     with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
         psycopg.connect(url.replace("sslmode=verify-full", "sslmode=disable"), connect_timeout=5)
@@ -147,14 +152,21 @@ def test_the_broker_and_postgres_refuse_plaintext(
 # ------------------------------------------------------------------ the whole system
 
 
-def test_nodes_and_the_cli_run_over_mutual_tls_and_verify_full(
+@pytest.mark.parametrize("listener", ["TLS", "SCRAM"])
+def test_nodes_and_the_cli_run_over_mutual_tls_or_scram_and_verify_full(
+    listener: str,
     tls_database: str,
-    mutual_broker: TlsBroker,
+    secured_kafka: SecuredBroker,
     tls_topics: Topics,
     tmp_path: Path,
     run_node: Callable[..., NodeProcess],
 ) -> None:
-    env = tls_env(tls_database, mutual_broker, tls_topics)
+    """Through the TLS listener with the client certificate, or the SASL_SSL one as a SCRAM
+    user; the authorizer on, the node's principal allowed its topics and group."""
+    access = secured_kafka.tls() if listener == "TLS" else secured_kafka.scram()
+    env = tls_env(tls_database, access, tls_topics)
+    if listener == "SCRAM":
+        assert env["CHRONOS_KAFKA__SASL_MECHANISMS"] == "SCRAM-SHA-512"
     migrated = chronos("migrate", env=env, timeout=120)
     assert migrated.returncode == 0, migrated.stderr[-2000:]
     checked = chronos("check", "--json", env=env, timeout=120)
@@ -203,20 +215,32 @@ def test_nodes_and_the_cli_run_over_mutual_tls_and_verify_full(
 # ------------------------------------------------------------------ what the operator must fix
 
 
+REFUSED_WITHIN_S = 30.0
+"""A refused setting stops start-up in seconds (the process's own start included, on a busy
+machine), not after the broker-wait's minutes."""
+
+
 def refused(env: dict[str, str]) -> tuple[int, str]:
+    started = time.monotonic()
     result = chronos("run", env=env, timeout=120)
+    elapsed = time.monotonic() - started
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert elapsed < REFUSED_WITHIN_S, f"{elapsed:.1f} s: {result.stderr[-3000:]}"
     return result.returncode, result.stderr
+
+
+SASL_SETTINGS = "CHRONOS_KAFKA__SASL_PASSWORD"
 
 
 @pytest.mark.parametrize(
     ("case", "setting", "error"),
     [
         ("wrong CA", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
+        # Apache Kafka's TLS 1.3 answers a missing client certificate with "bad certificate"
         (
             "missing client certificate",
             "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION",
-            "alert certificate required",
+            "alert bad certificate",
         ),
         (
             "another host's certificate",
@@ -228,6 +252,10 @@ def refused(env: dict[str, str]) -> tuple[int, str]:
         ("system CA store", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
         ("CA directory", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
         ("expired, CA as PEM text", "CHRONOS_KAFKA__SSL_CA_PEM", "certificate has expired"),
+        # SCRAM-SHA-512 on the SASL_SSL listener
+        ("wrong password", SASL_SETTINGS, "invalid credentials"),
+        ("unknown user", "CHRONOS_KAFKA__SASL_USERNAME", "invalid credentials"),
+        ("SCRAM, wrong CA", "CHRONOS_KAFKA__SSL_CA_LOCATION", "certificate verify failed"),
     ],
 )
 def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
@@ -235,44 +263,48 @@ def test_a_kafka_tls_setting_the_broker_refuses_stops_start_up(
     setting: str,
     error: str,
     migrated_tls_database: str,
-    mutual_broker: TlsBroker,
+    secured_kafka: SecuredBroker,
     tls_topics: Topics,
     pki: Pki,
 ) -> None:
-    """Fast (no retry loop), exit 2, the setting and the TLS error named, no secret printed."""
-    env = tls_env(migrated_tls_database, mutual_broker, tls_topics)
-    if case == "wrong CA":
+    """Fast (no retry loop), exit 2, the setting and the TLS or SASL error named, no secret
+    printed."""
+    access = secured_kafka.scram() if case in SCRAM_CASES else secured_kafka.tls()
+    env = tls_env(migrated_tls_database, access, tls_topics)
+    if case in ("wrong CA", "SCRAM, wrong CA"):
         env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
-        code, stderr = refused(env)
     elif case == "missing client certificate":
         del env["CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION"]
         del env["CHRONOS_KAFKA__SSL_KEY_LOCATION"]
-        code, stderr = refused(env)
     elif case == "system CA store":
         env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = "probe"  # the test CA is not in it
-        code, stderr = refused(env)
     elif case == "CA directory":
         directory = pki.root / "other-ca.d"
         directory.mkdir(exist_ok=True)
         (directory / "other-ca.pem").write_bytes(pki.other_ca.read_bytes())
         subprocess.run(["openssl", "rehash", str(directory)], check=True, capture_output=True)
         env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(directory)
-        code, stderr = refused(env)
     elif case == "expired, CA as PEM text":
         env["CHRONOS_KAFKA__SSL_CA_PEM"] = Path(
             env.pop("CHRONOS_KAFKA__SSL_CA_LOCATION")
         ).read_text()
-        with terminator(mutual_broker, "expired") as bootstrap:
-            env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-            code, stderr = refused(env)
-    else:
-        name = "wrong-host" if case == "another host's certificate" else "expired"
-        with terminator(mutual_broker, name) as bootstrap:
-            env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-            code, stderr = refused(env)
+        env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = secured_kafka.address("EXPIRED")
+    elif case == "another host's certificate":
+        env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = secured_kafka.address("WRONGHOST")
+    elif case == "expired certificate":
+        env["CHRONOS_KAFKA_BOOTSTRAP_SERVERS"] = secured_kafka.address("EXPIRED")
+    elif case == "wrong password":
+        env["CHRONOS_KAFKA__SASL_PASSWORD"] = "not-" + NODE_USER[1]
+    elif case == "unknown user":
+        env["CHRONOS_KAFKA__SASL_USERNAME"] = "nobody"
+    code, stderr = refused(env)
     assert code == 2, stderr[-3000:]
     assert setting in stderr, stderr[-3000:]
     assert error.lower() in stderr.lower(), stderr[-3000:]
+    assert NODE_USER[1] not in stderr, stderr[-3000:]
+
+
+SCRAM_CASES = ("wrong password", "unknown user", "SCRAM, wrong CA")
 
 
 @pytest.mark.parametrize(
@@ -303,121 +335,81 @@ def test_a_postgres_tls_setting_the_server_refuses_stops_start_up(
     assert error in stderr, stderr[-3000:]
 
 
+@pytest.mark.parametrize(
+    ("case", "setting", "error"),
+    [
+        # OpenSSL's reason: the broker sends its own certificate, not the CA's
+        (
+            "wrong CA",
+            "CHRONOS_KAFKA__SSL_CA_LOCATION",
+            "unable to get local issuer certificate",
+        ),
+        (
+            "missing client certificate",
+            "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION",
+            "alert bad certificate",
+        ),
+        ("wrong password", SASL_SETTINGS, "invalid credentials"),
+        ("unknown user", "CHRONOS_KAFKA__SASL_USERNAME", "invalid credentials"),
+    ],
+)
 def test_chronos_check_names_what_tls_refuses(
-    migrated_tls_database: str, mutual_broker: TlsBroker, tls_topics: Topics, pki: Pki
+    case: str,
+    setting: str,
+    error: str,
+    migrated_tls_database: str,
+    secured_kafka: SecuredBroker,
+    tls_topics: Topics,
+    pki: Pki,
 ) -> None:
     """The preflight's lines say "TLS" for Postgres and name the Kafka setting with OpenSSL's
-    reason when the broker's certificate does not verify."""
-    env = tls_env(migrated_tls_database, mutual_broker, tls_topics)
-    env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
+    or the broker's reason (a FAIL line: ``chronos check`` exits 1 when a check fails)."""
+    scram = case in SCRAM_CASES
+    env = tls_env(
+        migrated_tls_database, secured_kafka.scram() if scram else secured_kafka.tls(), tls_topics
+    )
+    if case == "wrong CA":
+        env["CHRONOS_KAFKA__SSL_CA_LOCATION"] = str(pki.other_ca)
+    elif case == "missing client certificate":
+        del env["CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION"]
+        del env["CHRONOS_KAFKA__SSL_KEY_LOCATION"]
+    elif case == "wrong password":
+        env["CHRONOS_KAFKA__SASL_PASSWORD"] = "not-" + NODE_USER[1]
+    else:
+        env["CHRONOS_KAFKA__SASL_USERNAME"] = "nobody"
+    started = time.monotonic()
     result = chronos("check", "--json", env=env, timeout=120)
+    elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr[-2000:]
+    assert elapsed < REFUSED_WITHIN_S, f"{elapsed:.1f} s"
     lines = {c["name"]: c for c in json.loads(result.stdout)}
     assert lines["postgres"]["status"] == "ok" and "(TLS)" in lines["postgres"]["detail"]
     kafka = lines["kafka"]
     assert kafka["status"] == "FAIL", kafka
-    assert "CHRONOS_KAFKA__SSL_CA_LOCATION" in kafka["detail"], kafka
-    assert "self-signed certificate in certificate chain" in kafka["detail"], kafka
+    assert setting in kafka["detail"], kafka
+    assert error.lower() in kafka["detail"].lower(), kafka
 
 
 def test_a_node_runs_over_tls_without_client_certificates(
-    pki: Pki,
+    secured_kafka: SecuredBroker,
     tls_database: str,
-    tmp_path_factory: pytest.TempPathFactory,
     run_node: Callable[..., NodeProcess],
 ) -> None:
     """Server-authenticated TLS only (most managed brokers with SASL): no client certificate
-    configured, and none asked for."""
-    with tls_broker(pki, tmp_path_factory.mktemp("tls-broker"), mutual=False) as broker:
-        suffix = uuid.uuid4().hex[:8]
-        topics = Topics(f"tls1-in-{suffix}", f"tls1-out-{suffix}", f"tls1-dlq-{suffix}")
-        broker.create_topics({topics.input: 2, topics.output: 1, topics.dead_letter: 1})
-        env = tls_env(tls_database, broker, topics)
-        assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" not in env
-        assert chronos("migrate", env=env, timeout=120).returncode == 0
-        node = run_node(env=env)
-        assert node.wait_for_event("node_started", 60), node.output()
-        scheduled = chronos("schedule", "--in", "2", "--count", "3", "--value", "one-way", env=env)
-        assert scheduled.returncode == 0, scheduled.stderr[-2000:]
-        tailed = chronos("tail", "--from-beginning", "--max", "3", env=env, timeout=120)
-        assert tailed.returncode == 0, tailed.stderr[-2000:]
-        assert tailed.stdout.count("value=one-way") == 3, tailed.stdout
-        assert node.proc.poll() is None, node.output()
-
-
-# ------------------------------------------------------------------ chronos dev --tls
-
-
-def test_chronos_dev_tls_serves_nodes_and_the_cli_over_tls_only(
-    run_node: Callable[..., NodeProcess],
-) -> None:
-    """``chronos dev --nodes 0 --tls``: its Postgres and broker accept TLS only; a ``chronos run``
-    node, ``schedule`` and ``tail`` configured with the settings it prints fire through them,
-    and a client without those settings reaches neither."""
-    import os
-    import shutil
-    import signal
-    import subprocess
-    import sys
-    import tempfile
-    import threading
-
-    from chronos.embedded.process import free_port
-
-    # As a user runs it: a data directory of its own (pytest's are below a 0700 directory the
-    # Postgres system user cannot pass when we are root).
-    data_dir = Path(tempfile.mkdtemp(prefix="chronos-dev-tls-"))
-
-    kafka_port, pg_port = free_port(), free_port()
-    dev = subprocess.Popen(
-        [
-            sys.executable, "-m", "chronos", "dev", "--nodes", "0", "--tls",
-            "--data-dir", str(data_dir),
-            "--kafka-port", str(kafka_port), "--pg-port", str(pg_port),
-        ],
-        env={k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    lines: list[str] = []
-    assert dev.stdout is not None
-    pump = threading.Thread(target=lambda: lines.extend(dev.stdout or []), daemon=True)
-    pump.start()
-    try:
-        assert eventually(
-            lambda: any("chronos dev: ready" in line for line in lines), timeout=120
-        ), lines
-        url = next(line.split()[-1] for line in lines if "database URL" in line)
-        assert "sslmode=verify-full" in url, lines
-        env = {
-            "CHRONOS_DATABASE_URL": url,
-            "CHRONOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}",
-            "CHRONOS_CONSUMER__SESSION_TIMEOUT_MS": "6000",
-            "CHRONOS_HTTP_PORT": "0",
-            "CHRONOS_LOG_FORMAT": "json",
-        }
-        for line in lines:
-            if "TLS setting" in line:
-                name, value = line.split()[-1].split("=", 1)
-                env[name] = value
-        assert env.get("CHRONOS_KAFKA__SECURITY_PROTOCOL") == "SSL", lines
-        assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" in env, lines
-        with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
-            psycopg.connect(
-                url.replace("sslmode=verify-full", "sslmode=disable"), connect_timeout=5
-            )
-        node = run_node(env=env)
-        assert node.wait_for_event("node_started", 60), node.output()
-        scheduled = chronos("schedule", "--in", "2", "--count", "3", "--value", "via-dev", env=env)
-        assert scheduled.returncode == 0, scheduled.stderr[-2000:]
-        tailed = chronos("tail", "--from-beginning", "--max", "3", env=env, timeout=120)
-        assert tailed.stdout.count("value=via-dev") == 3, tailed.stdout + tailed.stderr[-2000:]
-    finally:
-        dev.send_signal(signal.SIGTERM)
-        try:
-            dev.wait(60)
-        except subprocess.TimeoutExpired:
-            dev.kill()
-            dev.wait()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    configured, and none asked for (the broker's ``ONEWAY`` listener: its clients are the
+    anonymous principal, a super user of the broker, as its own controller connection is)."""
+    broker = secured_kafka.tls("ONEWAY", mutual=False)
+    suffix = uuid.uuid4().hex[:8]
+    topics = Topics(f"tls1-in-{suffix}", f"tls1-out-{suffix}", f"tls1-dlq-{suffix}")
+    broker.create_topics({topics.input: 2, topics.output: 1, topics.dead_letter: 1})
+    env = tls_env(tls_database, broker, topics)
+    assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" not in env
+    assert chronos("migrate", env=env, timeout=120).returncode == 0
+    node = run_node(env=env)
+    assert node.wait_for_event("node_started", 60), node.output()
+    scheduled = chronos("schedule", "--in", "2", "--count", "3", "--value", "one-way", env=env)
+    assert scheduled.returncode == 0, scheduled.stderr[-2000:]
+    tailed = chronos("tail", "--from-beginning", "--max", "3", env=env, timeout=120)
+    assert tailed.returncode == 0, tailed.stderr[-2000:]
+    assert tailed.stdout.count("value=one-way") == 3, tailed.stdout
+    assert node.proc.poll() is None, node.output()

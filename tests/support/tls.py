@@ -1,22 +1,32 @@
-"""Real TLS for the suite, from ``chronos.embedded.tls``: a broker reachable only through a TLS
-terminator (``tls_broker``; mutual or not) and Debian's PostgreSQL server with ``ssl=on`` and
-``hostssl`` rules only (``tls_postgres``). Without openssl, stunnel or that server the tests skip
-locally and fail in CI (``unavailable``)."""
+"""Real TLS for the suite: the embedded Apache Kafka on its own TLS and SASL_SSL (SCRAM-SHA-512)
+listeners with ACLs on (``secured_broker``), certificates from ``chronos.embedded.tls``, and
+Debian's PostgreSQL server with ``ssl=on`` and ``hostssl`` rules only (``tls_postgres``).
+Without openssl, Java or that server the tests skip locally and fail in CI (``unavailable``)."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
 from chronos.config.settings import passthrough_env
 from chronos.embedded import EmbeddedKafka, EmbeddedPostgres, create_topics
+from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
 from chronos.embedded.process import free_port
-from chronos.embedded.tls import Pki, Stunnel, client_properties, postgres_with_openssl
+from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl
 from chronos.embedded.tls import verify_full_url as embedded_verify_full_url
-from chronos.errors import ConfigError
+from chronos.errors import ChronosError, ConfigError
 from tests.support.services import unavailable
 
 
@@ -28,80 +38,172 @@ def pki_or_skip(root: Path) -> Pki:
         unavailable(str(exc))
 
 
-def _stunnel(*args: object, **kwargs: object) -> Stunnel:
-    try:
-        return Stunnel(*args, **kwargs)  # type: ignore[arg-type]
-    except ConfigError as exc:
-        unavailable(str(exc))
+ADMIN = ("admin", "admin-secret")
+"""The super user of the secured broker (SCRAM): it creates topics and ACLs."""
+NODE_USER = ("chronos", "chronos-secret")
+"""A SCRAM user allowed every topic and group (``*``)."""
+LIMITED_USER = ("limited", "limited-secret")
+"""A SCRAM user allowed only what a test grants it."""
+CERT_PRINCIPAL = "User:CN=chronos-node"
+"""Who a client presenting the PKI's client certificate is (allowed every topic and group)."""
+
+# listener name: (certificate presented, client certificate required, SCRAM)
+LISTENERS = {
+    "TLS": ("server", True, False),
+    "SCRAM": ("server", False, True),
+    "ONEWAY": ("server", False, False),  # server-authenticated TLS only
+    "WRONGHOST": ("wrong-host", True, False),
+    "EXPIRED": ("expired", True, False),
+}
 
 
 @dataclass(frozen=True)
 class TlsBroker:
-    """A broker reachable only through TLS at ``bootstrap``; ``client_settings`` are the
-    librdkafka settings of a client that trusts it (with its client certificate when mutual)."""
+    """One way into the secured broker: ``bootstrap`` (a listener's address) and the librdkafka
+    settings of a client that uses it (``client``)."""
 
     bootstrap: str
-    pki: Pki
-    mutual: bool
-    broker_port: int  # the broker's own plaintext port (behind the terminator)
-    workdir: Path
+    client: Mapping[str, str]
+    admin: Mapping[str, str]  # the super user's settings (SCRAM), bootstrap included
 
     def client_settings(self) -> dict[str, str | int | float | bool]:
-        return {
-            "bootstrap.servers": self.bootstrap,
-            **client_properties(self.pki, mutual=self.mutual),
-        }
+        return {"bootstrap.servers": self.bootstrap, **self.client}
 
     def env(self) -> dict[str, str]:
         """The same settings as a node's environment (``CHRONOS_KAFKA__*`` passthrough)."""
         env = {"CHRONOS_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
-        for name, value in client_properties(self.pki, mutual=self.mutual).items():
+        for name, value in self.client.items():
             env[passthrough_env(name)] = value
         return env
 
     def create_topics(self, topics: Mapping[str, int]) -> None:
-        create_topics(
-            self.bootstrap, topics, client=client_properties(self.pki, mutual=self.mutual)
+        """Created by the super user."""
+        admin = dict(self.admin)
+        create_topics(admin.pop("bootstrap.servers"), topics, client=admin)
+
+
+@dataclass(frozen=True)
+class SecuredBroker:
+    """The embedded Apache Kafka with its own TLS listeners (client certificates required on
+    ``TLS``), SCRAM-SHA-512 over TLS on ``SCRAM`` and the standard authorizer: ``admin`` is a
+    super user, ``chronos`` and the client certificate may use every topic and group,
+    ``limited`` only what a test grants. Test-only listeners present another host's certificate
+    (``WRONGHOST``), an expired one (``EXPIRED``) or ask for no client certificate
+    (``ONEWAY``)."""
+
+    pki: Pki
+    ports: Mapping[str, int]
+    broker: EmbeddedKafka
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def admin_settings(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.address("SCRAM"), **self.scram_properties(*ADMIN)}
+
+    def scram_properties(self, user: str, password: str) -> dict[str, str]:
+        return scram_client_properties(user, password, ca=self.pki.ca)
+
+    def tls(self, listener: str = "TLS", *, mutual: bool = True) -> TlsBroker:
+        """Through a TLS listener, with the client certificate when ``mutual``."""
+        client = client_properties(self.pki, mutual=mutual)
+        return TlsBroker(self.address(listener), client, self.admin_settings())
+
+    def scram(self, user: tuple[str, str] = NODE_USER) -> TlsBroker:
+        """Through the SASL_SSL listener as ``user`` (name, password)."""
+        return TlsBroker(self.address("SCRAM"), self.scram_properties(*user), self.admin_settings())
+
+    def grant(self, principal: str, topic: str, *operations: AclOperation) -> None:
+        """Allow ``principal`` ``operations`` on ``topic`` (a name or ``*``)."""
+        grant(self.admin_settings(), principal, ResourceType.TOPIC, topic, operations)
+
+    def grant_group(self, principal: str, group: str, *operations: AclOperation) -> None:
+        """Allow ``principal`` ``operations`` on the consumer group ``group``."""
+        grant(self.admin_settings(), principal, ResourceType.GROUP, group, operations)
+
+
+def scram_client_properties(user: str, password: str, *, ca: Path) -> dict[str, str]:
+    """librdkafka settings of a SCRAM-SHA-512 client over TLS trusting ``ca`` (as
+    docs/configuration.md shows them)."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(ca),
+    }
+
+
+def grant(
+    admin_settings: Mapping[str, str],
+    principal: str,
+    kind: ResourceType,
+    name: str,
+    operations: Sequence[AclOperation],
+) -> None:
+    create_acls(admin_settings, bindings(principal, kind, name, operations))
+
+
+def bindings(
+    principal: str, kind: ResourceType, name: str, operations: Sequence[AclOperation]
+) -> list[AclBinding]:
+    """ALLOW ``principal`` each of ``operations`` on the resource ``kind`` ``name``."""
+    return [
+        AclBinding(
+            kind,
+            name,
+            ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            operation,
+            AclPermissionType.ALLOW,
         )
+        for operation in operations
+    ]
+
+
+def create_acls(admin_settings: Mapping[str, str], acls: Sequence[AclBinding]) -> None:
+    """Create ``acls`` in one request, as the super user."""
+    admin = AdminClient(dict(admin_settings))
+    for future in admin.create_acls(list(acls), request_timeout=15).values():
+        future.result()
 
 
 @contextmanager
-def terminator(broker: TlsBroker, cert: str) -> Iterator[str]:
-    """One more TLS terminator in front of ``broker``, presenting the certificate ``cert`` of
-    the test PKI (another host's, an expired one); yields its bootstrap address."""
-    tunnel = _stunnel(
-        broker.workdir,
-        broker.broker_port,
-        broker.pki.cert(cert),
-        broker.pki.key(cert),
-        port=free_port(),
+def secured_broker(pki: Pki, workdir: Path) -> Iterator[SecuredBroker]:
+    """An embedded broker with its own TLS and SASL_SSL listeners and ACLs on (see
+    :class:`SecuredBroker`); skipped locally (failed in CI) if it cannot start."""
+    ports = {name: free_port() for name in LISTENERS}
+    listeners = [
+        TlsListener(name, ports[name], pki.cert(cert), pki.key(cert), client_auth=mutual, sasl=sasl)
+        for name, (cert, mutual, sasl) in LISTENERS.items()
+    ]
+    security = BrokerSecurity(
+        listeners,
+        pki.ca,
+        users=dict([ADMIN, NODE_USER, LIMITED_USER]),
+        acls=True,
+        super_users=[f"User:{ADMIN[0]}"],
     )
+    broker = EmbeddedKafka(log_dir=workdir, security=security, client=client_properties(pki))
     try:
-        tunnel.start()
-        yield f"127.0.0.1:{tunnel.port}"
+        try:
+            broker.start()
+        except ChronosError as exc:
+            unavailable(f"cannot start the secured Apache Kafka: {exc}")
+        secured = SecuredBroker(pki, ports, broker)
+        everything = [AclOperation.ALL]
+        create_acls(
+            secured.admin_settings(),
+            [
+                acl
+                for principal in (f"User:{NODE_USER[0]}", CERT_PRINCIPAL)
+                for kind in (ResourceType.TOPIC, ResourceType.GROUP)
+                for acl in bindings(principal, kind, "*", everything)
+            ],
+        )
+        yield secured
     finally:
-        tunnel.stop()
-
-
-@contextmanager
-def tls_broker(pki: Pki, workdir: Path, *, mutual: bool) -> Iterator[TlsBroker]:
-    """An embedded broker behind ``stunnel`` (client certificates required when ``mutual``)."""
-    tls_port = free_port()
-    broker = EmbeddedKafka(log_dir=workdir, advertised_port=tls_port)
-    broker.start()
-    tunnel = _stunnel(
-        workdir,
-        broker.port,
-        pki.cert("server"),
-        pki.key("server"),
-        client_ca=pki.ca if mutual else None,
-        port=tls_port,
-    )
-    try:
-        tunnel.start()
-        yield TlsBroker(f"127.0.0.1:{tls_port}", pki, mutual, broker.port, workdir)
-    finally:
-        tunnel.stop()
         broker.stop()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -185,6 +186,7 @@ def test_chronos_dev_without_java_exits_2_with_one_line(
         (["--brokers", "0"], "--brokers"),
         (["--brokers", "3", "--broker", "tansu"], "--broker kafka"),
         (["--brokers", "3", "--tls"], "--tls"),
+        (["--broker", "tansu", "--tls"], "--tls needs --broker kafka"),
     ],
 )
 def test_chronos_dev_refuses_broker_options_that_do_not_fit(
@@ -228,3 +230,11 @@ def test_cluster_ids_look_like_kafkas() -> None:
     ids = {kafka_config.new_cluster_id() for _ in range(50)}
     assert len(ids) == 50
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_a_secured_node_has_a_class_archive_of_its_own(tmp_path: Path) -> None:
+    java = shutil.which("java") or "java"
+    plain = kafka_jars.class_archive(tmp_path / "libs", java)
+    secured = kafka_jars.class_archive(tmp_path / "libs", java, "secured")
+    assert plain != secured and secured.name.endswith("-secured.jsa")
+    assert plain.parent == secured.parent == tmp_path
