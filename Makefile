@@ -35,7 +35,7 @@ dev: $(RUN_STAMP) kafka-deps
 # The full suite (unit, integration, e2e, migration, deploy, load-test and fault tiers), after
 # the static checks. CI (.ci/run) runs exactly this.
 test: check system-deps
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(ARGS)
 
 # Debian binaries the suite runs: promtool (the alert rules' tests), headless Chromium with its
 # driver (the console's browser test), a PostgreSQL server built with OpenSSL (the embedded one

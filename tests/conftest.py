@@ -19,6 +19,22 @@ from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
 from tests.support.tls import SecuredBroker, pki_or_skip, secured_broker
 
+# ------------------------------------------------------------------------------- workers
+
+FAULT_GROUP = "fault"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``), each
+    with its own Postgres and broker. The fault scenarios stay one after another on one worker:
+    each stops, freezes or kills what its worker shares, and their bounds were set for one
+    scenario at a time. The other tiers share the other worker (and the fault worker once it is
+    done)."""
+    for item in items:
+        if item.nodeid.startswith("tests/fault/"):
+            item.add_marker(pytest.mark.xdist_group(FAULT_GROUP))
+
+
 # ------------------------------------------------------------------------------- logging
 
 
