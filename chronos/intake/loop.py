@@ -72,6 +72,7 @@ CLOCK_SYNC_S = 30.0
 
 class IntakeLoop(Loop):
     name = "intake"
+    cold_start = True  # warm at its first group assignment (even an empty one)
 
     def __init__(
         self,
@@ -162,11 +163,9 @@ class IntakeLoop(Loop):
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
             metrics.ASSIGNED_PARTITION.labels(p.topic, str(p.partition)).set(1)
-        log.info(
-            "assigned %s",
-            [f"{p.topic}[{p.partition}]" for p in partitions],
-            extra={"event": "partitions_assigned"},
-        )
+        names = [f"{p.topic}[{p.partition}]" for p in partitions]
+        log.info("assigned %s", names, extra={"event": "partitions_assigned"})
+        self.warm.set()  # the group is joined: records are consumed as they come
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Finish the statement under way and confirm what was published first, so the offsets
