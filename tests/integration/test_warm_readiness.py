@@ -83,20 +83,28 @@ def test_not_ready_before_the_first_assignment(
     assert all(assigned > 0 for ok, _, assigned in watch.seen if ok)
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_node_with_no_partition_becomes_ready(
-    migrated_database_url: str, kafka_bootstrap: str, make_topics: Callable[..., Topics]
+    migrated_database_url: str,
+    kafka_bootstrap: str,
+    make_topics: Callable[..., Topics],
+    protocol: str,
 ) -> None:
+    """Both group protocols (KIP-848's too) hand a member with no partition its empty
+    assignment."""
     one = Nodes(migrated_database_url, kafka_bootstrap, make_topics(1))
+    # KIP-848: the broker owns the session timeout (the client refuses to be given one).
+    group = {"group_protocol": protocol}
+    if protocol == "consumer":
+        group["consumer_properties"] = {}  # type: ignore[assignment]
+    watches: list[Watch] = []
     try:
-        first = one.start(ready=False)
-        assert Watch(first).ready(60)
-        second = one.start(ready=False)
-        watch = Watch(second)
-        try:
-            assert watch.ready(60), watch.seen[-1:]
-            owned = [len(n.state.loops["intake"][0].assigned) for n in (first, second)]  # type: ignore[attr-defined]
-            assert sorted(owned) == [0, 1]
-        finally:
-            watch.stop()
+        for _ in range(2):
+            watches.append(Watch(one.start(ready=False, **group)))
+            assert watches[-1].ready(60), (len(watches), watches[-1].seen[-1:])
+        owned = [len(w.node.state.loops["intake"][0].assigned) for w in watches]  # type: ignore[attr-defined]
+        assert sorted(owned) == [0, 1]
     finally:
+        for watch in watches:
+            watch.stop()
         one.stop_all()
