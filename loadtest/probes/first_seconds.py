@@ -162,7 +162,7 @@ def produce(bootstrap: str, run: str, start: float, args: argparse.Namespace) ->
             ],
         )
         producer.poll(0)
-    producer.flush(30)
+    producer.flush(120)  # a broker behind on a busy machine: wait for it, do not drop
     return deadlines
 
 
