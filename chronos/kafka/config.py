@@ -129,8 +129,9 @@ DEFAULT_LINGER_MS = 5
 # The firing producer is warm before the node reports ready (``KafkaPublisher.warm``): it keeps a
 # connection to every broker (librdkafka otherwise connects to a partition's leader only when a
 # first record is there for it; fired records may go to any topic) and its statistics, read
-# until it is warm, say which brokers it is connected to.
-FIRING_WARM_CONFIG = {"enable.sparse.connections": False, "statistics.interval.ms": 500}
+# until it is warm, say which brokers it is connected to (afterwards a statistics report costs
+# the dispatcher a callback that returns at once, once a second).
+FIRING_WARM_CONFIG = {"enable.sparse.connections": False, "statistics.interval.ms": 1000}
 # The consumer keeps librdkafka's fetch.min.bytes (1): a fetch returns as soon as a record is
 # there, so a message with a short delay is never held by the broker waiting for more bytes
 # (measured: the broker's cost here is per second of idle fetching, not per record). An idle

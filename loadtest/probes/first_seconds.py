@@ -66,6 +66,7 @@ class Figures:
     late_ms: int
     late_seq: list[int] = field(default_factory=list)  # send order of the late ones (first 20)
     late_due_s: list[float] = field(default_factory=list)  # due, seconds after the first send
+    late_by_second: list[int] = field(default_factory=list)  # late ones by second of sending
 
 
 def free_port() -> int:
@@ -223,6 +224,10 @@ def measure(bootstrap: str, ready_at: float, ready_s: float, args: argparse.Name
         late_ms=args.late_ms,
         late_seq=late[:20],
         late_due_s=[round((deadlines[s] - first_ms) / 1000, 2) for s in late[:20]],
+        late_by_second=[
+            sum(1 for s in late if int(s // args.rate) == second)
+            for second in range(int(args.duration))
+        ],
     )
 
 
@@ -256,6 +261,7 @@ def report(index: int, f: Figures) -> None:
         pairs = zip(f.late_seq, f.late_due_s, strict=True)
         where = ", ".join(f"#{s} (due +{d:.2f} s)" for s, d in pairs)
         print(f"  late: {where}", flush=True)
+        print(f"  late by second of sending: {f.late_by_second}", flush=True)
     print(json.dumps(asdict(f)), flush=True)
 
 
