@@ -71,10 +71,12 @@ DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
 
 WRITE_PROBE_ROWS = 10  # rows held at most while writes to Kafka fail
+WARM_TIMEOUT_S = 1.0  # the longest a warm-up step waits for the output topic's metadata
 
 
 class FiringLoop(Loop):
     name = "firing"
+    cold_start = True  # warm once the producer is (see warm_up) and the first claim has run
 
     def __init__(
         self,
@@ -111,6 +113,8 @@ class FiringLoop(Loop):
         self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
         self.catchup = CatchupPacer(settings, store)
         self.limits = LimitWatch(settings, store, self.catchup.live)
+        self.publisher_warm = False
+        self.claimed_once = False  # the claim statement ran (its first run plans it)
 
     def progress_at(self) -> float:
         return min(self.alive_at, self.dispatcher.alive_at)
@@ -137,6 +141,8 @@ class FiringLoop(Loop):
 
     def step(self) -> None:
         """One iteration: claim if it is time, then finish the rows whose outcome is known."""
+        if not self.warm.is_set():
+            self.warm_up()
         now = self.monotonic()
         if not self.leadership.may_fire(now):
             self.fence(now)
@@ -148,6 +154,17 @@ class FiringLoop(Loop):
             if now >= self.next_claim_at or self.share.freed():
                 self.claim(now)
         self.finish(force=False)
+
+    def warm_up(self) -> None:
+        """Until the loop is warm (the node reports ready only then): the producer learns the
+        output topic's partitions and leaders and connects to them, publishing nothing, so the
+        first fire pays no round trip for them; the first claim has run the claim statement."""
+        if not self.publisher_warm:
+            publisher = self.dispatcher.publisher
+            self.publisher_warm = publisher.warm(self.settings.output_topic, WARM_TIMEOUT_S)
+        if self.publisher_warm and self.claimed_once:
+            self.warm.set()
+            log.info("firing is warm", extra={"event": "firing_warm"})
 
     def give_back_paused(self) -> None:
         """Something new is paused: the rows of it this node claimed ahead are given back, not
@@ -276,7 +293,7 @@ class FiringLoop(Loop):
             self.claim_backoff = min(5.0, max(poll, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff * random.uniform(0.5, 1)
             return
-        self.claim_backoff = 0.0
+        self.claim_backoff, self.claimed_once = 0.0, True
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = 0
         self.catchup.spent(rows)

@@ -83,6 +83,7 @@ class Link:
                 "op": "status",
                 "age": max(0.0, time.monotonic() - self.loop.progress_at()),
                 "assigned": sorted(self.loop.assigned),
+                "warm": self.loop.warm.is_set(),
                 "metrics": metrics_relay.snapshot(),
             }
         )

@@ -46,6 +46,7 @@ from chronos.intake.quarantine import HeaderProbe
 from chronos.intake.records import Pending, Prepared, position
 from chronos.intake.resume import resume_after_durable
 from chronos.intake.settlement import Settlement, dead_letter
+from chronos.intake.warmth import warm_if_joined_without_partitions
 from chronos.kafka import Publisher
 from chronos.kafka.audit import audit_trail
 from chronos.kafka.consumer_lag import record_consumer_stats
@@ -72,6 +73,7 @@ CLOCK_SYNC_S = 30.0
 
 class IntakeLoop(Loop):
     name = "intake"
+    cold_start = True  # warm at its first group assignment (even an empty one)
 
     def __init__(
         self,
@@ -162,11 +164,9 @@ class IntakeLoop(Loop):
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
             metrics.ASSIGNED_PARTITION.labels(p.topic, str(p.partition)).set(1)
-        log.info(
-            "assigned %s",
-            [f"{p.topic}[{p.partition}]" for p in partitions],
-            extra={"event": "partitions_assigned"},
-        )
+        names = [f"{p.topic}[{p.partition}]" for p in partitions]
+        log.info("assigned %s", names, extra={"event": "partitions_assigned"})
+        self.warm.set()  # the group is joined: records are consumed as they come
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Finish the statement under way and confirm what was published first, so the offsets
@@ -206,10 +206,11 @@ class IntakeLoop(Loop):
         return local + self.clock_offset
 
     def _on_stats(self, stats_json: str) -> None:
-        """Consumer statistics: publish the lag, and notice a partition whose log now ends before
-        our fetch position (its topic was recreated, or the broker lost its log): no record
-        would ever arrive there again, so it is rewound to its beginning (at-least-once)."""
+        """Consumer statistics: publish the lag, tell a member left without partitions (warmth),
+        and notice a partition whose log now ends before our fetch position (topic recreated,
+        log lost): no record would arrive there again, so it is rewound to its beginning."""
         record_consumer_stats(stats_json)
+        warm_if_joined_without_partitions(stats_json, self.settings.group_protocol, self.warm)
         try:
             topics = json.loads(stats_json).get("topics", {})
             for topic, info in topics.items():

@@ -9,8 +9,9 @@ fork of a process with Kafka client threads), follows it and ends when it ends, 
 supervises it like any loop:
 
 * the child sends a status line every ``STATUS_INTERVAL_S``: how long ago its loop last made
-  progress (``/health/live``), its assigned partitions and a snapshot of its metrics (merged into
-  the node's ``/metrics``, see ``chronos.observability.relay``);
+  progress (``/health/live``), its assigned partitions, whether its loop is warm
+  (``/health/ready``) and a snapshot of its metrics (merged into the node's ``/metrics``, see
+  ``chronos.observability.relay``);
 * ``stop()`` sends it a stop line: it stops consuming, commits its offsets and exits 0; a child
   that outlives the shutdown timeout is killed;
 * a child that exits unasked, or not with 0, makes ``run()`` raise: the node stops, non-zero;
@@ -77,6 +78,7 @@ class IntakeProcess(Loop):
     """The node's loop "intake", run by a child process (see the module doc)."""
 
     name = "intake"
+    cold_start = True  # warm once the child says its loop is (its first group assignment)
 
     def __init__(
         self, settings: Settings, registry: MergedRegistry, command: Sequence[str] | None = None
@@ -161,6 +163,8 @@ class IntakeProcess(Loop):
             return
         self.alive_at = time.monotonic() - float(message["age"])
         self.assigned = {(str(t), int(p)) for t, p in message["assigned"]}
+        if message.get("warm"):
+            self.warm.set()
         self.registry.receive(message["metrics"])
 
     def _kill_if_late(self) -> None:

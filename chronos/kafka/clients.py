@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -54,6 +55,8 @@ class Publisher(Protocol):
 
     def flush(self, timeout: float) -> int: ...
 
+    def warm(self, topic: str, timeout: float) -> bool: ...
+
     def __len__(self) -> int: ...
 
 
@@ -88,6 +91,12 @@ class KafkaPublisher:
     def __init__(self, config: Mapping[str, Any]):
         self._config = dict(config)
         self._config["error_cb"] = self._on_error
+        # Statistics tell ``warm`` what the producer is connected to (None: not asked for).
+        self._connections: tuple[set[int], bool] | None = None
+        self._warm = False
+        if int(self._config.get("statistics.interval.ms", 0)) > 0:
+            self._connections = (set(), False)
+            self._config.setdefault("stats_cb", self._on_stats)
         self._producer = Producer(self._config)
         # Delivery callbacks of the current producer whose report has not been served yet.
         self._pending: dict[int, DeliveryCallback] = {}
@@ -212,6 +221,48 @@ class KafkaPublisher:
     def flush(self, timeout: float) -> int:
         self._renew_if_broken()
         return int(self._producer.flush(timeout))
+
+    def warm(self, topic: str, timeout: float) -> bool:
+        """Before the first record: fetch ``topic``'s metadata (kept by the client: a first
+        record finds its partitions and their leaders at once) and tell whether the producer is
+        connected to every leader and holds its idempotence id (from its statistics: the
+        ``firing`` producer connects to every broker, see ``chronos.kafka.config``). Produces
+        nothing. A producer without statistics is warm once it has the metadata."""
+        producer = self._producer
+        try:
+            metadata = producer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            log.debug("producer warm-up: no metadata for %s: %s", topic, exc)
+            return False
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return False
+        leaders = {p.leader for p in found.partitions.values()}
+        if -1 in leaders:  # a partition without a leader (an election under way)
+            return False
+        if self._connections is None:
+            return True
+        up, has_id = self._connections
+        self._warm = leaders <= up and has_id
+        return self._warm
+
+    def _on_stats(self, stats_json: str) -> None:
+        """The producer's statistics, read until it is warm: the brokers it is connected to (by
+        node id) and whether it holds its idempotence id."""
+        if self._warm:
+            return
+        try:
+            stats = json.loads(stats_json)
+            up = {
+                int(b["nodeid"])
+                for b in stats.get("brokers", {}).values()
+                if b.get("state") == "UP" and int(b.get("nodeid", -1)) >= 0
+            }
+            idempotence = stats.get("eos", {}).get("idemp_state", "Assigned")
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            log.debug("unreadable producer statistics: %s", exc)
+            return
+        self._connections = (up, idempotence == "Assigned")
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -126,6 +126,12 @@ def _common(settings: Settings) -> dict[str, Any]:
 # CHRONOS_CONSUMER__FETCH_MIN_BYTES=...).
 PRODUCER_LINGER_MS = {"firing": 2, "intake": 20, "import": 20}
 DEFAULT_LINGER_MS = 5
+# The firing producer is warm before the node reports ready (``KafkaPublisher.warm``): it keeps a
+# connection to every broker (librdkafka otherwise connects to a partition's leader only when a
+# first record is there for it; fired records may go to any topic) and its statistics, read
+# until it is warm, say which brokers it is connected to (afterwards a statistics report costs
+# the dispatcher a callback that returns at once, once a second).
+FIRING_WARM_CONFIG = {"enable.sparse.connections": False, "statistics.interval.ms": 1000}
 # The consumer keeps librdkafka's fetch.min.bytes (1): a fetch returns as soon as a record is
 # there, so a message with a short delay is never held by the broker waiting for more bytes
 # (measured: the broker's cost here is per second of idle fetching, not per record). An idle
@@ -159,6 +165,8 @@ def producer_config(settings: Settings, purpose: str) -> dict[str, Any]:
             "topic.metadata.propagation.max.ms": unknown_topic_after_ms(settings),
         }
     )
+    if purpose == "firing":
+        conf.update(FIRING_WARM_CONFIG)
     conf.update(reveal_properties(settings.producer_properties))
     return conf
 

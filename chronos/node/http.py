@@ -3,7 +3,9 @@ chronos.admin.api).
 
 GET /health/live   200 while every loop thread runs and each made progress within the
                    liveness timeout (a loop stuck in a statement fails it)
-GET /health/ready  200 while the loops run, Postgres answers and the broker answers (failures
+GET /health/ready  200 while the loops run and are warm (intake has had its first group
+                   assignment, firing's producer knows the output topic's leaders and the
+                   first claim has run), Postgres answers and the broker answers (failures
                    show a short category; the detail goes to the log, never to the client)
 
 The server is bounded: a fixed pool of worker threads serves the connections, a few more wait
@@ -79,8 +81,11 @@ class Health:
                 ok, checks["node_state"] = False, "stopping"
             if self.state.waiting_for:
                 ok, checks["node_state"] = False, f"waiting for {self.state.waiting_for}"
+            warming = self.state.warming_loops()
             if not self.state.loops_alive():
                 ok, checks["loops"] = False, "stopped"
+            elif warming:  # e.g. intake before its first assignment: not on time yet
+                ok, checks["loops"] = False, "warming: " + ", ".join(warming)
             try:
                 self.store.ping()
                 checks["postgres"] = "ok"

@@ -63,6 +63,10 @@ class NodeState:
     def loops_alive(self) -> bool:
         return bool(self.loops) and all(t.is_alive() for _, t in self.loops.values())
 
+    def warming_loops(self) -> list[str]:
+        """Loops not yet warm (``Loop.warm``): readiness waits for them, liveness does not."""
+        return [name for name, (loop, _) in self.loops.items() if not loop.warm.is_set()]
+
     def stalled_loops(self) -> list[str]:
         """Loops that made no progress within the liveness timeout (stuck in one call)."""
         now = time.monotonic()

@@ -22,12 +22,21 @@ class Backoff:
 
 
 class Loop:
-    """A named, stoppable unit of work run on its own thread by the node."""
+    """A named, stoppable unit of work run on its own thread by the node.
+
+    ``warm`` is set once the loop can do its work on time from its first item (the node is
+    ready only when every loop is warm; liveness does not wait for it). A loop with something
+    to warm up first (a group to join, connections to open) says so with ``cold_start`` and
+    sets ``warm`` itself; the others are warm from the start."""
 
     name = "loop"
+    cold_start = False
 
     def __init__(self) -> None:
         self.stopping = threading.Event()
+        self.warm = threading.Event()
+        if not self.cold_start:
+            self.warm.set()
         # time.monotonic() at the start of the latest iteration (liveness): a loop stuck in
         # one call (a statement on a black-holed connection) stops moving it.
         self.alive_at = time.monotonic()

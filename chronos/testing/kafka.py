@@ -84,6 +84,8 @@ class FakePublisher:
         self._cond = threading.Condition(threading.RLock())
         self.position = (-1, -1)  # (0, record.offset) in a callback
         self._offsets: dict[str, int] = {}
+        self.warm_ok = True  # what ``warm`` answers (False: the broker does not answer yet)
+        self.warmed: list[str] = []  # the topics ``warm`` was asked about
 
     # -- test controls ---------------------------------------------------------------------------
 
@@ -185,6 +187,10 @@ class FakePublisher:
                 return outstanding
             self.poll(min(remaining, 0.05))
 
+    def warm(self, topic: str, timeout: float) -> bool:
+        self.warmed.append(topic)
+        return self.warm_ok
+
     def __len__(self) -> int:
         with self._cond:
             return sum(1 for r in self.records if not r.reported)
@@ -234,10 +240,17 @@ class FakeConsumer:
     stored so far, by (topic, partition): the next offset to read, as Kafka commits them.
     ``seek`` hands out again every record fed for that partition from that offset on (in place
     of its records still queued); ``seeks`` lists them.
+
+    The group: after ``subscribe``, the first ``consume`` serves the assignment callback with an
+    empty assignment (the group joined; the test assigns itself what it feeds), as librdkafka
+    serves a rebalance inside a poll. ``joined=False`` holds it back until the test calls
+    ``rebalance(partitions)`` (served by the next ``consume``).
     """
 
-    def __init__(self, **callbacks: Any):
+    def __init__(self, *, joined: bool = True, **callbacks: Any):
         self.callbacks = callbacks
+        self._on_assign: Any = None
+        self._assignments: list[list[TopicPartition]] = [[]] if joined else []
         self.subscribed: list[str] = []
         self.stored: dict[tuple[str, int], int] = {}
         self.committed = _Committed()
@@ -267,10 +280,25 @@ class FakeConsumer:
             self._queue = [m for m in self._queue if not of_partition(m)] + again
             self._cond.notify_all()
 
-    def subscribe(self, topics: list[str], **_callbacks: Any) -> None:
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.subscribed = list(topics)
+        self._on_assign = callbacks.get("on_assign")
+
+    def rebalance(self, partitions: Iterable[TopicPartition] = ()) -> None:
+        """The group assigns ``partitions`` to this member (served by the next ``consume``)."""
+        with self._cond:
+            self._assignments.append(list(partitions))
+            self._cond.notify_all()
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        with self._cond:
+            assignments, self._assignments = self._assignments, []
+        if self._on_assign is not None:
+            for partitions in assignments:
+                self._on_assign(self, partitions)
+        elif assignments:  # not subscribed (yet): kept for the first consume after it
+            with self._cond:
+                self._assignments[:0] = assignments
         with self._cond:
             if not self._queue and timeout != 0:
                 self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)

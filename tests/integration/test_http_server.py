@@ -32,9 +32,13 @@ class State:
     stopping: bool = False
     waiting_for: str = ""  # what start-up waits for ("" once the loops run)
     stalled: list[str] = field(default_factory=list)
+    warming: list[str] = field(default_factory=list)
 
     def loops_alive(self) -> bool:
         return True
+
+    def warming_loops(self) -> list[str]:
+        return self.warming
 
     def stalled_loops(self) -> list[str]:
         return self.stalled

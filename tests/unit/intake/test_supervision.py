@@ -174,6 +174,7 @@ def test_a_stop_asked_before_the_child_started_still_reaches_it() -> None:
 
 class _IntakeLoop:
     assigned: ClassVar[set[tuple[str, int]]] = {("in", 0)}
+    warm = threading.Event()
 
     def progress_at(self) -> float:
         return time.monotonic()
