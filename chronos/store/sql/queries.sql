@@ -1353,9 +1353,16 @@ SELECT count(*) AS sampled, count(*) FILTER (WHERE
 FROM chronos_messages TABLESAMPLE SYSTEM (%(sample_percent)s::float8) REPEATABLE (42);
 
 -- name: table_rows
--- How many rows the table holds by the statistics (the live rows the statistics count, or the
--- last ANALYZE's; never a scan): what sizes estimate_messages' sample and scales its share.
-SELECT greatest(coalesce(s.n_live_tup::float8, 0), c.reltuples::float8, 0)::bigint AS n
+-- How many rows the table holds, as the planner reckons it (never a scan): the last ANALYZE's
+-- rows per page times the pages the table has now, so growth since then counts; before any
+-- ANALYZE, the live rows the statistics count. (Not the greater of the two: a backend flushes
+-- its insert counts up to a second late, after an ANALYZE that already counted them, so the
+-- live count can read double.) What sizes estimate_messages' sample and scales its share.
+SELECT greatest(CASE
+           WHEN c.reltuples >= 0 AND c.relpages > 0 THEN c.reltuples::float8 / c.relpages
+               * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+           ELSE coalesce(s.n_live_tup::float8, 0)
+       END, 0)::bigint AS n
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid = 'chronos_messages'::regclass;
 
