@@ -181,8 +181,9 @@ class DeadLetterTopic:
         self.timeout = timeout
         from confluent_kafka import Consumer
 
-        config = tail_consumer_config(settings, f"chronos-dead-letters-{uuid.uuid4()}")
-        self.consumer = Consumer({**config, **(consumer_overrides or {})})
+        group = f"chronos-dead-letters-{uuid.uuid4()}"
+        config = {**tail_consumer_config(settings, group), **(consumer_overrides or {})}
+        self.consumer = Consumer(config)
         try:
             metadata = self.consumer.list_topics(self.topic, timeout=timeout)
         except BaseException:

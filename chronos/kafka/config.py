@@ -142,6 +142,13 @@ FETCH_WAIT_MAX_MS = 100
 # it busy. The bound keeps the intake process small: its memory, and the header probe's fork per
 # batch, whose cost grows with the process's resident pages.
 PREFETCH_BATCHES = 5
+# The intake commits the offsets it stored (those of durable batches) this often. Whatever was
+# stored but not yet committed when a node dies, or when the broker stops and the group moves
+# its partitions on return, is read again by the next owner, and a record whose message had
+# fired meanwhile fires again: every millisecond of this interval is a window of duplicates.
+# A commit is one small request per consumer (5 a second is nothing to a group coordinator);
+# librdkafka's default, 5 s, was 25 times the window.
+COMMIT_INTERVAL_MS = 200
 PREFETCH_KBYTES = 16 * 1024
 
 
@@ -206,7 +213,7 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "client.id": f"chronos-{settings.node_id[:8]}-intake",
             "group.id": settings.consumer_group,
             "enable.auto.commit": True,
-            "auto.commit.interval.ms": 1000,
+            "auto.commit.interval.ms": COMMIT_INTERVAL_MS,
             "enable.auto.offset.store": False,
             # An offset out of range (records deleted before they were read) resumes at the
             # log start, never at the end.
