@@ -12,9 +12,9 @@ One iteration handles one consumed batch:
    the loop no round trip to the broker, so intake does not slow down exactly when its input is
    late);
 4. store a batch's offsets only once every record it published is confirmed, and in consumed
-   order (a batch's offsets wait for the batches before it). The offsets are committed by the
-   consumer in the background and synchronously at shutdown; a crash anywhere before step 4
-   replays the batch: at-least-once, and idempotent on the message id.
+   order (a batch's offsets wait for the batches before it). The consumer commits them in the
+   background and synchronously at shutdown; a crash before step 4 replays the batch:
+   at-least-once, and idempotent on the message id.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class IntakeLoop(Loop):
         # The enqueue statement's thread (and so its own database connection): one at a time.
         self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
         self.in_flight: Prepared | None = None  # the batch whose statement is under way
-        self.consume_errors = Throttle()  # a broker away repeats them: one line a minute
+        self.consume_errors, self.commit_failures = Throttle(), Throttle()  # a line a minute
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -169,9 +169,8 @@ class IntakeLoop(Loop):
         self.warm.set()  # the group is joined: records are consumed as they come
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Finish the statement under way and confirm what was published first, so the offsets
-        # of the partitions leaving are stored while they are still ours (their new owner
-        # resumes after them, not before).
+        # Finish the statement and confirm what was published first: the leaving partitions'
+        # offsets are stored while still ours (their new owner resumes after them).
         self.finish_in_flight(consumer)
         self.settle(consumer, block=True)
         self.assigned -= {(p.topic, p.partition) for p in partitions}
@@ -246,7 +245,8 @@ class IntakeLoop(Loop):
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None and err.code() != KafkaError._NO_OFFSET:
-            log.warning("offset commit failed: %s", err, extra={"event": "commit_failed"})
+            level = self.commit_failures.level()
+            log.log(level, "offset commit failed: %s", err, extra={"event": "commit_failed"})
 
     # -- one batch ----------------------------------------------------------------------------
 
