@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from chronos.embedded.kafka_jars import kafka_version
 from loadtest.bench import scenarios as sc
 from loadtest.bench.catchup import run_catchup_scenario
 from loadtest.bench.evaluation import capacity, evaluate, run_ceiling
@@ -47,6 +48,7 @@ def _machine_facts() -> dict[str, Any]:
         "memory_gb": round(mem_kb / 1024 / 1024, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "broker": f"Apache Kafka {kafka_version()} (embedded, one node: broker and controller)",
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 

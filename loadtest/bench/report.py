@@ -248,6 +248,7 @@ def render_markdown(bench: BenchRecord) -> str:
         ("loadavg_end", "load average at end"),
         ("kernel", "kernel"),
         ("python", "Python"),
+        ("broker", "broker"),
         ("postgres", "Postgres"),
         ("chronos", "Chronos"),
         ("commit", "commit"),
