@@ -40,6 +40,9 @@ class FakeState:
     def stalled_loops(self) -> list[str]:
         return []
 
+    def warming_loops(self) -> list[str]:  # a running node's loops are warm
+        return []
+
 
 @dataclass
 class Api:
