@@ -105,6 +105,9 @@ def test_small_tenants_are_claimed_as_soon_as_due_while_a_flood_drains(
         # of the node's claim-ahead budget), so the first claim shares its batch.
         before = claims[first_index - 1][1]
         assert len(before) == BATCH or "flood" in held_back[first_index - 1]
-        assert len(first) == BATCH  # work conserving: the rest of the batch was the flood's
+        # Work conserving: the rest of the batch was the flood's, unless the flood held its
+        # share of the claim-ahead budget when that claim ran (a slow machine's deliveries
+        # settle later), and so was rightly left out of it.
+        assert len(first) == BATCH or "flood" in held_back[first_index], (len(first), held_back)
     finally:
         store.close()
