@@ -20,15 +20,28 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+class _Py4jChatter(logging.Filter):
+    """py4j logs a reconnect of its gateway at INFO, some of it through the root logger
+    (``logging.info``): records of this worker's session that a later test in the same process
+    would read as its own output once a Chronos command has configured the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or "py4j" not in record.pathname
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from loadtest.analysis.sparkutil import spark_session
 
+    # Quiet from the start: the session lives as long as the test process (one per worker),
+    # beside every test that runs after it there. py4j also logs at INFO while the interpreter
+    # shuts down, after pytest closed its streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    chatter = _Py4jChatter()
+    logging.getLogger().addFilter(chatter)
     session = spark_session("local[2]", driver_memory="1g", shuffle_partitions=2)
     yield session
     session.stop()
-    # py4j logs at INFO while the interpreter shuts down, after pytest closed its streams.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="module")
