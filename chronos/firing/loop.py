@@ -71,6 +71,9 @@ DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
 DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
 
 WRITE_PROBE_ROWS = 10  # rows held at most while writes to Kafka fail
+# The longest back-off between claims while writes fail: the claims are probes of a few rows
+# then (WRITE_PROBE_ROWS), so the first to go through finds the broker back within this.
+WRITE_FAILURE_BACKOFF_MAX = 1.0
 WARM_TIMEOUT_S = 1.0  # the longest a warm-up step waits for the output topic's metadata
 
 
@@ -329,6 +332,8 @@ class FiringLoop(Loop):
         delivered, failed, expired = self.dispatcher.take_outcomes()
         if delivered:
             self.delivered_at = self.monotonic()
+            if KAFKA_WRITES.down:  # back: what came due meanwhile is claimed at once
+                self.next_claim_at = min(self.next_claim_at, self.delivered_at)
             KAFKA_WRITES.succeeded()
             # Lateness counted once delivery is confirmed, a batch at a time (dead letters
             # are not fired messages).
@@ -457,7 +462,7 @@ class FiringLoop(Loop):
             # whose leader is moving while the others take records.
             KAFKA_WRITES.failed(transient[0][1])
             # The broker is unreachable or overloaded: back off before claiming again.
-            self.claim_backoff = min(5.0, max(0.2, self.claim_backoff * 2))
+            self.claim_backoff = min(WRITE_FAILURE_BACKOFF_MAX, max(0.2, self.claim_backoff * 2))
             self.next_claim_at = self.monotonic() + self.claim_backoff
 
     # -- shutdown -----------------------------------------------------------------------------

@@ -338,3 +338,29 @@ def test_a_failure_beside_recent_deliveries_does_not_mark_the_writes_down() -> N
     f.publisher.fail(code=KafkaError._MSG_TIMED_OUT)
     f.tick()
     assert not KAFKA_WRITES.down
+
+
+def test_writes_back_after_an_outage_are_found_and_used_within_a_second() -> None:
+    """Failed batches back the claims off (doubling while writes fail), but a probe goes out at
+    least once a second (it holds a few rows only), and the first delivery ends the back-off:
+    what came due meanwhile fires at once, not when the longest back-off of the outage runs out
+    (a broker's death measured 5 s more lateness for every row given back)."""
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    KAFKA_WRITES.reset()
+    f = Firing.create(auto=False, poll_interval_ms=100, lookahead_ms=200)
+    for i in range(6):
+        _schedule(f, f"held{i}", 50)
+    f.run_for(100, step_ms=10)
+    held = f.publisher.pending()
+    assert len(held) == 6
+    for record in held:  # the reports of an outage arrive in several batches
+        f.publisher.fail([record], code=KafkaError._MSG_TIMED_OUT)
+        f.tick()
+    assert KAFKA_WRITES.down
+    for i in range(20):
+        _schedule(f, f"due{i}", 50)
+    f.publisher.auto = True  # the broker is back
+    f.run_for(1300, step_ms=10)
+    assert not KAFKA_WRITES.down
+    assert len(f.store) == 0, sorted(r.id for r in f.store.claimed())
