@@ -17,6 +17,11 @@ long variant), then starts again, and the load runs until its replicas are back 
   holds; once one node returns, everything fires, what came due meanwhile within
   ``RECOVERY_BOUND_S``.
 
+The leader's kill also runs at ``CI_RATE`` msg/s with the broker down ``CI_DOWN_S`` (the suite's
+variant once it meets the bounds); all four run with ``CHRONOS_TEST_BROKER_FAILOVER=1``. The cluster
+fails over fast (``BROKER_FAILOVER``: the operator's settings) and the nodes' consumer session
+outlasts the coordinator's move (``CONSUMER_SESSION_MS``).
+
 Pass (the first three): lost 0, nothing early, duplicates at most the rows claimed when the
 fault struck (rows produced but not yet acknowledged, taken over and produced again), no
 Chronos node restarts,
@@ -68,23 +73,37 @@ DELAY = (2.0, 10.0)
 WARMUP_S = 12.0  # the first messages (due 2-10 s ahead) are firing when the fault strikes
 DOWN_S = float(os.environ.get("CHRONOS_TEST_OUTAGE_S", "15"))
 TAIL_S = 3.0
-# The three scenarios under 1,000 msg/s (a broker killed, the controller killed, a rolling
-# restart) have not met their lateness and duplicate bounds on the development machine (2 shared
-# cores: docs/reliability.md, "A broker lost", gives every figure). Until they do they run only
-# when asked for, with their bounds unchanged; the quorum scenario runs in every suite.
+# The kills have not met all their bounds yet on the development machine (2 shared cores:
+# docs/reliability.md, "A broker lost", gives every figure); the rolling restart meets them but
+# takes two minutes. They run only when asked for, with their bounds unchanged; the quorum
+# scenario runs in every suite.
 UNDER_LOAD = pytest.mark.skipif(
     os.environ.get("CHRONOS_TEST_BROKER_FAILOVER", "") != "1",
-    reason="CHRONOS_TEST_BROKER_FAILOVER=1 runs it: its bounds are not met on a 2-core machine yet "
-    "(docs/reliability.md, A broker lost)",
+    reason="CHRONOS_TEST_BROKER_FAILOVER=1 runs it: the kills' bounds are not all met on a 2-core "
+    "machine yet (docs/reliability.md, A broker lost)",
 )
+CI_RATE = 250  # the suite's variant of the leader's kill, once it meets the bounds
+CI_DOWN_S = 5.0
 MAX_LATE_S = 10.0
 P99_LATE_S = 2.0
 ROLLING_P99_LATE_S = 1.0
-# Until the controller fences a dead broker (broker.session.timeout.ms, 9 s by default) every
-# acks=all write to a partition it replicates waits, and the group coordinator it hosted does
-# not move: a cluster meant to lose a broker without a lateness spike fences sooner (see
-# docs/reliability.md for what the default gives).
-BROKER_FAILOVER = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "1000"}
+# Until the controller fences a dead broker (broker.session.timeout.ms, 9 s by default, counted
+# from the active controller's own start when the controller died with it) every acks=all write
+# to a partition it replicates waits, and so does every group coordinator's answer: a cluster
+# meant to lose a broker without a lateness spike elects a controller and fences sooner. These
+# are the cluster operator's settings (docs/reliability.md says what the defaults give).
+BROKER_FAILOVER = {
+    "broker.session.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.timeout.ms": "500",
+}
+# The nodes' consumer session outlasts the coordinator's move (controller election + fencing +
+# loading the group, measured up to 6.1 s on the cluster above): a session that ends first
+# rejoins the group as new members, the group waits out the old ones (another session), and a
+# partition that changes hands meanwhile is read again from the group's last commit — copies of
+# messages that had fired. The price: a dead Chronos node's input moves after 10 s, not 6.
+CONSUMER_SESSION_MS = "10000"
 # The production defaults of every timing the fault suite usually shortens (logs stay JSON).
 DEFAULTS: dict[str, Any] = {
     name: OPTIONS_BY_NAME[name].default for name in FAST_TIMINGS if name != "log_format"
@@ -115,6 +134,7 @@ def chronos(
         brokers.bootstrap,
         topics,
         tmp_path / "cluster",
+        consumer_properties={"session.timeout.ms": CONSUMER_SESSION_MS},
         **DEFAULTS,
     )
     yield cluster
@@ -129,7 +149,9 @@ def chronos(
     wait_in_sync(brokers.bootstrap)
 
 
-def under_load(cluster: Cluster, fault: Callable[[], None]) -> tuple[Report, dict[str, object]]:
+def under_load(
+    cluster: Cluster, fault: Callable[[], None], rate: float = RATE
+) -> tuple[Report, dict[str, object]]:
     """Run the load, strike ``fault`` after the warm-up, check everything sent."""
     nodes = cluster.start_many(2)
     cluster.wait_ready()
@@ -137,7 +159,7 @@ def under_load(cluster: Cluster, fault: Callable[[], None]) -> tuple[Report, dic
     load = Load(
         cluster.bootstrap,
         cluster.topics.input,
-        rate=RATE,
+        rate=rate,
         delay=DELAY,
         config={"enable.idempotence": True},
     ).start()
@@ -173,16 +195,35 @@ def check(name: str, fault: str, report: Report, facts: dict[str, object], p99_s
     assert report.late.max <= MAX_LATE_S * 1000, f"max lateness: {facts}; {report.summary()}"
 
 
-def kill_and_return(brokers: EmbeddedKafkaCluster, node_id: int) -> Callable[[], None]:
+def kill_and_return(
+    brokers: EmbeddedKafkaCluster, node_id: int, down_s: float = DOWN_S
+) -> Callable[[], None]:
     def fault() -> None:
         index = node_index(brokers, node_id)
         brokers.nodes[index].signal(signal.SIGKILL)
         brokers.nodes[index].wait_stopped(10)
-        time.sleep(DOWN_S)
+        time.sleep(down_s)
         brokers.start_node(index)
         wait_in_sync(brokers.bootstrap)
 
     return fault
+
+
+@UNDER_LOAD
+def test_leader_killed_ci_size(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
+    """The suite's variant to be: the same kill and bounds at CI_RATE, the broker down
+    CI_DOWN_S. Not met yet on a quiet 2-core machine (p99 3.1 s, 331 copies for 286 claimed:
+    docs/reliability.md), so it runs with the full-size ones, when asked for."""
+    node_id, led = busiest_leader(brokers.bootstrap, [chronos.topics.input, chronos.topics.output])
+    report, facts = under_load(chronos, kill_and_return(brokers, node_id, CI_DOWN_S), CI_RATE)
+    check(
+        "21-broker-leader-killed-ci",
+        f"kill -9 of the broker leading {led} of 6 partitions, down {CI_DOWN_S:.0f} s, "
+        f"{CI_RATE} msg/s",
+        report,
+        {**facts, "killed_node": node_id},
+        P99_LATE_S,
+    )
 
 
 @UNDER_LOAD
@@ -231,7 +272,7 @@ def test_rolling_restart(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> Non
 
 QUORUM_DOWN_S = float(os.environ.get("CHRONOS_TEST_OUTAGE_S", "20"))
 QUORUM_WAVE = 2000
-RECOVERY_BOUND_S = 15.0  # claim back-off (5 s) + hold (5 s) + client reconnects
+RECOVERY_BOUND_S = 15.0  # claim back-off (1 s while writes fail) + hold (5 s) + client reconnects
 MAX_WARNINGS = 12 + 6 * max(0, math.ceil(QUORUM_DOWN_S / 60) - 1)  # as scenario 16
 
 
