@@ -10,6 +10,9 @@ database clock), then reset each only if its claim is still the one observed (co
 another node reset meanwhile, or that their owner finished, are left alone. It repeats while it
 finds full batches, so any number of stuck rows is reset in one sweep.
 
+While this node's own writes to Kafka fail, it runs no hold-time sweep (what it took over it
+could not fire either); a dead node's claims are still taken over at once.
+
 A node never suspects itself: the claims this very process made (its node id, claimed since it
 started on the database clock) are skipped. A slow statement of its own firing loop is no
 failure; its firing loop gives back the claims it held past the hold time (fenced), and rows it
@@ -27,6 +30,7 @@ from chronos.cluster.leadership import Leadership
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.observability import metrics
+from chronos.observability.dependencies import KAFKA_WRITES
 from chronos.runtime.loop import Loop
 from chronos.store import Store
 
@@ -83,7 +87,14 @@ class RecoveryLoop(Loop):
             self.leadership.elected(self.store.elect_leader(self.settings.liveness_window_ms))
             if not self.leadership.is_leader():
                 return 0
-        return self.take_over() + self.sweep()
+        taken = self.take_over()
+        if KAFKA_WRITES.down:
+            # This node's own writes fail (no leader, too few in-sync replicas): a row stuck in a
+            # peer's hands could not be fired here either, and each reset adds an attempt that
+            # can leave a copy (a leader appends what it cannot commit). The hold-time sweep
+            # waits until this node delivers again; a dead node's claims are still taken over.
+            return taken
+        return taken + self.sweep()
 
     def take_over(self) -> int:
         """Reset the claims of nodes whose heartbeat lapsed; returns how many were reset."""

@@ -45,6 +45,12 @@ LIBRDKAFKA_LOG.addFilter(ThrottleFilter())
 
 
 RECONNECT_BACKOFF_MAX_MS = 1000
+# librdkafka refreshes a topic's metadata every 5 min, and at once when a leader is reported
+# gone; a broker killed outright stays its partitions' leader in the metadata until the
+# controller fences it, and records for them wait in the client until it looks again. Half a
+# second: they go to the new leader within that of the fencing, before the delivery timeout
+# gives them up (a request a client makes twice a second, for the topics it uses).
+METADATA_REFRESH_MS = 500
 
 
 def admin_config(settings: Settings) -> dict[str, Any]:
@@ -110,6 +116,7 @@ def _common(settings: Settings) -> dict[str, Any]:
         # that long for the clients to notice. Up to 1 s instead (a reconnect attempt a second
         # per client while it is away is nothing to a broker).
         "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+        "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
     }
     conf.update(reveal_properties(settings.kafka_properties))
     if settings.kafka_oauth_provider:

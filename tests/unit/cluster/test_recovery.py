@@ -132,3 +132,24 @@ def test_a_store_error_in_the_failure_detector_is_retried() -> None:
     loop.run_once = flaky  # type: ignore[method-assign]
     loop.run()  # returns once stopped: the errors were retried, not raised
     assert len(calls) == 3
+
+
+def test_while_its_own_writes_fail_the_leader_sweeps_nothing_by_the_hold_time() -> None:
+    """Two of three brokers down: every node's writes fail, and a probe row held in flight past
+    the hold time would be taken over (a warning per row) only to fail again here, each attempt
+    a possible copy. The hold-time sweep waits until this node delivers again."""
+    from chronos.observability.dependencies import KAFKA_WRITES
+
+    clock, store, loop = _setup()
+    peer = str(uuid.uuid4())
+    store.claim(peer, 1000, 10, 10)
+    clock.advance(HOLD + 1)
+    KAFKA_WRITES.failed("NOT_ENOUGH_REPLICAS")
+    try:
+        assert loop.run_once() == 0
+        assert store.claimed()
+    finally:
+        KAFKA_WRITES.succeeded()
+        KAFKA_WRITES.reset()
+    assert loop.run_once() == 1
+    assert store.claimed() == []

@@ -81,3 +81,13 @@ def test_a_classic_group_property_with_the_broker_driven_protocol_is_refused_by_
 def test_a_classic_group_property_is_taken_with_the_classic_protocol() -> None:
     conf = consumer_config(settings(consumer_properties={"heartbeat.interval.ms": "1000"}))
     assert conf["heartbeat.interval.ms"] == "1000"
+
+
+def test_every_client_looks_for_new_leaders_twice_a_second() -> None:
+    """A broker killed outright stays its partitions' leader in the metadata until the
+    controller fences it: the clients look again within half a second, not five minutes."""
+    from chronos.kafka import producer_config
+
+    config = settings()
+    for conf in (consumer_config(config), producer_config(config, "firing")):
+        assert conf["topic.metadata.refresh.interval.ms"] == 500
