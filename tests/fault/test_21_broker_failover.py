@@ -80,8 +80,8 @@ TAIL_S = 3.0
 # with their bounds unchanged; the quorum scenario runs in every suite.
 UNDER_LOAD = pytest.mark.skipif(
     os.environ.get("CHRONOS_TEST_BROKER_FAILOVER", "") != "1",
-    reason="CHRONOS_TEST_BROKER_FAILOVER=1 runs it: 1,000 msg/s for a minute or two, with the long "
-    "broker scenarios (docs/reliability.md, A broker lost)",
+    reason="CHRONOS_TEST_BROKER_FAILOVER=1 runs it: the kills' bounds are not met in every run "
+    "on a 2-core machine yet (docs/reliability.md, A broker lost)",
 )
 CI_RATE = 250  # the suite's variant of the leader's kill, once it meets the bounds under load
 CI_DOWN_S = 5.0
