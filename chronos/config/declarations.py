@@ -306,6 +306,18 @@ class Settings:
         "with CHRONOS_INTAKE_PROCESS=separate",
         _niceness,
     )
+    header_probe: str = setting(
+        "inline",
+        "how intake finds the records whose header names the Kafka client cannot read: "
+        "'inline' (read each record's headers once in the intake process, catching the "
+        "client's error) or 'process' (read them first in a forked child per consumed batch, "
+        "which also survives a crash no one has seen yet, at a fork per batch)",
+        str.lower,
+        choices=(
+            "inline",
+            "process",
+        ),
+    )
     http_host: str = setting(
         "0.0.0.0",
         "address of the HTTP server (metrics, health, admin API)",

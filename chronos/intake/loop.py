@@ -102,7 +102,7 @@ class IntakeLoop(Loop):
         self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
-        self.probe = HeaderProbe(wait=self.wait)
+        self.probe = HeaderProbe(wait=self.wait, inline=settings.header_probe == "inline")
         self.gaps = OffsetGaps()  # a fetch that skipped records: read them again
         self.topic_allowed = topic_policy(
             settings.output_topic,

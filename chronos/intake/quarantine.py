@@ -1,33 +1,37 @@
-"""Quarantine for records that would crash the Kafka client: read their headers in a sacrificial
-process first.
+"""Quarantine for records that would crash the Kafka client: find them before intake reads them.
 
 confluent-kafka builds a header's *name* with a strict UTF-8 decode and does not check the
 result: a record whose header name is not valid UTF-8 (kafka-python, Java and Go clients can
-write one) makes ``Message.headers()`` fail with a ``SystemError`` that leaves a broken list
-cached in the message, and the next touch of it crashes the whole process with SIGSEGV. Python
-cannot catch a segfault, and a node that dies before storing the batch's offsets replays the
-record after every restart, on every node that inherits the partition: one record would stop the
-cluster.
+write one) makes the first ``Message.headers()`` fail (``SystemError``, or the
+``UnicodeDecodeError`` itself) and leaves a broken list cached in the message: the next touch of
+it crashes the whole process with SIGSEGV. Python cannot catch a segfault, and a node that dies
+before storing the batch's offsets replays the record after every restart, on every node that
+inherits the partition: one record would stop the cluster.
 
-So intake never reads headers it has not seen read safely. Before a consumed batch is parsed,
-``HeaderProbe.poison`` forks a child that reads every record's headers (the child shares the
-parent's memory copy-on-write, so it sees the very same ``Message`` objects) and exits 0. If the
-child dies (a signal) or raises, the index of the record it was reading — written to a page of
-shared memory before each read — names the poison record; the probe goes on from the record after
-it, so any number of poison records in a batch is found with one extra child each. The parent then
-reads only the headers of records proven safe, and intake dead-letters the poison ones with their
-raw key and value and a reason (their headers cannot be read by this client). Every node probes
-every batch, so the node that inherits a partition recognises a poison record as the first did,
-without ever crashing.
+So intake never reads headers a probe has not read first, and never touches the headers of a
+record whose read failed: ``HeaderProbe.poison`` names those records, and intake dead-letters
+them with their raw key and value and a reason (their headers cannot be read by this client).
+Every node probes every batch, so the node that inherits a partition recognises a poison record
+as the first did. Two ways (``CHRONOS_HEADER_PROBE``):
 
-Cost: one fork and wait per consumed batch, not per record (see docs/benchmark-results.md
-for the figure); the parent's CPU for it grows with its resident memory (page tables), so it is
-measured on a node-sized process.
+* ``inline`` (the default): the probe reads each record's headers once, in the intake process,
+  and catches the failed read: the first read of such a record fails with a Python exception
+  (the crash needs a second touch, which intake never makes). No fork, no wait: the cost is the
+  read intake makes anyway.
+* ``process``: the probe forks a child that reads every record's headers (the child shares the
+  parent's memory copy-on-write, so it sees the very same ``Message`` objects) and exits 0. If
+  the child dies (a signal) or raises, the index of the record it was reading — written to a
+  page of shared memory before each read — names the poison record; the probe goes on from the
+  record after it, so any number of poison records in a batch is found with one extra child
+  each. This survives a crash of the client that no one has seen yet, even on the first touch,
+  at the cost of one fork and wait per consumed batch (see docs/benchmark-results.md); the
+  parent's CPU for it grows with its resident memory (page tables).
 """
 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import logging
 import mmap
 import os
@@ -91,8 +95,9 @@ class _Failure:
 class HeaderProbe:
     """Finds the records of a batch whose ``headers()`` would fail or crash this process.
 
-    A record is blamed only when reading it fails twice in a row at the same record (a crash
-    signal, or the read raising): reproducibly. A child stopped by the machine — killed by
+    Inline, a record is blamed when its one read raises (it cannot be read a second time). In a
+    child, a record is blamed only when reading it fails twice in a row at the same record (a
+    crash signal, or the read raising): reproducibly. A child stopped by the machine — killed by
     anything but those crashes (the OOM killer's SIGKILL), out of memory, or never started
     because ``fork()`` failed — blames nothing: the probe is tried again with back-off (counted
     in ``chronos_header_probe_failures_total``, logged once a minute), and intake, waiting for
@@ -103,8 +108,12 @@ class HeaderProbe:
         self,
         timeout: float = PROBE_TIMEOUT_S,
         wait: Callable[[float], bool] | None = None,
+        *,
+        inline: bool = False,
     ) -> None:
-        """``wait(seconds)``: the loop's interruptible sleep between retries (True: stopping)."""
+        """``wait(seconds)``: the loop's interruptible sleep between retries (True: stopping);
+        ``inline``: read in this process, catching the failed first read (no child)."""
+        self.inline = inline
         self.timeout = timeout
         self.wait = wait or _sleep
         self._progress = mmap.mmap(-1, _INDEX.size)  # MAP_SHARED: the child's writes are seen
@@ -114,6 +123,8 @@ class HeaderProbe:
     def poison(self, records: Sequence[HasHeaders]) -> list[Poison] | None:
         """The poison records of ``records``, by index; every other record is safe to read.
         None if the loop was stopped while the probe waited to be retried."""
+        if self.inline:
+            return _read_inline(records)
         found: list[Poison] = []
         start = 0
         hung = 0
@@ -219,20 +230,45 @@ class HeaderProbe:
             _sleep_on_child(pid, min(0.05, deadline - time.monotonic()))
 
 
+def _read_inline(records: Sequence[HasHeaders]) -> list[Poison]:
+    """Read every record's headers here; a record whose read fails is poison and is never read
+    again (its message caches a broken list). A ``MemoryError`` is the machine's, not the
+    record's: it is raised, no record blamed."""
+    found: list[Poison] = []
+    for index, record in enumerate(records):
+        try:
+            _read_headers(record)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever the client raises, the record is poison
+            reason = (
+                f"the Kafka client cannot read the record's headers ({type(exc).__name__}: "
+                "a header name that is not valid UTF-8?)"
+            )
+            found.append(Poison(index, reason))
+    return found
+
+
 def _read_headers(record: HasHeaders) -> None:
-    """Read a record's headers and touch every pair, as intake will. A failed name decode can
-    leave its exception pending until a later call, or a NULL name in the list: walking the list
-    here makes either surface (as an exception or a crash) at this record, not a later one."""
+    """Read a record's headers and check every pair, as intake will read them. A name the client
+    failed to decode can leave a hole (a NULL) in the list or in its pair *without* the read
+    failing: touching the hole crashes. The garbage collector's view of a list or tuple skips
+    holes, so counting it finds them without touching one."""
     headers = record.headers()
     if headers is None:
         return
     if type(headers) is not list:
         raise TypeError("headers are not a list")
+    if len(gc.get_referents(headers)) != len(headers):
+        raise ValueError("a header is missing from the client's list")
     for pair in headers:
-        name, value = pair
+        if type(pair) is not tuple or len(pair) != 2:
+            raise TypeError("a header is not a (name, value) pair")
+    if len(gc.get_referents(*headers)) != 2 * len(headers):
+        raise ValueError("a header name the client could not decode")
+    for name, value in headers:
         if type(name) is not str or not (value is None or type(value) is bytes):
             raise TypeError("a header is not a (str, bytes | None) pair")
-        len(name)
 
 
 def _sleep(seconds: float) -> bool:

@@ -69,7 +69,8 @@ QUARANTINED = Counter(
 )
 HEADER_PROBE_DURATION = Histogram(
     "chronos_header_probe_seconds",
-    "Time to read a consumed batch's headers in a sacrificial child process",
+    "Time to find the records of a consumed batch whose headers the Kafka client cannot read "
+    "(inline, or in a sacrificial child process: CHRONOS_HEADER_PROBE)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10),
 )
 OFFSETS_OUT_OF_RANGE = Counter(

@@ -89,11 +89,14 @@ def _poison(label: str, *, deadline: datetime | None) -> Raw:
     return (f"poison-key-{label}".encode(), f"poison-value-{label}".encode(), headers)
 
 
+@pytest.mark.parametrize("probe", ["inline", "process"])
 def test_a_header_name_that_is_not_utf8_is_quarantined_never_crashes_a_node(
-    make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics
+    make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics, probe: str
 ) -> None:
+    """Both ways of probing (``CHRONOS_HEADER_PROBE``): the default reads inline and catches
+    the client's failed first read; ``process`` reads in a forked child first."""
     cluster = make_cluster()
-    node = cluster.start(env={"PYTHONFAULTHANDLER": "1"})
+    node = cluster.start(env={"PYTHONFAULTHANDLER": "1", "CHRONOS_HEADER_PROBE": probe})
     cluster.wait_ready()
     pid = node.pid
 
@@ -144,7 +147,7 @@ def test_a_header_name_that_is_not_utf8_is_quarantined_never_crashes_a_node(
 
     # The offsets past the poison records were stored: a new node on the group starts after them.
     assert node.terminate() == 0, node.tail()
-    successor = cluster.start()
+    successor = cluster.start(env={"CHRONOS_HEADER_PROBE": probe})
     cluster.wait_ready([successor])
     late = scheduled(datetime.now(UTC) + timedelta(seconds=1), key=None)
     _produce(kafka_bootstrap, topics.input, [(0, late), (1, late)])
@@ -155,8 +158,9 @@ def test_a_header_name_that_is_not_utf8_is_quarantined_never_crashes_a_node(
     assert successor.metric("chronos_quarantined_records_total") == 0
 
     result = ScenarioResult.of(
-        "13-poison-headers",
-        "header names that are not UTF-8 (they crash the Kafka client) among valid records",
+        "13-poison-headers" + ("" if probe == "inline" else "-process"),
+        "header names that are not UTF-8 (they crash the Kafka client) among valid records"
+        + ("" if probe == "inline" else ", probed in a forked child"),
         report,
         round(recovery, 1),
         quarantined=len(poisons),

@@ -1,5 +1,6 @@
-"""Scenario 18 — the crash quarantine's probe child killed by the machine (the OOM killer's
-SIGKILL), not by the poison record it exists for, while valid messages flow through a node.
+"""Scenario 18 — with ``CHRONOS_HEADER_PROBE=process``, the crash quarantine's probe child
+killed by the machine (the OOM killer's SIGKILL), not by the poison record it exists for, while
+valid messages flow through a node.
 
 Pass: no good record is dead-lettered or lost (a probe stopped by the machine blames nothing: it
 is retried with back-off); every message fires once, nothing early; the node stays up and
@@ -31,6 +32,7 @@ def test_a_probe_child_killed_by_the_machine_loses_no_good_record(
     markers.mkdir()
     node = cluster.start(
         env={
+            "CHRONOS_HEADER_PROBE": "process",  # the forked probe (not the default)
             "CHRONOS_TEST_INJECT": KILL_HEADER_PROBES,
             PROBE_KILLS_ENV: str(KILLS),
             PROBE_KILLS_DIR_ENV: str(markers),

@@ -9,6 +9,7 @@ client's crash is exercised end to end by tests/fault/test_13_poison_headers.py.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import signal
@@ -171,3 +172,69 @@ def test_a_stop_while_the_probe_waits_to_be_retried_returns_none(
     monkeypatch.setattr(os, "fork", fork)
     probe = HeaderProbe(wait=Waits(stop_after=2))
     assert probe.poison([Record()]) is None
+
+
+# -- inline (CHRONOS_HEADER_PROBE=inline, the default) ---------------------------------------
+
+
+def test_inline_a_clean_batch_is_read_once_each_without_a_child() -> None:
+    probe = HeaderProbe(inline=True)
+    records = [Record() for _ in range(50)] + [Record("none")]
+    assert probe.poison(records) == []
+    assert probe.probes == 0, "no child is forked inline"
+    assert [r.reads for r in records] == [1] * len(records)
+
+
+@pytest.mark.parametrize("behaviour", ["raise", "bad_pair"])
+def test_inline_a_failed_read_is_poison_and_never_read_again(behaviour: str) -> None:
+    records = [Record(), Record(behaviour), Record(), Record(behaviour)]
+    found = HeaderProbe(inline=True).poison(records)
+    assert found is not None
+    assert [p.index for p in found] == [1, 3]
+    assert all("cannot read" in p.reason for p in found), found
+    assert [r.reads for r in records] == [1, 1, 1, 1], "a poison record's headers: one read"
+
+
+def test_inline_the_real_clients_first_failure_is_caught() -> None:
+    class Undecodable:
+        def headers(self) -> object:
+            return b"\xff\xfe".decode()  # what the client raises for a lone bad name
+
+    found = HeaderProbe(inline=True).poison([Record(), Undecodable()])
+    assert found is not None
+    assert [p.index for p in found] == [1]
+    assert "UnicodeDecodeError" in found[0].reason
+
+
+def test_inline_out_of_memory_blames_no_record() -> None:
+    with pytest.raises(MemoryError):
+        HeaderProbe(inline=True).poison([Record(), Record("memory_error")])
+
+
+def _with_holes(length: int, kind: str) -> object:
+    """A tuple or list of ``length`` NULL slots, as the client leaves for a name it could not
+    decode (touching a slot would crash this process)."""
+    new = getattr(ctypes.pythonapi, "PyTuple_New" if kind == "tuple" else "PyList_New")
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_ssize_t]
+    return new(length)
+
+
+class Holed:
+    """A record whose first read succeeds but returns a list with a hole in it."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def headers(self) -> object:
+        if self.where == "pair":
+            return [("ok", b"1"), _with_holes(2, "tuple")]
+        return _with_holes(1, "list")
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "process"])
+@pytest.mark.parametrize("where", ["pair", "list"])
+def test_a_hole_the_client_left_is_found_without_touching_it(inline: bool, where: str) -> None:
+    found = HeaderProbe(inline=inline).poison([Record(), Holed(where), Record()])
+    assert found is not None
+    assert [p.index for p in found] == [1]
+    assert "cannot read" in found[0].reason
