@@ -157,6 +157,16 @@ class Page:
     def until(self, condition: Callable[[], bool]) -> None:
         self.wait.until(lambda _: condition())
 
+    def shown(self, selector: str) -> int:
+        """How many elements matching ``selector`` are displayed, counted in one script (the page
+        re-renders as it polls: an element found in one call may be gone by the next)."""
+        count: int = self.browser.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].filter((e) =>"
+            " e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden').length",
+            selector,
+        )
+        return count
+
     def rows(self, element_id: str) -> list[list[str]]:
         """The cells of a table body, read in one script (the page re-renders as it polls)."""
         rows: list[list[str]] = self.browser.execute_script(
