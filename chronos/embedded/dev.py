@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, Protocol
 
 from chronos.config import settings as chronos_settings
@@ -42,6 +41,7 @@ from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
 from chronos.embedded.launcher import Launched
 from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl, verify_full_url
 from chronos.errors import ChronosError, ConfigError
+from chronos.runtime.signals import relay_signals
 from chronos.store import migrate
 
 log = logging.getLogger(__name__)
@@ -186,15 +186,11 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    restore = relay_signals(lambda _sig: stop.set())  # a handler must take no lock
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        restore()
 
 
 class _Broker(Protocol):

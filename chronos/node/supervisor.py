@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import FrameType
 from typing import Any
 
 from chronos import __version__, kafka
@@ -38,6 +37,7 @@ from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA, POSTGRES
 from chronos.observability.relay import MergedRegistry, expose_process
 from chronos.runtime.loop import Backoff, Loop
+from chronos.runtime.signals import relay_signals
 from chronos.store import PostgresStore, Store
 
 log = logging.getLogger(__name__)
@@ -311,12 +311,11 @@ def run_node(settings: Settings) -> int:
     node = Node(settings)
     expose_process("node")
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s", signal.Signals(signum).name)
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("received %s", sig.name)
         node.request_stop()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    relay_signals(on_signal)  # on a thread of its own: a handler must take no lock
     if not node.start(check_broker=True):
         return node.shutdown()  # stopped while waiting for a dependency
     return node.wait()
