@@ -3,10 +3,10 @@
 confluent-kafka builds a header's *name* with a strict UTF-8 decode and does not check the
 result: a record whose header name is not valid UTF-8 (kafka-python, Java and Go clients can
 write one) makes the first ``Message.headers()`` fail (``SystemError``, or the
-``UnicodeDecodeError`` itself) and leaves a broken list cached in the message: the next touch of
-it crashes the whole process with SIGSEGV. Python cannot catch a segfault, and a node that dies
-before storing the batch's offsets replays the record after every restart, on every node that
-inherits the partition: one record would stop the cluster.
+``UnicodeDecodeError`` itself) or return a list with a hole, and leaves that broken list cached in
+the message: touching the hole crashes the whole process with SIGSEGV. Python cannot catch a
+segfault, and a node that dies before storing the batch's offsets replays the record after every
+restart, on every node that inherits the partition: one record would stop the cluster.
 
 So intake never reads headers a probe has not read first, and never touches the headers of a
 record whose read failed: ``HeaderProbe.poison`` names those records, and intake dead-letters
@@ -14,10 +14,11 @@ them with their raw key and value and a reason (their headers cannot be read by 
 Every node probes every batch, so the node that inherits a partition recognises a poison record
 as the first did. Two ways (``CHRONOS_HEADER_PROBE``):
 
-* ``inline`` (the default): the probe reads each record's headers once, in the intake process,
-  and catches the failed read: the first read of such a record fails with a Python exception
-  (the crash needs a second touch, which intake never makes). No fork, no wait: the cost is the
-  read intake makes anyway.
+* ``inline`` (the default): the probe reads each record's headers once, in the intake process:
+  the first read of such a record either fails with a Python exception or returns a list with a
+  hole (a NULL) where a pair or its name should be, which the probe counts without touching it
+  (``_read_headers``); the crash needs a touch of the broken list, which intake never makes. No
+  fork, no wait: the cost is the read intake makes anyway.
 * ``process``: the probe forks a child that reads every record's headers (the child shares the
   parent's memory copy-on-write, so it sees the very same ``Message`` objects) and exits 0. If
   the child dies (a signal) or raises, the index of the record it was reading — written to a
@@ -95,9 +96,9 @@ class _Failure:
 class HeaderProbe:
     """Finds the records of a batch whose ``headers()`` would fail or crash this process.
 
-    Inline, a record is blamed when its one read raises (it cannot be read a second time). In a
-    child, a record is blamed only when reading it fails twice in a row at the same record (a
-    crash signal, or the read raising): reproducibly. A child stopped by the machine — killed by
+    Inline, a record is blamed when its one read raises or shows a hole (it is never read
+    again). In a child, a record is blamed only when reading it fails twice in a row at the same
+    record (a crash signal, or the read raising): reproducibly. A child stopped by the machine — killed by
     anything but those crashes (the OOM killer's SIGKILL), out of memory, or never started
     because ``fork()`` failed — blames nothing: the probe is tried again with back-off (counted
     in ``chronos_header_probe_failures_total``, logged once a minute), and intake, waiting for
