@@ -2,7 +2,7 @@
 
     python -m loadtest.probes.thread_cpu PID [PID ...] [--seconds 30]
 
-Reads every thread's user + system time from ``/proc/<pid>/task/<tid>/stat`` of each process
+Reads every thread's user + system time (psutil; the thread's name from ``/proc``) of each process
 (a node: the ``chronos run`` process and its intake process, ``chronos.intake.child``) at the
 start and the end of the window, and each process's reaped children's time (the header probe's
 forked children with ``CHRONOS_HEADER_PROBE=process``). Prints CPU-seconds and the share of a
@@ -13,11 +13,11 @@ process's name), and the total in cores. Linux only.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import dataclass
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+import psutil
+
 _PROCESS = "(the whole process)"  # the key of a process's own total in a snapshot
 
 
@@ -28,27 +28,29 @@ class Usage:
     seconds: float
 
 
-def _fields(stat: str) -> tuple[str, list[str]]:
-    """The name and the fields after it of a ``stat`` line (the name may hold spaces)."""
-    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+def _thread_name(pid: int, tid: int) -> str:
+    """A thread's name (psutil gives its times, not its name); "" if it ended meanwhile."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
 
 
 def snapshot(pids: list[int]) -> dict[tuple[int, str], float]:
-    """CPU-seconds so far per (pid, thread name), and per (pid, "reaped children")."""
+    """CPU-seconds so far per (pid, thread name), per (pid, "reaped children") and per
+    (pid, the whole process)."""
     seen: dict[tuple[int, str], float] = {}
     for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    name, fields = _fields(f.read())
-            except FileNotFoundError:  # the thread ended meanwhile
-                continue
-            used = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
-            seen[(pid, name)] = seen.get((pid, name), 0.0) + used
-        with open(f"/proc/{pid}/stat") as f:
-            _, fields = _fields(f.read())
-        seen[(pid, "reaped children")] = (int(fields[13]) + int(fields[14])) / _TICKS
-        seen[(pid, _PROCESS)] = (int(fields[11]) + int(fields[12])) / _TICKS
+        process = psutil.Process(pid)
+        for thread in process.threads():
+            name = _thread_name(pid, thread.id)
+            if name:
+                used = thread.user_time + thread.system_time
+                seen[(pid, name)] = seen.get((pid, name), 0.0) + used
+        times = process.cpu_times()
+        seen[(pid, "reaped children")] = times.children_user + times.children_system
+        seen[(pid, _PROCESS)] = times.user + times.system
     return seen
 
 
