@@ -98,11 +98,11 @@ class HeaderProbe:
 
     Inline, a record is blamed when its one read raises or shows a hole (it is never read
     again). In a child, a record is blamed only when reading it fails twice in a row at the same
-    record (a crash signal, or the read raising): reproducibly. A child stopped by the machine — killed by
-    anything but those crashes (the OOM killer's SIGKILL), out of memory, or never started
-    because ``fork()`` failed — blames nothing: the probe is tried again with back-off (counted
-    in ``chronos_header_probe_failures_total``, logged once a minute), and intake, waiting for
-    it, consumes nothing more meanwhile. Every wait for a child is bounded.
+    record (a crash signal, or the read raising): reproducibly. A child stopped by the machine —
+    killed by anything but those crashes (the OOM killer's SIGKILL), out of memory, or never
+    started because ``fork()`` failed — blames nothing: the probe is tried again with back-off
+    (counted in ``chronos_header_probe_failures_total``, logged once a minute), and intake,
+    waiting for it, consumes nothing more meanwhile. Every wait for a child is bounded.
     """
 
     def __init__(
