@@ -299,14 +299,6 @@ class EmbeddedKafka:
         self.stop()
         return self.start()
 
-    def reset(self) -> str:
-        """Stop, drop every topic and record (the storage is formatted again), start again on
-        the same ports."""
-        self.stop()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
-        self.cluster_id = None
-        return self.start()
-
     def stop_stale(self) -> None:
         """Stop a node a previous run left behind (its pid in the pid file, same config)."""
         if self.pid_path is None:

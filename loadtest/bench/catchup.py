@@ -195,7 +195,7 @@ def run_catchup_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
     rec: dict[str, Any] = {**scenario.as_dict(), "status": "running", "offered_rate": backlog.rate}
     rec["load"] = f"{backlog.describe()} + {stream_rate:g} msg/s {sc.CATCHUP_STREAM_DELAY}"
     try:
-        stack.fresh_broker()
+        stack.clear_broker()
         topics = stack.topics(scenario.name)
         stack.reset_table()
         stack.wait_ready(stack.start_nodes(scenario.nodes, topics, sdir), topics)

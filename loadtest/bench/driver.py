@@ -36,6 +36,7 @@ from loadtest.bench.results.cpu import CpuUsage, per_core
 from loadtest.bench.results.jsonread import json_int, json_map
 from loadtest.bench.runs import Context, Interrupted, run_ceiling_scenario, run_load_scenario, say
 from loadtest.bench.stack import POSTGRES_SETTINGS, REPO, Stack, Topics, read_text
+from loadtest.bench.warmup import warm_broker
 
 DEFAULT_RESULTS = Path("loadtest/results")
 
@@ -190,7 +191,12 @@ def run_bench(args: argparse.Namespace) -> int:
                 ),
             }
             ceiling: float | None = None
+            warm = not any(s.kind != "ceiling" for s in runs)
             for scenario in runs:
+                if not warm and scenario.kind != "ceiling":
+                    bench["stack"]["broker_warmup"] = warm_broker(ctx)
+                    write_outputs(out, bench)
+                    warm = True
                 try:
                     if scenario.kind == "ceiling":
                         rec = run_ceiling_scenario(ctx, scenario)

@@ -180,9 +180,10 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
 def _start(
     stack: Stack, scenario: Scenario, sdir: Path, rec: dict[str, Any]
 ) -> tuple[Topics, list[NodeProcess]]:
-    """An empty broker and table (pre-loaded if the scenario says so), then its nodes, ready."""
+    """A broker without the topics before, an empty table (pre-loaded if the scenario says
+    so), then its nodes, ready."""
     tag = f"[{scenario.name}]"
-    stack.fresh_broker()
+    stack.clear_broker()
     topics = stack.topics(scenario.name)
     stack.reset_table()
     if scenario.preload_rows:

@@ -24,6 +24,13 @@ READY_TIMEOUT_S = 90.0
 SESSION_TIMEOUT_MS = "6000"
 MB = 1024 * 1024
 TEST_HOOK_PREFIXES = ("CHRONOS_TEST_", "CHRONOS_DEV_", "CHRONOS_FAULT_")
+BROKER_SETTINGS = {"log.segment.delete.delay.ms": "1000"}
+"""The bench's broker removes a deleted topic's partitions from the disk a second later (Kafka
+waits a minute; with 0 its deletion task reschedules itself at once, for ever): a scenario's
+topics are gone before the next scenario starts, not during it. (The task first runs 30 s after
+the broker started, a delay no setting changes.)"""
+CLEAR_TIMEOUT_S = 120.0
+TOPIC_PREFIX = "bench-"  # every topic (and group) of a scenario; clear_broker deletes these
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -48,6 +55,17 @@ def launch(
         death_signal=death_signal,
         new_session=False,
     ).process
+
+
+def _partition_dirs(log_dirs: Path, topics: Sequence[str]) -> list[str]:
+    """The partition directories of ``topics`` still in ``log_dirs`` (``<topic>-<n>``, or
+    ``<topic>-<n>.<id>-delete`` once deleted and not yet removed)."""
+    try:
+        entries = [p.name for p in log_dirs.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    prefixes = tuple(f"{t}-" for t in topics)
+    return [name for name in entries if name.startswith(prefixes)]
 
 
 def read_text(path: str) -> str | None:
@@ -187,6 +205,7 @@ class Stack:
         self.url = self.postgres.restart()
         self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.broker = EmbeddedKafka(0, log_dir=self.logs_dir)
+        self.broker.extra = dict(BROKER_SETTINGS)
         self.bootstrap = self.broker.start()
         migrate.upgrade(self.url)
 
@@ -215,10 +234,10 @@ class Stack:
         from chronos.embedded import create_topics
 
         topics = Topics(
-            f"bench-{name}-input",
-            f"bench-{name}-output",
-            f"bench-{name}-dead-letter",
-            f"bench-{name}",
+            f"{TOPIC_PREFIX}{name}-input",
+            f"{TOPIC_PREFIX}{name}-output",
+            f"{TOPIC_PREFIX}{name}-dead-letter",
+            f"{TOPIC_PREFIX}{name}",
         )
         wanted = {t: self.partitions for t in topics.all()}
         audit = self.node_env.get("CHRONOS_AUDIT_TOPIC")
@@ -227,11 +246,34 @@ class Stack:
         create_topics(self.bootstrap, wanted)
         return topics
 
-    def fresh_broker(self) -> None:
-        """Restart the broker on empty storage (same port): every scenario starts on an empty
-        one, so none inherits the records, topics or housekeeping of the one before."""
-        if self.broker is not None and self.broker.running:
-            self.bootstrap = self.broker.reset()
+    def clear_broker(self, timeout: float = CLEAR_TIMEOUT_S) -> None:
+        """Delete every topic the scenarios before made (``TOPIC_PREFIX``, and the nodes' audit
+        topic if they have one) and wait until the broker has removed their partitions from the
+        disk: the next scenario runs on the same warm broker (see ``loadtest.bench.warmup``)
+        with none of the records, topics or housekeeping of the one before."""
+        from chronos.embedded.topics import admin_client
+
+        admin = admin_client(self.bootstrap)
+        audit = self.node_env.get("CHRONOS_AUDIT_TOPIC")
+        names = [
+            t
+            for t in admin.list_topics(timeout=30).topics
+            if t.startswith(TOPIC_PREFIX) or t == audit
+        ]
+        if names:
+            futures = admin.delete_topics(names, operation_timeout=timeout)
+            for future in futures.values():
+                future.result(timeout)
+        log_dirs = self.broker.config().log_dirs
+        limit = time.monotonic() + timeout
+        while True:
+            known = set(admin.list_topics(timeout=30).topics)
+            left = [t for t in names if t in known] + _partition_dirs(log_dirs, names)
+            if not left:
+                return
+            if time.monotonic() > limit:
+                raise RuntimeError(f"the broker still holds {left[:3]} after {timeout:g} s")
+            time.sleep(0.2)
 
     def reset_table(self) -> None:
         self.sql("TRUNCATE chronos_messages")

@@ -58,16 +58,6 @@ def test_one_node_serves_and_keeps_its_records_across_a_restart(tmp_path: Path) 
     assert ready_s < 60
 
 
-def test_reset_starts_on_empty_storage(tmp_path: Path) -> None:
-    """What the benchmark does between scenarios: same port, no topic left."""
-    with EmbeddedKafka(log_dir=tmp_path) as node:
-        create_topics(node.bootstrap, {"dropped": 1})
-
-        assert node.reset() == node.bootstrap
-
-        assert "dropped" not in admin_client(node.bootstrap).list_topics(timeout=10).topics
-
-
 def test_topics_are_not_created_on_first_mention(tmp_path: Path) -> None:
     """``auto.create.topics.enable=false``, as production usually runs: producing to a topic
     nobody created fails instead of creating it."""

@@ -1,5 +1,5 @@
-"""``python -m loadtest bench`` end to end with tiny numbers: its own stack, the ceiling, one
-precision run and the report (``--quick --scenarios ceiling,precision``)."""
+"""``python -m loadtest bench`` end to end with tiny numbers: its own stack, the ceiling, the
+broker's warm-up, one precision run and the report (``--quick --scenarios ceiling,precision``)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,13 @@ def test_bench_quick_smoke(tmp_path: Path) -> None:
     assert data["headline"]["ceiling_msg_per_s"] > 0
     # its Postgres set up as docs/sizing.md recommends (ALTER SYSTEM, then a restart)
     assert data["stack"]["postgres_settings"] == {"shared_buffers": "1GB", "max_wal_size": "8GB"}
+    # the broker warmed once before the first scenario that uses it (its JIT), by a load that
+    # ran its whole length
+    warmup = data["stack"]["broker_warmup"]
+    assert warmup["returncode"] == 0, warmup
+    assert (
+        len(warmup["broker_cores_per_second"]) >= 20 and max(warmup["broker_cores_per_second"]) > 0
+    )
     precision = data["scenarios"][1]
     counts = precision["summary"]["counts"]
     assert counts["sent"] == 10_000 and counts["lost"] == 0
