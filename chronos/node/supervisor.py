@@ -319,8 +319,8 @@ def run_node(settings: Settings) -> int:
     relay_signals(on_signal)  # on a thread of its own: a handler must take no lock
     # What start-up imported and built lives as long as the process: out of the collector's
     # reach, a full collection no longer walks it. Each full collection held the GIL 34-68 ms
-    # (a node at 1,000 msg/s while ingesting 9,000: one a minute), and every timer due
-    # meanwhile fired late; frozen, none took over 3 ms (docs/benchmark-results.md).
+    # (a node at 1,000 msg/s while ingesting 9,000: two in a 100-second run), and every timer
+    # due meanwhile fired late; frozen, none took over 3 ms (docs/benchmark-results.md).
     gc.collect()
     gc.freeze()
     if not node.start(check_broker=True):

@@ -4,7 +4,7 @@ Apache Kafka is a Java program: a freshly started broker runs its request paths 
 the JIT compiler has seen them often enough, and on a 2-core machine the compiler's threads take
 their CPU from everything else. A broker restarted for every scenario spent its first tens of
 seconds that way in each of them: it used 0.9 cores at 1,000 msg/s through the echo relay
-(0.4 warm), and the scenarios measured its warm-up, not Chronos. A production broker has been
+(0.25 warm), and the scenarios measured its warm-up, not Chronos. A production broker has been
 running for days, so the bench starts one broker, warms it here with the echo relay at the
 sustained rate, and runs every scenario on it with topics of its own
 (``Stack.clear_broker`` deletes those of the scenario before, and waits until their
