@@ -230,6 +230,11 @@ class Stack:
         except Exception:  # noqa: BLE001 - a fact for the report, nothing more
             return None
 
+    @property
+    def audit_topic(self) -> str | None:
+        """The topic the nodes write their audit trail to (``--node-env CHRONOS_AUDIT_TOPIC``)."""
+        return self.node_env.get("CHRONOS_AUDIT_TOPIC") or None
+
     def topics(self, name: str) -> Topics:
         from chronos.embedded import create_topics
 
@@ -240,7 +245,7 @@ class Stack:
             f"{TOPIC_PREFIX}{name}",
         )
         wanted = {t: self.partitions for t in topics.all()}
-        audit = self.node_env.get("CHRONOS_AUDIT_TOPIC")
+        audit = self.audit_topic
         if audit:  # the nodes write their audit trail there (--node-env CHRONOS_AUDIT_TOPIC=...)
             wanted[audit] = self.partitions
         create_topics(self.bootstrap, wanted)
@@ -254,11 +259,10 @@ class Stack:
         from chronos.embedded.topics import admin_client
 
         admin = admin_client(self.bootstrap)
-        audit = self.node_env.get("CHRONOS_AUDIT_TOPIC")
         names = [
             t
             for t in admin.list_topics(timeout=30).topics
-            if t.startswith(TOPIC_PREFIX) or t == audit
+            if t.startswith(TOPIC_PREFIX) or t == self.audit_topic
         ]
         if names:
             futures = admin.delete_topics(names, operation_timeout=timeout)

@@ -21,10 +21,9 @@ import signal
 import time
 from typing import Any
 
-import psutil
-
 from loadtest.bench import scenarios as sc
 from loadtest.bench.context import Context, Interrupted, say, wait_child
+from loadtest.bench.procstats import tree_cpu_s
 from loadtest.bench.stack import clean_env, launch
 
 WARMUP_SECONDS = {True: 20.0, False: 45.0}
@@ -65,17 +64,16 @@ def _warm(ctx: Context) -> dict[str, Any]:
         "--delay", WARMUP_DELAY, "--duration", f"{seconds:g}s", "--drain-timeout", "10s",
         "--grace", "0s", "--out", str(sdir / "events"),
     ]  # fmt: skip
-    broker = psutil.Process(stack.broker_pid) if stack.broker_pid else None
     cores: list[float] = []
     started = time.monotonic()
     try:
         harness = launch(
             argv, log_path=sdir / "harness.log", env=clean_env(), death_signal=signal.SIGTERM
         )
-        last = _cpu(broker)
+        last = tree_cpu_s(stack.broker_pid)
         while harness.poll() is None:
             time.sleep(1.0)
-            now = _cpu(broker)
+            now = tree_cpu_s(stack.broker_pid)
             cores.append(round(now - last, 2))
             last = now
         code = wait_child(harness, "the warm-up")
@@ -95,13 +93,3 @@ def _warm(ctx: Context) -> dict[str, Any]:
             f"{sum(last5) / 5:.2f} in the last 5 s of sending"
         )
     return record
-
-
-def _cpu(proc: psutil.Process | None) -> float:
-    if proc is None:
-        return 0.0
-    try:
-        t = proc.cpu_times()
-    except psutil.Error:
-        return 0.0
-    return float(t.user + t.system)
