@@ -13,6 +13,14 @@ class ConfigError(ChronosError):
     """A setting is missing or invalid; the message names it. Start-up stops."""
 
 
+class PortInUse(ConfigError):
+    """An embedded server's port is held by another process; ``port`` says which."""
+
+    def __init__(self, message: str, port: int):
+        super().__init__(message)
+        self.port = port
+
+
 class StoreError(ChronosError):
     """The database failed.
 

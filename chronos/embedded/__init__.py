@@ -7,7 +7,7 @@ tested code path. They are for development and tests; production uses real clust
 from chronos.embedded.kafka import EmbeddedKafka
 from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
 from chronos.embedded.postgres import POSTGRES_SYSTEM_USER, EmbeddedPostgres, postgres_bin_dir
-from chronos.embedded.process import free_port
+from chronos.embedded.process import free_port, free_ports
 from chronos.embedded.tansu import TansuBroker
 from chronos.embedded.topics import create_topics
 
@@ -19,5 +19,6 @@ __all__ = [
     "TansuBroker",
     "create_topics",
     "free_port",
+    "free_ports",
     "postgres_bin_dir",
 ]

@@ -40,7 +40,7 @@ from chronos.embedded import (
 from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
 from chronos.embedded.launcher import Launched
 from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl, verify_full_url
-from chronos.errors import ChronosError, ConfigError
+from chronos.errors import ChronosError, ConfigError, PortInUse
 from chronos.runtime.signals import relay_signals
 from chronos.store import migrate
 
@@ -262,6 +262,19 @@ def _check_args(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _port_hint(args: argparse.Namespace, exc: ConfigError) -> str:
+    """Which option chose the port a server found taken ("" for a port picked at random)."""
+    if not isinstance(exc, PortInUse):
+        return ""
+    if exc.port == args.pg_port:
+        return "; choose another --pg-port"
+    if 0 <= exc.port - args.kafka_port < args.brokers:
+        return "; choose another --kafka-port" + (
+            " (broker i listens on it + i - 1)" if args.brokers > 1 else ""
+        )
+    return ""
+
+
 def run_dev(
     args: argparse.Namespace,
     *,
@@ -353,7 +366,7 @@ def run_dev(
                 _report_deaths(nodes, reported)
             return 0
         except ConfigError as exc:  # a tool missing, a port or setting wrong
-            print(f"chronos dev: {exc}", file=sys.stderr, flush=True)
+            print(f"chronos dev: {exc}{_port_hint(args, exc)}", file=sys.stderr, flush=True)
             return 2
         except ChronosError as exc:
             print(f"chronos dev: {exc}", file=sys.stderr, flush=True)

@@ -25,8 +25,16 @@ from confluent_kafka.admin import AdminClient
 
 from chronos.embedded import kafka_config, kafka_jars, launcher
 from chronos.embedded.kafka_security import BrokerSecurity
-from chronos.embedded.process import _alive, _cmdline, _kill_stray, _port_accepts, _tail, free_port
-from chronos.errors import ChronosError
+from chronos.embedded.process import (
+    _alive,
+    _cmdline,
+    _kill_stray,
+    _port_accepts,
+    _tail,
+    free_port,
+    port_free,
+)
+from chronos.errors import ChronosError, PortInUse
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +147,7 @@ class EmbeddedKafka:
             return
         self.stop_stale()
         self.assign_ports()
+        self.check_ports()
         java, libs = kafka_jars.java_binary(), kafka_jars.jar_dir()
         classpath = str(libs / "*")
         kind = "secured" if self.security is not None else ""
@@ -183,6 +192,22 @@ class EmbeddedKafka:
             self._port = free_port(self.host)
         if not self.controller_port:
             self.controller_port = free_port(self.host)
+
+    @property
+    def ports(self) -> list[int]:
+        """Every port the node listens on: its client listeners, then the controller's."""
+        clients = [lst.port for lst in self.security.listeners] if self.security else [self._port]
+        return [*clients, self.controller_port]
+
+    def check_ports(self) -> None:
+        """PortInUse, before the JVM starts, when another process holds one of the ports."""
+        for port in self.ports:
+            if not port_free(port, self.host):
+                raise PortInUse(
+                    f"Kafka node {self.node_id} cannot listen on {self.host}:{port}: "
+                    "another process holds that port",
+                    port,
+                )
 
     def _popen(self, command: list[str]) -> subprocess.Popen[bytes]:
         if self.die_with_parent:

@@ -83,9 +83,11 @@ class EmbeddedKafkaCluster:
         self._prepare()
         waiting = [node for node in self.nodes if not node.running]
         for node in waiting:
-            node.spawn()
-        self._write_pids()
+            node.check_ports()  # before any JVM starts
         try:
+            for node in waiting:
+                node.spawn()
+            self._write_pids()
             for node in waiting:
                 node.wait_until_ready(timeout)
         except ChronosError:

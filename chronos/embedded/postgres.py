@@ -27,8 +27,9 @@ from chronos.embedded.process import (
     _stop_child,
     _tail,
     free_port,
+    port_free,
 )
-from chronos.errors import ChronosError
+from chronos.errors import ChronosError, PortInUse
 
 POSTGRES_SYSTEM_USER = "chronos-pg"
 """Postgres refuses to run as root; as root, the embedded server runs as this system user."""
@@ -172,6 +173,12 @@ class EmbeddedPostgres:
             self._initdb()
         if not self._port:
             self._port = free_port()
+        if not port_free(self._port):
+            raise PortInUse(
+                f"Postgres cannot listen on 127.0.0.1:{self._port}: another process holds "
+                "that port",
+                self._port,
+            )
         command = [
             str(self._bin / "postgres"),
             "-D", str(self.data_dir),

@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,14 +16,56 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chronos.errors import ChronosError
+
 log = logging.getLogger(__name__)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now (another process may take it before you bind it)."""
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()  # ports this process was given: never the same one twice
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel picks from for a connection's local end."""
+    try:
+        low, high = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a listener could bind ``host:port`` now (as servers do, with SO_REUSEADDR, so
+    a connection of the port's last owner waiting out TIME_WAIT does not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive TCP ports that are free now, outside the kernel's
+    ephemeral range: no outgoing connection can take one as its local port, so a server
+    stopped and started again on it (a broker after a kill) finds it free. Another process
+    may still bind one before you do."""
+    low, high = _ephemeral_range()
+    first, last = (10000, low - 1) if low - 10000 >= 4096 else (high + 1, 65535)
+    rng = random.SystemRandom()
+    for _ in range(500):
+        base = rng.randint(first, last - count + 1)
+        block = range(base, base + count)
+        if _handed_out.isdisjoint(block) and all(port_free(p, host) for p in block):
+            _handed_out.update(block)
+            return base
+    raise ChronosError(f"no {count} consecutive free ports between {first} and {last}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now, outside the ephemeral range (:func:`free_ports`)."""
+    return free_ports(1, host)
 
 
 def _port_accepts(host: str, port: int) -> bool:

@@ -27,7 +27,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from chronos.embedded import free_port, free_ports
 
 READY_LINE = "chronos dev: ready"
 INPUT, OUTPUT = "chronos-input", "chronos-output"
@@ -69,12 +70,6 @@ class Figures:
     late_by_second: list[int] = field(default_factory=list)  # late ones by second of sending
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of sorted ``values``."""
     if not values:
@@ -88,7 +83,7 @@ class Stack:
 
     def __init__(self, args: argparse.Namespace, data_dir: Path):
         self.kafka_port = free_port()
-        self.http_base = free_port()
+        self.http_base = free_ports(args.nodes + 1)
         command = [
             str(Path(sys.executable).with_name("chronos")), "dev",
             "--nodes", str(args.nodes), "--broker", args.broker,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from chronos.embedded.kafka import read_pids
-from chronos.embedded.process import _alive, free_port
+from chronos.embedded.process import _alive, free_port, free_ports
 from chronos.embedded.topics import admin_client
 from tests.support.polling import eventually
 
@@ -43,12 +44,13 @@ def chronos_dev(*argv: str) -> Iterator[DevRun]:
     afterwards."""
     # pytest's tmp_path is below a 0700 directory the Postgres system user cannot pass as root
     data_dir = Path(tempfile.mkdtemp(prefix="chronos-dev-"))
-    kafka_port, pg_port = free_port(), free_port()
+    # broker i and node i listen on a port + i: blocks of free ports (up to 3 brokers, 3 nodes)
+    kafka_port, pg_port, http_base = free_ports(3), free_port(), free_ports(4)
     process = subprocess.Popen(
         [
             sys.executable, "-m", "chronos", "dev", *argv, "--data-dir", str(data_dir),
             "--kafka-port", str(kafka_port), "--pg-port", str(pg_port),
-            "--http-port-base", str(free_port()),
+            "--http-port-base", str(http_base),
         ],
         env={k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")},
         stdout=subprocess.PIPE,
@@ -96,3 +98,32 @@ def test_the_imitation_still_runs_behind_its_option() -> None:
         pid = read_pids(dev.data_dir / "broker.pid")[0]
         assert "tansu" in Path(f"/proc/{pid}/cmdline").read_text()
     assert dev.process.returncode == 0
+
+
+def test_a_taken_broker_port_stops_start_up_naming_the_option() -> None:
+    """Broker 2 of three listens on --kafka-port + 1; another process holds that port: exit 2
+    within seconds, the message naming the option, no broker left running."""
+    data_dir = Path(tempfile.mkdtemp(prefix="chronos-dev-"))
+    kafka_port = free_ports(3)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", kafka_port + 1))
+        holder.listen()
+        result = subprocess.run(
+            [
+                sys.executable, "-m", "chronos", "dev", "--nodes", "0", "--brokers", "3",
+                "--data-dir", str(data_dir), "--kafka-port", str(kafka_port),
+                "--pg-port", str(free_port()),
+            ],
+            env={k: v for k, v in os.environ.items() if not k.startswith("CHRONOS_")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+    try:
+        assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+        assert f"127.0.0.1:{kafka_port + 1}" in result.stderr, result.stderr
+        assert "choose another --kafka-port" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr + result.stdout
+        assert not any(_alive(pid) for pid in read_pids(data_dir / "broker.pids"))
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -14,7 +14,6 @@ client reaches nothing.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import uuid
@@ -26,6 +25,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from chronos.embedded.process import free_port
 from chronos.embedded.tls import Pki
 from tests.e2e.test_cli_e2e import NodeProcess, chronos
 from tests.support import Topics
@@ -108,12 +108,6 @@ def tls_env(database_url: str, broker: TlsBroker, topics: Topics) -> dict[str, s
         "CHRONOS_SHUTDOWN_TIMEOUT_MS": "8000",
         "CHRONOS_ADMIN_TOKEN": TOKEN,
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ------------------------------------------------------------------ nothing falls back

@@ -13,6 +13,7 @@ import pytest
 from chronos import embedded
 from chronos.config import settings
 from chronos.embedded import dev, process
+from chronos.errors import ConfigError, PortInUse
 from tests.support.databases import with_database
 
 
@@ -80,6 +81,66 @@ def test_free_port_is_bindable() -> None:
     port = embedded.free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_a_block_outside_the_ephemeral_range() -> None:
+    """A port of the kernel's ephemeral range can become an outgoing connection's local end
+    while its server is down (a killed broker), and the server cannot bind it again."""
+    low, high = process._ephemeral_range()
+    bases = [embedded.free_ports(3) for _ in range(50)]
+    for base in bases:
+        assert all(not low <= port <= high for port in range(base, base + 3))
+        for port in range(base, base + 3):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", port))
+    handed = [port for base in bases for port in range(base, base + 3)]
+    assert len(set(handed)) == len(handed), "a port handed out twice"
+
+
+def test_port_free_sees_a_listener_and_a_connection_not_a_closed_port() -> None:
+    port, other = embedded.free_port(), embedded.free_port()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        assert not process.port_free(port)
+    assert process.port_free(port)
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", other))
+        server.listen()
+        client.bind(("127.0.0.1", port))  # what the kernel does with an ephemeral port
+        client.connect(("127.0.0.1", other))
+        assert not process.port_free(port)
+
+
+def test_a_held_port_stops_the_kafka_node_before_its_jvm_starts(tmp_path: Path) -> None:
+    port = embedded.free_port()
+    node = embedded.EmbeddedKafka(port, log_dir=tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with pytest.raises(PortInUse, match=f"127.0.0.1:{port}") as raised:
+            node.spawn()
+    assert raised.value.port == port
+    assert not node.running
+
+
+@pytest.mark.parametrize(
+    ("port", "hint"),
+    [
+        (5432, "; choose another --pg-port"),
+        (9092, "; choose another --kafka-port"),
+        (9094, ""),
+        (12345, ""),
+    ],
+)
+def test_port_hint_names_the_option(port: int, hint: str) -> None:
+    args = argparse.Namespace(pg_port=5432, kafka_port=9092, brokers=1)
+    assert dev._port_hint(args, PortInUse("taken", port)) == hint
+    args.brokers = 3
+    cluster_hint = dev._port_hint(args, PortInUse("taken", port))
+    if port == 9094:
+        assert cluster_hint.startswith("; choose another --kafka-port (broker i")
+    assert dev._port_hint(args, ConfigError("no java")) == ""
 
 
 def test_alive() -> None:
