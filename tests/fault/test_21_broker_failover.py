@@ -43,7 +43,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -53,6 +53,7 @@ from tests.fault.test_16_dependency_outages import LivenessProbe, warnings_since
 from tests.support.brokers import (
     active_controller,
     busiest_leader,
+    cluster_digest,
     node_index,
     replicated_topics,
     wait_in_sync,
@@ -158,7 +159,10 @@ def chronos(
 
 
 def under_load(
-    cluster: Cluster, fault: Callable[[], None], rate: float = RATE
+    cluster: Cluster,
+    brokers: EmbeddedKafkaCluster,
+    fault: Callable[[], None],
+    rate: float = RATE,
 ) -> tuple[Report, dict[str, object]]:
     """Run the load, strike ``fault`` after the warm-up, check everything sent."""
     nodes = cluster.start_many(2)
@@ -188,19 +192,25 @@ def under_load(
         "restarted": [n.name for n in nodes if not n.alive() or pids[n.name] != n.pid],
         "late_p99_s": round(report.late.p99 / 1000, 2),
         "late_max_s": round(report.late.max / 1000, 2),
+        # not recorded: what a failed check's message shows of the nodes and the brokers
+        "diagnosis": cluster.digest(struck) + cluster_digest(brokers, struck),
     }
     return report, facts
 
 
 def check(name: str, fault: str, report: Report, facts: dict[str, object], p99_s: float) -> None:
+    diagnosis = facts.pop("diagnosis", [])
     record_result(ScenarioResult.of(name, fault, report, report.late.max / 1000, **facts))
-    assert facts["restarted"] == [], f"Chronos nodes restarted: {facts}"
-    assert facts["liveness_failures"] == [], f"liveness failed: {facts}"
-    assert report.lost == [] and report.misrouted == [], report.summary()
-    assert report.early == {}, report.summary()
-    assert report.duplicates <= int(str(facts["claimed_at_fault"])), report.summary()
-    assert report.late.p99 <= p99_s * 1000, f"p99 lateness: {facts}; {report.summary()}"
-    assert report.late.max <= MAX_LATE_S * 1000, f"max lateness: {facts}; {report.summary()}"
+    said = f"{report.summary()}; {facts}; since the fault:\n" + "\n".join(
+        cast(list[str], diagnosis)
+    )
+    assert facts["restarted"] == [], f"Chronos nodes restarted: {said}"
+    assert facts["liveness_failures"] == [], f"liveness failed: {said}"
+    assert report.lost == [] and report.misrouted == [], said
+    assert report.early == {}, said
+    assert report.duplicates <= int(str(facts["claimed_at_fault"])), f"copies: {said}"
+    assert report.late.p99 <= p99_s * 1000, f"p99 lateness: {said}"
+    assert report.late.max <= MAX_LATE_S * 1000, f"max lateness: {said}"
 
 
 def kill_and_return(
@@ -223,7 +233,9 @@ def test_leader_killed_ci_size(brokers: EmbeddedKafkaCluster, chronos: Cluster) 
     the suite's fresh cluster the busiest leader is the active controller too: its kill stalls
     every write for the election and the fencing, which the delivery timeout outlasts."""
     node_id, led = busiest_leader(brokers.bootstrap, [chronos.topics.input, chronos.topics.output])
-    report, facts = under_load(chronos, kill_and_return(brokers, node_id, CI_DOWN_S), CI_RATE)
+    report, facts = under_load(
+        chronos, brokers, kill_and_return(brokers, node_id, CI_DOWN_S), CI_RATE
+    )
     check(
         "21-broker-leader-killed-ci",
         f"kill -9 of the broker leading {led} of 6 partitions, down {CI_DOWN_S:.0f} s, "
@@ -238,7 +250,7 @@ def test_leader_killed_ci_size(brokers: EmbeddedKafkaCluster, chronos: Cluster) 
 @pytest.mark.ride
 def test_leader_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
     node_id, led = busiest_leader(brokers.bootstrap, [chronos.topics.input, chronos.topics.output])
-    report, facts = under_load(chronos, kill_and_return(brokers, node_id))
+    report, facts = under_load(chronos, brokers, kill_and_return(brokers, node_id))
     check(
         "21-broker-leader-killed",
         f"kill -9 of the broker leading {led} of 6 partitions, down {DOWN_S:.0f} s, 1,000 msg/s",
@@ -252,7 +264,7 @@ def test_leader_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
 @pytest.mark.ride
 def test_controller_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
     node_id = active_controller(brokers)
-    report, facts = under_load(chronos, kill_and_return(brokers, node_id))
+    report, facts = under_load(chronos, brokers, kill_and_return(brokers, node_id))
     check(
         "21-broker-controller-killed",
         f"kill -9 of the active controller, down {DOWN_S:.0f} s, 1,000 msg/s",
@@ -271,7 +283,7 @@ def test_rolling_restart(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> Non
             brokers.start_node(index)
             wait_in_sync(brokers.bootstrap)
 
-    report, facts = under_load(chronos, roll)
+    report, facts = under_load(chronos, brokers, roll)
     check(
         "21-broker-rolling-restart",
         "each of 3 brokers SIGTERMed and restarted in turn, 1,000 msg/s",

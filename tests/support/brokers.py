@@ -8,6 +8,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime
 
 from confluent_kafka.admin import AdminClient
 
@@ -94,3 +95,30 @@ def active_controller(cluster: EmbeddedKafkaCluster) -> int:
 
 def node_index(cluster: EmbeddedKafkaCluster, node_id: int) -> int:
     return next(i for i, n in enumerate(cluster.nodes) if n.node_id == node_id)
+
+
+_CHANGE_LINE = re.compile(
+    r"^\[(?P<at>[^\]]+)\] \w+ (?P<what>.*(?:Fencing broker|Completed transition to Leader|"
+    r"has been unfenced|handleBrokerFenced|Starting controlled shutdown|Loaded classic group|"
+    r"Preparing to rebalance|Stabilized group|session timeout|has been removed).*)$"
+)
+
+
+def cluster_digest(cluster: EmbeddedKafkaCluster, since: float, limit: int = 20) -> list[str]:
+    """The brokers' quorum and fencing changes since ``since`` (epoch seconds), each with its
+    second after ``since``: what a failed scenario's message shows of the cluster."""
+    changes: list[tuple[float, str]] = []
+    for node in cluster.nodes:
+        if not node.log_path.exists():
+            continue
+        for line in node.log_path.read_text(errors="replace").splitlines():
+            match = _CHANGE_LINE.match(line)
+            if match is None:
+                continue
+            try:
+                at = datetime.strptime(match["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:
+                continue
+            if at >= since:
+                changes.append((at - since, f"broker {node.node_id}: {match['what'][:120]}"))
+    return [f"+{at:.1f}s {what}" for at, what in sorted(changes)[:limit]]

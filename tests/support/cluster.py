@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -334,6 +335,27 @@ class Cluster:
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for n in self.nodes for e in n.events(name)]
 
+    def digest(self, since: float, limit: int = 20) -> list[str]:
+        """What the nodes said since ``since`` (epoch seconds), for a failed scenario's message:
+        every warning and error and every change of assignment or producer, grouped by node
+        and kind, each with its count and its first and last second after ``since``."""
+        groups: dict[tuple[str, str], list[float]] = {}
+        for node in self.nodes:
+            for event in node.events():
+                notable = event.get("level") in ("WARNING", "ERROR", "CRITICAL") or str(
+                    event.get("event", "")
+                ).startswith(("partitions_", "producer_", "claim_", "lease_", "commit_"))
+                at = _epoch(str(event.get("ts", "")))
+                if not notable or at is None or at < since:
+                    continue
+                kind = str(event.get("event") or f"{event.get('logger')}: {event.get('message')}")
+                groups.setdefault((node.name, kind[:110]), []).append(at - since)
+        ordered = sorted(groups.items(), key=lambda item: item[1][0])
+        return [
+            f"{name} +{times[0]:.1f}..{times[-1]:.1f}s x{len(times)} {kind}"
+            for (name, kind), times in ordered[:limit]
+        ]
+
     def check(
         self, sent: Mapping[str, Expectation], *, timeout: float = 60.0, quiet: float = 1.5
     ) -> Report:
@@ -415,3 +437,11 @@ class Table:
 
 def database_errors(events: Iterable[dict[str, Any]]) -> int:
     return sum(1 for e in events if e.get("event") == "database_error")
+
+
+def _epoch(ts: str) -> float | None:
+    """A log line's ``ts`` (ISO 8601) as epoch seconds."""
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except ValueError:
+        return None
