@@ -20,7 +20,6 @@ One iteration handles one consumed batch:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,6 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -99,7 +97,6 @@ class IntakeLoop(Loop):
         self.assigned: set[tuple[str, int]] = set()
         self.settlement = Settlement(settings, publisher, self.wait)
         self.audit, self.node = audit_trail(settings, publisher), settings.node_id
-        self.truncated: set[tuple[str, int]] = set()
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
         self.probe = HeaderProbe(wait=self.wait, inline=settings.header_probe == "inline")
@@ -139,8 +136,6 @@ class IntakeLoop(Loop):
                 if self.finish_in_flight(consumer) and prepared is not None:
                     self.start(consumer, prepared)
                 self.settle(consumer, block=self.settlement.full())
-                if self.truncated:
-                    self._rewind(consumer)
         finally:
             self._close(consumer)
 
@@ -205,43 +200,15 @@ class IntakeLoop(Loop):
         return local + self.clock_offset
 
     def _on_stats(self, stats_json: str) -> None:
-        """Consumer statistics: publish the lag, tell a member left without partitions (warmth),
-        and notice a partition whose log now ends before our fetch position (topic recreated,
-        log lost): no record would arrive there again, so it is rewound to its beginning."""
+        """Consumer statistics: publish the lag and tell a member left without partitions
+        (warmth). A partition whose log now ends before the fetch position (topic recreated,
+        records deleted) needs nothing here: the broker answers the fetch with "offset out of
+        range" and the consumer resets to the log's start (``auto.offset.reset=earliest``,
+        counted by ``chronos_offsets_out_of_range_total``). The statistics' high watermark is
+        no sign of it: a partition's new leader reports one below the old leader's until its
+        followers' next fetch."""
         record_consumer_stats(stats_json)
         warm_if_joined_without_partitions(stats_json, self.settings.group_protocol, self.warm)
-        try:
-            topics = json.loads(stats_json).get("topics", {})
-            for topic, info in topics.items():
-                for key, part in info.get("partitions", {}).items():
-                    partition = int(key)
-                    if partition < 0 or (topic, partition) not in self.assigned:
-                        continue
-                    hi, fetch = part.get("hi_offset", -1), part.get("next_offset", -1)
-                    if hi >= 0 and fetch > hi:
-                        self.truncated.add((topic, partition))
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.debug("unreadable consumer statistics: %s", exc)
-
-    def _rewind(self, consumer: Consumer) -> None:
-        self.finish_in_flight(consumer)
-        self.settle(consumer, block=True)  # offsets read before the truncation first
-        truncated, self.truncated = self.truncated, set()
-        for topic, partition in sorted(truncated):
-            if (topic, partition) not in self.assigned:
-                continue
-            log.warning(
-                "partition %s[%d] now ends before the consumer's position (recreated or "
-                "truncated log); reading it again from its beginning",
-                topic,
-                partition,
-                extra={"event": "partition_rewound"},
-            )
-            self.gaps.forget([(topic, partition)])
-            try:
-                consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING))
-            except KafkaException as exc:
-                log.warning("rewind of %s[%d] failed: %s", topic, partition, exc)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         if err is not None and err.code() != KafkaError._NO_OFFSET:

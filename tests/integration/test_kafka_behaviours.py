@@ -4,12 +4,13 @@ read them. The broker and Postgres are real."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 from typing import Any, cast
 
-from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import REGISTRY
 
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, TOPIC_HEADER
@@ -134,3 +135,44 @@ def test_records_deleted_before_intake_read_them_are_counted_and_intake_goes_on(
     out = read(kafka_bootstrap, topics.output, topics.partitions, 4, timeout=20)
     assert sorted(tid_of(r) for r in out) == sorted(before + after)  # not reset to the end
     assert sample("chronos_intake_offsets_out_of_range_total") - resets == 1
+
+
+def test_an_input_topic_recreated_under_the_node_is_read_from_its_start(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """The input topic deleted and created again while a node consumes it: the node's position
+    is past the new log's end, the broker answers "out of range" and the consumer starts the
+    new log from its beginning (counted); nothing of the new topic is skipped."""
+
+    def send(prefix: str, count: int) -> list[str]:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        due = now() + timedelta(seconds=1)
+        for n in range(count):
+            sent = chronos_record(f"{prefix}-{n}", due)
+            producer.produce(
+                topics.input, key=b"k", value=b"v", headers=cast(Any, sent.headers), partition=0
+            )
+        assert producer.flush(10) == 0
+        return [f"{prefix}-{n}" for n in range(count)]
+
+    nodes.start(intake_process="thread")
+    before = send("old", 5)
+    assert len(read(kafka_bootstrap, topics.output, topics.partitions, 5, settle=0)) == 5
+    resets = sample("chronos_intake_offsets_out_of_range_total")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.delete_topics([topics.input]).values():
+        future.result(10)
+    deadline = time.monotonic() + 30
+    while True:  # the deletion completes in the background: "already exists" until then
+        (future,) = admin.create_topics([NewTopic(topics.input, topics.partitions, 1)]).values()
+        try:
+            future.result(10)
+            break
+        except KafkaException as exc:
+            assert exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, exc
+            assert time.monotonic() < deadline, "the input topic could not be created again"
+            time.sleep(0.5)
+    after = send("new", 2)  # offsets 0-1 of the new log
+    out = read(kafka_bootstrap, topics.output, topics.partitions, 7, timeout=30)
+    assert sorted(tid_of(r) for r in out) == sorted(before + after)
+    assert sample("chronos_intake_offsets_out_of_range_total") - resets >= 1

@@ -355,3 +355,33 @@ def test_a_partition_whose_commit_is_ahead_resumes_at_the_commit() -> None:
     t.consumer.committed[(INPUT, 0)] = 9  # another node went on meanwhile
     t.loop._on_assign(consumer, [TopicPartition(INPUT, 0)])
     assert t.consumer.assigned == []  # the client resumes at the commit
+
+
+def test_a_high_watermark_below_the_position_moves_nothing() -> None:
+    """A partition's new leader reports a high watermark below the old leader's until its
+    followers' next fetch: the consumer's statistics then show the log ending before the fetch
+    position. Nothing is read again (a rewind re-stored every message of the partition that had
+    fired: copies); a log that really ends there answers the fetch with "out of range" and the
+    consumer resets itself."""
+    import json
+
+    from confluent_kafka import TopicPartition
+
+    t = Intake()
+    t.consumer.rebalance([TopicPartition(INPUT, 0)])
+    t.consumer.feed([t.record("w1", 5000), t.record("w2", 5000)])
+    thread = threading.Thread(target=t.loop.run)
+    thread.start()
+    try:
+        assert wait_for(lambda: t.consumer.stored.get((INPUT, 0)) == 3)
+        stats = {
+            "type": "consumer",
+            "topics": {INPUT: {"partitions": {"0": {"hi_offset": 1, "next_offset": 3}}}},
+        }
+        t.loop._on_stats(json.dumps(stats))
+        time.sleep(0.3)  # iterations of the loop
+    finally:
+        t.loop.stop()
+        thread.join(5)
+    assert t.consumer.seeks == []
+    assert t.consumer.committed == {(INPUT, 0): 3}
