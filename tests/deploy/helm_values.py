@@ -13,6 +13,7 @@ from tests.deploy.helm_support import containers, merge, render, secret_payload
 DB_PASSWORD = "s3cr3t-db-pass"
 DB_URL = f"postgresql://chronos:{DB_PASSWORD}@postgres.db:5432/chronos?sslmode=require"
 ADMIN_TOKEN = "adm1n-t0ken-7f3a9c"
+ADMIN_READ_TOKEN = "r3ad-0nly-t0ken-2b8e"
 SASL_USER = "chronos-sasl-user"
 SASL_PASSWORD = "k4fka-sasl-pw-Q9"
 SSL_KEY_PASSWORD = "ssl-k3y-pw-Z1"
@@ -21,6 +22,7 @@ SECRET_VALUES = {
     "secrets": {
         "databaseUrl": DB_URL,
         "adminToken": ADMIN_TOKEN,
+        "adminReadToken": ADMIN_READ_TOKEN,
         "kafkaSaslUsername": SASL_USER,
         "kafkaSaslPassword": SASL_PASSWORD,
         "extra": {"CHRONOS_KAFKA__SSL_KEY_PASSWORD": SSL_KEY_PASSWORD},
@@ -30,7 +32,15 @@ SECRET_VALUES = {
         "CHRONOS_KAFKA__SASL_MECHANISMS": "SCRAM-SHA-512",
     },
 }
-SECRET_STRINGS = (DB_URL, DB_PASSWORD, ADMIN_TOKEN, SASL_USER, SASL_PASSWORD, SSL_KEY_PASSWORD)
+SECRET_STRINGS = (
+    DB_URL,
+    DB_PASSWORD,
+    ADMIN_TOKEN,
+    ADMIN_READ_TOKEN,
+    SASL_USER,
+    SASL_PASSWORD,
+    SSL_KEY_PASSWORD,
+)
 
 # Non-default configurations every manifest of which must validate.
 SCENARIOS: dict[str, dict[str, Any]] = {

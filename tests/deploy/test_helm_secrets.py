@@ -21,6 +21,7 @@ from tests.deploy.helm_support import (
     secret_refs,
 )
 from tests.deploy.helm_values import (
+    ADMIN_READ_TOKEN,
     ADMIN_TOKEN,
     DB_URL,
     SASL_PASSWORD,
@@ -66,6 +67,7 @@ def test_secret_values_appear_only_inside_secret_objects(scenario: str) -> None:
     assert payload == {
         "CHRONOS_DATABASE_URL": DB_URL,
         "CHRONOS_ADMIN_TOKEN": ADMIN_TOKEN,
+        "CHRONOS_ADMIN_READ_TOKEN": ADMIN_READ_TOKEN,
         "CHRONOS_KAFKA__SASL_USERNAME": SASL_USER,
         "CHRONOS_KAFKA__SASL_PASSWORD": SASL_PASSWORD,
         "CHRONOS_KAFKA__SSL_KEY_PASSWORD": SSL_KEY_PASSWORD,

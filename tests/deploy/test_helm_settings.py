@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
 
 from chronos.config import settings
 from tests.deploy.helm_support import (
+    CHART_DIR,
     merge,
     pod_spec,
     render,
 )
 from tests.deploy.helm_values import (
+    ADMIN_READ_TOKEN,
     ADMIN_TOKEN,
     SASL_PASSWORD,
     SASL_USER,
@@ -56,6 +59,21 @@ def test_settings_and_passthrough_properties_arrive_typed() -> None:
         "ssl.key.password": SSL_KEY_PASSWORD,
     }
     assert loaded.admin_token.reveal() == ADMIN_TOKEN
+    assert loaded.admin_read_token.reveal() == ADMIN_READ_TOKEN
+
+
+def test_the_charts_lists_of_settings_are_chronos_declarations() -> None:
+    """The chart keeps two lists (it refuses an unknown setting, and a secret one outside
+    ``secrets``): each must be exactly what chronos/config declares, or a setting added there
+    cannot be set through the chart at all."""
+    helpers = (CHART_DIR / "templates" / "_helpers.tpl").read_text()
+
+    def listed(name: str) -> set[str]:
+        body = helpers.split(f'define "{name}" -}}}}', 1)[1].split("{{- end }}", 1)[0]
+        return set(re.findall(r"CHRONOS_[A-Z0-9_]+", body))
+
+    assert listed("chronos.knownSettings") == {option.env for option in settings.OPTIONS}
+    assert listed("chronos.secretSettings") == {o.env for o in settings.OPTIONS if o.secret}
 
 
 def test_chart_accepts_every_non_secret_chronos_setting() -> None:

@@ -125,14 +125,14 @@ CHRONOS_MAX_PUBLISH_ATTEMPTS CHRONOS_MAX_LATENESS_MS CHRONOS_CATCHUP_RATE CHRONO
 CHRONOS_SHUTDOWN_TIMEOUT_MS
 CHRONOS_STATEMENT_TIMEOUT_MS CHRONOS_DATABASE_TCP_TIMEOUT_MS CHRONOS_DATABASE_SYNCHRONOUS_COMMIT
 CHRONOS_MIGRATION_DATABASE_URL CHRONOS_LIVENESS_TIMEOUT_MS CHRONOS_INTAKE_PROCESS CHRONOS_INTAKE_NICENESS CHRONOS_HEADER_PROBE CHRONOS_HTTP_HOST
-CHRONOS_HTTP_PORT CHRONOS_ADMIN_TOKEN CHRONOS_CANCEL_TTL_MS CHRONOS_ALLOWED_TOPICS
+CHRONOS_HTTP_PORT CHRONOS_ADMIN_TOKEN CHRONOS_ADMIN_READ_TOKEN CHRONOS_CANCEL_TTL_MS CHRONOS_ALLOWED_TOPICS
 CHRONOS_TENANT_FROM_KEY CHRONOS_RELAY_ID_HEADER CHRONOS_RELAY_DEADLINE_HEADER
 CHRONOS_LOG_LEVEL CHRONOS_LOG_FORMAT
 {{- end }}
 
 {{/* Settings that are secret (Option(..., secret=True)). */}}
 {{- define "chronos.secretSettings" -}}
-CHRONOS_DATABASE_URL CHRONOS_ADMIN_TOKEN CHRONOS_MIGRATION_DATABASE_URL
+CHRONOS_DATABASE_URL CHRONOS_ADMIN_TOKEN CHRONOS_ADMIN_READ_TOKEN CHRONOS_MIGRATION_DATABASE_URL
 {{- end }}
 
 {{/* librdkafka pass-through prefixes. */}}
@@ -156,6 +156,7 @@ is used.
 {{- range $key, $value := dict
       "CHRONOS_DATABASE_URL" $s.databaseUrl
       "CHRONOS_ADMIN_TOKEN" $s.adminToken
+      "CHRONOS_ADMIN_READ_TOKEN" $s.adminReadToken
       "CHRONOS_KAFKA__SASL_USERNAME" $s.kafkaSaslUsername
       "CHRONOS_KAFKA__SASL_PASSWORD" $s.kafkaSaslPassword }}
 {{- if $value }}{{ $_ := set $data $key (include "chronos.str" $value) }}{{ end }}
@@ -212,8 +213,8 @@ Render-time checks. Included by every template that depends on them, so `helm te
 {{- end }}
 {{- $s := .Values.secrets }}
 {{- if $s.existingSecret }}
-{{- if or $s.databaseUrl $s.adminToken $s.kafkaSaslUsername $s.kafkaSaslPassword $s.extra }}
-{{- fail "secrets.existingSecret is set: leave secrets.databaseUrl, adminToken, kafkaSasl* and extra empty (put those keys into the existing Secret)" }}
+{{- if or $s.databaseUrl $s.adminToken $s.adminReadToken $s.kafkaSaslUsername $s.kafkaSaslPassword $s.extra }}
+{{- fail "secrets.existingSecret is set: leave secrets.databaseUrl, adminToken, adminReadToken, kafkaSasl* and extra empty (put those keys into the existing Secret)" }}
 {{- end }}
 {{- else if not $s.databaseUrl }}
 {{- fail "secrets.databaseUrl is required (postgresql://user:password@host:5432/db), or name a Secret holding CHRONOS_DATABASE_URL in secrets.existingSecret" }}
