@@ -17,6 +17,7 @@ from chronos.embedded.tls import Pki
 from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
+from tests.support.machine import machine_share
 from tests.support.tls import SecuredBroker, pki_or_skip, secured_broker
 
 # ------------------------------------------------------------------------------- workers
@@ -33,6 +34,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith("tests/fault/"):
             item.add_marker(pytest.mark.xdist_group(FAULT_GROUP))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every test's setup, call and teardown hold the machine lock; an ``exclusive`` test holds
+    it alone (``tests/support/machine.py``)."""
+    with machine_share(item):
+        yield
 
 
 # ------------------------------------------------------------------------------- logging

@@ -69,7 +69,8 @@ from tests.support.checker import (
 )
 from tests.support.cluster import FAST_TIMINGS, Cluster, NodeProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Timings of a three-broker cluster under a fault, on two cores: nothing else runs meanwhile.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 RATE = 1000
 DELAY = (2.0, 10.0)
