@@ -22,6 +22,7 @@ from confluent_kafka.admin import ConfigResource
 from chronos.embedded.kafka import read_pids
 from chronos.embedded.process import _alive, free_port, free_ports
 from chronos.embedded.topics import admin_client
+from tests.support.kafka import topic_metadata
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.e2e
@@ -82,7 +83,7 @@ def test_three_brokers_form_one_quorum_with_replicated_topics() -> None:
         admin = admin_client(bootstrap)
         assert sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3]
         topic = dev.value("input topic")
-        meta = admin.list_topics(topic=topic, timeout=10).topics[topic]
+        meta = topic_metadata(admin, [topic])[topic]
         assert all(len(p.replicas) == 3 for p in meta.partitions.values())
         (described,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
         assert described.result(10)["min.insync.replicas"].value == "2"

@@ -15,6 +15,7 @@ from chronos.embedded import EmbeddedKafka, EmbeddedKafkaCluster, create_topics
 from chronos.embedded.kafka import read_pids
 from chronos.embedded.topics import admin_client
 from tests.support import consume
+from tests.support.kafka import topic_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +101,7 @@ def test_three_nodes_form_one_quorum_and_survive_one_stopped(tmp_path: Path) -> 
         create_topics(
             bootstrap, {"replicated": 3}, replication=3, config={"min.insync.replicas": "2"}
         )
-        meta = admin.list_topics(topic="replicated", timeout=10).topics["replicated"]
+        meta = topic_metadata(admin, ["replicated"])["replicated"]
         assert all(len(p.replicas) == 3 for p in meta.partitions.values())
 
         cluster.stop_node(1)

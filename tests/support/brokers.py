@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from chronos.embedded import create_topics
 from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
-from tests.support.kafka import TEST_PARTITIONS, Topics, new_topic_names
+from tests.support.kafka import TEST_PARTITIONS, Topics, new_topic_names, topic_metadata
 
 # "[2026-11-26 17:22:49,648] INFO [RaftManager id=2] Completed transition to Leader(..."
 _LEADER_LINE = re.compile(
@@ -40,11 +40,9 @@ def replicated_topics(bootstrap: str, label: str, partitions: int = TEST_PARTITI
 
 def leaders(bootstrap: str, topic_names: Iterable[str]) -> dict[tuple[str, int], int]:
     """(topic, partition) -> id of the node leading it (-1: none)."""
-    metadata = admin(bootstrap).list_topics(timeout=10)
+    topics = topic_metadata(admin(bootstrap), list(topic_names))
     return {
-        (name, p.id): p.leader
-        for name in topic_names
-        for p in metadata.topics[name].partitions.values()
+        (name, p.id): p.leader for name, meta in topics.items() for p in meta.partitions.values()
     }
 
 

@@ -57,6 +57,30 @@ def new_topics(bootstrap: str, label: str = "", partitions: int = TEST_PARTITION
     return topics
 
 
+def topic_metadata(admin: AdminClient, names: list[str], timeout: float = 30.0) -> dict[str, Any]:
+    """``names``' metadata (name: TopicMetadata) once the broker answering knows each, with a
+    leader for every partition. The brokers of a cluster learn of a new topic one after another:
+    the one a metadata request reaches may not know yet of a topic another just created."""
+    deadline = time.monotonic() + timeout
+    while True:
+        known = admin.list_topics(timeout=10).topics
+        missing = [n for n in names if not _served(known.get(n))]
+        if not missing:
+            return {n: known[n] for n in names}
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topics {missing} unknown to the brokers after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _served(meta: Any) -> bool:
+    return (
+        meta is not None
+        and meta.error is None
+        and bool(meta.partitions)
+        and all(p.leader >= 0 for p in meta.partitions.values())
+    )
+
+
 def set_topic_config(bootstrap: str, topic: str, config: Mapping[str, str]) -> None:
     """Set ``config`` on ``topic`` (e.g. ``max.message.bytes`` for an input topic that takes
     records larger than a broker's default, as an operator may configure one)."""
