@@ -106,27 +106,27 @@ def test_a_target_topic_that_does_not_exist_is_dead_lettered_and_nothing_else_wa
     print(f"dead-lettered {(fire_ms(dead[0]) - ms(start)) / 1000:.1f} s after it was sent")
 
 
+def send(bootstrap: str, topic: str, prefix: str, count: int) -> list[str]:
+    """``count`` messages due in a second, ids ``prefix-0``..., to partition 0 of ``topic``."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    due = now() + timedelta(seconds=1)
+    for n in range(count):
+        sent = chronos_record(f"{prefix}-{n}", due)
+        producer.produce(topic, key=b"k", value=b"v", headers=cast(Any, sent.headers), partition=0)
+    assert producer.flush(10) == 0
+    return [f"{prefix}-{n}" for n in range(count)]
+
+
 def test_records_deleted_before_intake_read_them_are_counted_and_intake_goes_on(
     nodes: Nodes, kafka_bootstrap: str, topics: Topics
 ) -> None:
-    def send(prefix: str, count: int) -> list[str]:
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
-        due = now() + timedelta(seconds=1)
-        for n in range(count):
-            sent = chronos_record(f"{prefix}-{n}", due)
-            producer.produce(
-                topics.input, key=b"k", value=b"v", headers=cast(Any, sent.headers), partition=0
-            )
-        assert producer.flush(10) == 0
-        return [f"{prefix}-{n}" for n in range(count)]
-
     node = nodes.start(intake_process="thread")
-    before = send("before", 2)
+    before = send(kafka_bootstrap, topics.input, "before", 2)
     assert len(read(kafka_bootstrap, topics.output, topics.partitions, 2, settle=0)) == 2
     nodes.stop(node)  # its offsets committed: partition 0 resumes at 2
     resets = sample("chronos_intake_offsets_out_of_range_total")
-    send("gone", 3)  # offsets 2-4
-    after = send("after", 2)  # offsets 5-6
+    send(kafka_bootstrap, topics.input, "gone", 3)  # offsets 2-4
+    after = send(kafka_bootstrap, topics.input, "after", 2)  # offsets 5-6
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     for future in admin.delete_records([TopicPartition(topics.input, 0, 5)]).values():
         future.result(10)
@@ -144,19 +144,8 @@ def test_an_input_topic_recreated_under_the_node_is_read_from_its_start(
     is past the new log's end, the broker answers "out of range" and the consumer starts the
     new log from its beginning (counted); nothing of the new topic is skipped."""
 
-    def send(prefix: str, count: int) -> list[str]:
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
-        due = now() + timedelta(seconds=1)
-        for n in range(count):
-            sent = chronos_record(f"{prefix}-{n}", due)
-            producer.produce(
-                topics.input, key=b"k", value=b"v", headers=cast(Any, sent.headers), partition=0
-            )
-        assert producer.flush(10) == 0
-        return [f"{prefix}-{n}" for n in range(count)]
-
     nodes.start(intake_process="thread")
-    before = send("old", 5)
+    before = send(kafka_bootstrap, topics.input, "old", 5)
     assert len(read(kafka_bootstrap, topics.output, topics.partitions, 5, settle=0)) == 5
     resets = sample("chronos_intake_offsets_out_of_range_total")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
@@ -172,7 +161,7 @@ def test_an_input_topic_recreated_under_the_node_is_read_from_its_start(
             assert exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, exc
             assert time.monotonic() < deadline, "the input topic could not be created again"
             time.sleep(0.5)
-    after = send("new", 2)  # offsets 0-1 of the new log
+    after = send(kafka_bootstrap, topics.input, "new", 2)  # offsets 0-1 of the new log
     out = read(kafka_bootstrap, topics.output, topics.partitions, 7, timeout=30)
     assert sorted(tid_of(r) for r in out) == sorted(before + after)
     assert sample("chronos_intake_offsets_out_of_range_total") - resets >= 1
