@@ -21,28 +21,36 @@ from chronos.observability.logs import ThrottleFilter
 
 log = logging.getLogger(__name__)
 
+SASL_REFUSED = "Kafka refused the SASL authentication"
+CLIENT_CERTIFICATE_REFUSED = "Kafka refused the client certificate"
+TLS_HANDSHAKE_FAILED = "the TLS handshake with Kafka failed"
+PROTOCOL_MISMATCH = "Kafka does not speak the configured protocol"
+"""The start of each refusal's message: what Chronos promises to say, whatever the TLS library's
+or the broker's own words after it."""
+
 _REFUSALS = (
     (
         re.compile(r"SASL .*(failed|authentication)", re.I),
-        "Kafka refused the SASL authentication (CHRONOS_KAFKA__SASL_MECHANISMS, "
+        f"{SASL_REFUSED} (CHRONOS_KAFKA__SASL_MECHANISMS, "
         "CHRONOS_KAFKA__SASL_USERNAME, CHRONOS_KAFKA__SASL_PASSWORD)",
     ),
     (
         # TLS 1.3: the server checks the client's certificate after the handshake, and answers
-        # the first request with an alert (certificate required, unknown CA, bad certificate).
+        # the first request with an alert: which one depends on the broker's JDK (17.0.15 says
+        # "bad certificate", 17.0.21 "certificate required"), or "unknown CA".
         re.compile(r"alert (certificate required|unknown ca|bad certificate)", re.I),
-        "Kafka refused the client certificate (CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
+        f"{CLIENT_CERTIFICATE_REFUSED} (CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
         "CHRONOS_KAFKA__SSL_KEY_LOCATION)",
     ),
     (
         re.compile(r"SSL handshake failed|certificate verify failed|ssl\.\w+\.location", re.I),
-        "the TLS handshake with Kafka failed (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
+        f"{TLS_HANDSHAKE_FAILED} (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
         "CHRONOS_KAFKA__SSL_CA_LOCATION or CHRONOS_KAFKA__SSL_CA_PEM, "
         "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, CHRONOS_KAFKA__SSL_KEY_LOCATION)",
     ),
     (
         re.compile(r"incorrect security\.protocol", re.I),
-        "Kafka does not speak the configured protocol (CHRONOS_KAFKA__SECURITY_PROTOCOL)",
+        f"{PROTOCOL_MISMATCH} (CHRONOS_KAFKA__SECURITY_PROTOCOL)",
     ),
 )
 STARTUP_LOG = logging.getLogger("chronos.librdkafka.startup")

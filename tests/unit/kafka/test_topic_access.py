@@ -67,3 +67,18 @@ def test_librdkafka_s_security_refusals_name_the_settings() -> None:
     assert "CHRONOS_KAFKA__SASL_MECHANISMS" in (refusal(["other", sasl]) or "")
     assert "CHRONOS_KAFKA__SSL_CA_LOCATION" in (refusal([tls]) or "")
     assert refusal(["FAIL [x]: Connect to ipv4#127.0.0.1:1 failed: Connection refused"]) is None
+
+
+def test_a_refused_client_certificate_is_named_whichever_alert_the_broker_s_jdk_sends() -> None:
+    """JDK 17.0.15's broker alerts "bad certificate", 17.0.21's "certificate required": both are
+    the missing or refused client certificate, named by its setting."""
+    from chronos.kafka.startup import CLIENT_CERTIFICATE_REFUSED, refusal
+
+    for alert in ("bad certificate", "certificate required", "unknown ca"):
+        line = (
+            "FAIL [rdkafka#producer-1] [thrd:ssl://b:9093/bootstrap]: ssl://b:9093/bootstrap: "
+            f"SSL transport error: error:0A00045C:SSL routines::tlsv13 alert {alert}"
+        )
+        said = refusal([line]) or ""
+        assert said.startswith(CLIENT_CERTIFICATE_REFUSED), said
+        assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" in said, said
