@@ -58,7 +58,7 @@ system-deps: kafka-deps
 	fi
 
 # The embedded Apache Kafka of `make dev` and the suite: Java 17 runs it, Maven lays out its jars
-# once (chronos/embedded/pom.xml). Installed when missing and we are root; otherwise
+# once (chronos/embedded/kafka/pom.xml). Installed when missing and we are root; otherwise
 # `chronos dev` names what to install and exits 2.
 KAFKA_PACKAGES := openjdk-17-jre-headless maven
 kafka-deps:

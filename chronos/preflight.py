@@ -47,7 +47,7 @@ def _short(error: object, limit: int = 300) -> str:
 def check_postgres(settings: Settings) -> list[Check]:
     import psycopg
 
-    from chronos.store.postgres_session import libpq_url
+    from chronos.store.postgres.session import libpq_url
 
     try:
         conn = psycopg.connect(

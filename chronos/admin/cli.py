@@ -14,8 +14,8 @@ chronos admin cancel FILTERS    cancel every message the list's filter flags mat
 chronos admin requeue ID        requeue a parked message
 chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
 chronos admin pause / resume    --tenant T | --topic X: pause or resume it cluster-wide;
-                                ``pauses`` lists what is paused (chronos.admin.cli_flow)
-chronos admin dead-letters      the dead-letter topic (chronos.admin.deadletters_cli)
+                                ``pauses`` lists what is paused (chronos.admin.flow.cli)
+chronos admin dead-letters      the dead-letter topic (chronos.admin.deadletters.cli)
 chronos admin replay            replay dead letters to the input topic, once each
 chronos admin reschedule FILTERS  move every waiting message the filters match: --at, --shift
                                 SECONDS (negative: earlier) or --now (fire now); --dry-run
@@ -34,15 +34,16 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
-from chronos.admin import cli_flow
-from chronos.admin.cli_bulk import reschedule_body, run_bulk
-from chronos.admin.cli_filters import add_filter_flags, filter_params, narrowed
+from chronos.admin.flow import cli as cli_flow
+from chronos.admin.messages.bulk_cli import reschedule_body, run_bulk
+from chronos.admin.messages.filter_flags import add_filter_flags, filter_params, narrowed
+from chronos.admin.output import pairs, table
 from chronos.config.settings import ADMIN_URL_ENV, OPTIONS_BY_NAME
 from chronos.errors import ChronosError, ConfigError
 from chronos.observability.logs import escape
@@ -246,7 +247,9 @@ def add_parser(sub: Any) -> None:
 
     cli_flow.add_parsers(commands, common)
 
-    from chronos.admin import deadletters_cli  # the dead-letter topic: straight to Kafka
+    from chronos.admin.deadletters import (
+        cli as deadletters_cli,  # the dead-letter topic: straight to Kafka
+    )
 
     deadletters_cli.add_parsers(commands)
 
@@ -265,32 +268,6 @@ def client_from(args: argparse.Namespace, environ: Mapping[str, str]) -> AdminCl
 
 
 # ---------------------------------------------------------------------------------- output
-
-
-def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """A plain text table: one header line, one line per row, columns padded."""
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    # Ids, tenants, header names and errors are producer-chosen text: a newline or a terminal
-    # escape in one must not forge a row or reach the terminal raw.
-    return escape(str(value))
-
-
-def _pairs(mapping: Mapping[str, Any]) -> str:
-    width = max((len(k) for k in mapping), default=0)
-    return "\n".join(f"{escape(k).ljust(width)}  {_cell(v)}" for k, v in mapping.items())
 
 
 MESSAGE_COLUMNS = (
@@ -335,7 +312,7 @@ def _get(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     shown = {k: v for k, v in message.items() if k != "headers"}
     shown["headers"] = ", ".join(h["name"] for h in message.get("headers", [])) or None
     shown["recurrence"] = _rule(message)
-    _emit(args, out, message, _pairs(shown))
+    _emit(args, out, message, pairs(shown))
 
 
 def _rule(message: Mapping[str, Any]) -> str | None:
@@ -392,7 +369,7 @@ def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: T
 
 def _stats(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     stats = client.stats()
-    _emit(args, out, stats, _pairs(stats))
+    _emit(args, out, stats, pairs(stats))
 
 
 def _tenants(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chronos.config.validation import check
 from chronos.config.values import (
     Option,
     Secret,
@@ -379,11 +378,6 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
-
-    def validate(self, *, require_database: bool = True) -> Settings:
-        """These settings, checked: ConfigError names the first one that cannot work."""
-        check(self, require_database=require_database)
-        return self
 
 
 OPTIONS: tuple[Option, ...] = tuple(

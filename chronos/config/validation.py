@@ -3,14 +3,10 @@ environment variable and flag) and why the value cannot work. See docs/configura
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from chronos.config.declarations import Settings
 from chronos.config.values import POSTGRES_URL_PREFIXES
 from chronos.errors import ConfigError
 from chronos.protocol import RELAYED_INSTANT_HEADER
-
-if TYPE_CHECKING:
-    from chronos.config.declarations import Settings
 
 # Three heartbeat intervals (1 s each): see chronos.cluster.leadership.
 MIN_LIVENESS_WINDOW_MS = 3000
@@ -44,6 +40,12 @@ CLASSIC_GROUP_PROPERTIES = (
 
 # A row's publish attempts are a smallint and it is parked after 2 x max_publish_attempts.
 MAX_PUBLISH_ATTEMPTS = 32767 // 2
+
+
+def validate(settings: Settings, *, require_database: bool = True) -> Settings:
+    """The settings, checked: ConfigError names the first one that cannot work."""
+    check(settings, require_database=require_database)
+    return settings
 
 
 def check(settings: Settings, *, require_database: bool = True) -> None:

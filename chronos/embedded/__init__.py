@@ -4,8 +4,8 @@
 tested code path. They are for development and tests; production uses real clusters.
 """
 
-from chronos.embedded.kafka import EmbeddedKafka
-from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
+from chronos.embedded.kafka.broker import EmbeddedKafka
+from chronos.embedded.kafka.cluster import EmbeddedKafkaCluster
 from chronos.embedded.postgres import POSTGRES_SYSTEM_USER, EmbeddedPostgres, postgres_bin_dir
 from chronos.embedded.process import free_port, free_ports
 from chronos.embedded.tansu import TansuBroker

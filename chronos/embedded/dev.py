@@ -28,16 +28,17 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from chronos.config import settings as chronos_settings
+from chronos.config.validation import validate
 from chronos.embedded import (
     EmbeddedKafka,
     EmbeddedKafkaCluster,
     EmbeddedPostgres,
     TansuBroker,
     create_topics,
-    kafka_jars,
     launcher,
 )
-from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
+from chronos.embedded.kafka import jars as kafka_jars
+from chronos.embedded.kafka.security import BrokerSecurity, TlsListener
 from chronos.embedded.launcher import Launched
 from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl, verify_full_url
 from chronos.errors import ChronosError, ConfigError, PortInUse
@@ -120,13 +121,15 @@ def node_settings(
     consumer = dict(settings.consumer_properties)
     if "session.timeout.ms" not in consumer and settings.group_protocol == "classic":
         consumer["session.timeout.ms"] = DEV_SESSION_TIMEOUT_MS
-    return settings.replace(
-        database_url=chronos_settings.Secret(database_url),
-        kafka_bootstrap_servers=bootstrap,
-        http_port=base + index,
-        node_id=str(uuid.uuid4()),
-        consumer_properties=consumer,
-    ).validate()
+    return validate(
+        settings.replace(
+            database_url=chronos_settings.Secret(database_url),
+            kafka_bootstrap_servers=bootstrap,
+            http_port=base + index,
+            node_id=str(uuid.uuid4()),
+            consumer_properties=consumer,
+        )
+    )
 
 
 def _pump(prefix: str, stream: IO[bytes], lock: threading.Lock) -> None:

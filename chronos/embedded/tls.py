@@ -2,7 +2,7 @@
 with ``openssl`` and the certificates it signs, the PostgreSQL binaries built with OpenSSL
 (Debian's; the embedded ones have none), and the settings of a client that trusts the CA.
 
-The embedded Apache Kafka serves TLS on its own listeners (:mod:`chronos.embedded.kafka_security`)
+The embedded Apache Kafka serves TLS on its own listeners (:mod:`chronos.embedded.kafka.security`)
 with the server certificate made here; the client certificate's subject (``CN=chronos-node``) is
 the principal its ACLs name.
 """

@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Any, NoReturn
 
+from chronos.config.validation import validate
+
 log = logging.getLogger("chronos.intake.child")
 
 PR_SET_PDEATHSIG = 1
@@ -174,7 +176,7 @@ def main(argv: list[str]) -> int:
     from chronos.runtime import faults
     from chronos.store import PostgresStore
 
-    config = settings.load().validate(require_database=True)
+    config = validate(settings.load(), require_database=True)
     logs.configure(
         config.log_level,
         config.log_format,

@@ -7,7 +7,7 @@ The schema is ``audit.schema.json`` beside this module (JSON Schema 2020-12); ev
 is added without a version change; a field removed or changed in meaning bumps the version.
 The operator events are ``bulk`` (a bulk action of the admin API) and flow control's ``paused``,
 ``resumed`` and ``limited`` (a limit set, or removed: ``details.per_second`` null), written by the
-admin API's endpoints (``chronos.admin.flow``).
+admin API's endpoints (``chronos.admin.flow.api``).
 """
 
 from __future__ import annotations

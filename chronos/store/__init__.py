@@ -1,5 +1,5 @@
 """The store: the Store interface and its records (types), the Postgres store, its named SQL
-(sql/queries.sql), the schema and migrations. Imports of ``chronos.store`` get the interface, its
+(sql/*.sql), the schema and migrations. Imports of ``chronos.store`` get the interface, its
 records and ``PostgresStore``."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from chronos.store.batch import encode_batch
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
 from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Limit, Pause, PauseKind, PauseSet
-from chronos.store.postgres import PostgresStore, statement_params
-from chronos.store.postgres_session import libpq_url, session_options
+from chronos.store.postgres.session import libpq_url, session_options
+from chronos.store.postgres.store import PostgresStore, statement_params
 from chronos.store.types import (
     COUNT_LIMIT,
     DEFAULT_CANCEL_TTL_MS,

@@ -1,5 +1,5 @@
 """The enqueue statement's batch: one array per column (see ``enqueue_batch`` in
-``chronos/store/sql/queries.sql``), sent in Postgres's binary format, split only when it would be
+``chronos/store/postgres/sql/``), sent in Postgres's binary format, split only when it would be
 huge.
 
 Keys, values and header values travel as raw bytes (no base64, no JSON on the client); the

@@ -1,6 +1,6 @@
 """What operators find messages by (the admin list, its count and the bulk actions): a
 ``MessageFilter``, the statement parameters it becomes, and the results of a count and of one
-batch of a bulk action. Used by both stores (``chronos.store.postgres_find`` and the in-memory
+batch of a bulk action. Used by both stores (``chronos.store.postgres.find`` and the in-memory
 one), so a filter means the same on each."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ Index(
     postgresql_where=messages.c.readied_at.is_(None) & messages.c.parked_at.is_(None),
 )
 # "due, not readied and not parked, by tenant": the fair claim's probes of one tenant's oldest
-# ready rows (chronos/store/sql/queries.sql, claim_due_fair). Its predicate is the ready index's,
+# ready rows (chronos/store/postgres/sql/, claim_due_fair). Its predicate is the ready index's,
 # written `coalesce(readied_at, parked_at) IS NULL` as the probes write it: the planner can prove
 # it from the probes only, so the probes never walk the deadline ready index (filtering on the
 # tenant) and the plain claim never walks this one, whatever the statistics.
@@ -139,7 +139,7 @@ Index(
     postgresql_where=messages.c.attempts > 0,
 )
 
-# The admin list's filters (chronos/store/sql/queries.sql, find_messages): over the waiting rows
+# The admin list's filters (chronos/store/postgres/sql/, find_messages): over the waiting rows
 # only (the ready index's predicate, which the planner estimates from each column's statistics;
 # the tenant index's coalesce form it estimates at 0.5 % of the rows, and would walk these
 # indexes for any filter), so a claim or a park removes a row from them and a row costs them

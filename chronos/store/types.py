@@ -458,7 +458,7 @@ class Store(Protocol):
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]: ...
 
     # -- leadership (chronos.cluster.leadership; Postgres side in
-    # chronos.store.postgres_leadership) -------------
+    # chronos.store.postgres.leadership) -------------
 
     def elect_leader(self, window_ms: int) -> str | None: ...
 

@@ -3,7 +3,7 @@ behaviour, fake Kafka clients, a manual clock. Production code never imports thi
 
 from __future__ import annotations
 
-from chronos.testing.memory import (
+from chronos.testing.memory.store import (
     FakeConsumer,
     FakePublisher,
     InMemoryStore,

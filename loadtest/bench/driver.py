@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from chronos.embedded.kafka_jars import kafka_version
+from chronos.embedded.kafka.jars import kafka_version
 from loadtest.bench import scenarios as sc
 from loadtest.bench.catchup import run_catchup_scenario
 from loadtest.bench.evaluation import capacity, evaluate, run_ceiling

@@ -72,7 +72,7 @@ def statement_label(text: str, named: dict[tuple[str, ...], str]) -> str:
 
 def chronos_statements() -> dict[tuple[str, ...], str]:
     """Chronos's named queries by their words."""
-    from chronos.store.sql import queries
+    from chronos.store.postgres.sql import queries
 
     return {_words(body): name for name, body in queries().items()}
 

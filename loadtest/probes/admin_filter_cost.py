@@ -31,7 +31,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from chronos.store import BULK_BATCH, COUNT_LIMIT, MessageFilter, PostgresStore
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 from loadtest.probes.scratch import KNOWN_TENANTS, row_count, run_sql, scratch_postgres, server_now
 
 PARK = 4

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from chronos.config.settings import Secret, Settings, load
+from chronos.config.validation import validate
 from chronos.firing.loop import FiringLoop
 from chronos.kafka import Publisher
 from chronos.store import PostgresStore
@@ -23,7 +24,7 @@ def probe_settings(url: str = "postgresql://unused", **overrides: Any) -> Settin
         "dead_letter_topic": "dlq",
         "http_port": 0,
     }
-    return load(environ={}, **{**values, **overrides}).validate()
+    return validate(load(environ={}, **{**values, **overrides}))
 
 
 def firing_loop(

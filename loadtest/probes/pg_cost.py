@@ -54,9 +54,9 @@ from chronos.embedded import EmbeddedPostgres
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore, migrate
 from chronos.store.batch import encode_batch
-from chronos.store.postgres import statement_params
-from chronos.store.postgres_session import SESSION_SETTINGS
-from chronos.store.sql import query
+from chronos.store.postgres.session import SESSION_SETTINGS
+from chronos.store.postgres.sql import query
+from chronos.store.postgres.store import statement_params
 from loadtest.bench.pgstats import alter_system
 from loadtest.probes.pg_cost_figures import (
     SizeResult,

@@ -19,6 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from chronos.config.settings import Secret, load
+from chronos.config.validation import validate
 from chronos.firing.dispatcher import Dispatcher
 from chronos.recurrence import Rule
 from chronos.store import ClaimedRow
@@ -34,9 +35,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     rule = Rule(cron=args.cron, zone=args.zone)
-    settings = load(
-        environ={}, database_url=Secret("postgresql://probe@127.0.0.1:1/probe"), http_port=0
-    ).validate()
+    settings = validate(
+        load(environ={}, database_url=Secret("postgresql://probe@127.0.0.1:1/probe"), http_port=0)
+    )
     one: list[float] = []
     batch: list[float] = []
     for _ in range(args.rounds):

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from chronos.config import settings
+from chronos.config.validation import validate
 from tests.deploy.helm_support import (
     CHART_DIR,
     merge,
@@ -37,14 +38,14 @@ from tests.deploy.helm_values import (
 @pytest.mark.parametrize("scenario", ["minimal", "secrets", "tuned"])
 def test_rendered_environment_loads_in_chronos_settings(scenario: str) -> None:
     rendered = render(SCENARIOS[scenario])
-    loaded = settings.load(environ=pod_environment(rendered)).validate()
+    loaded = validate(settings.load(environ=pod_environment(rendered)))
     assert loaded.http_port == chronos_container(rendered)["ports"][0]["containerPort"]
     assert loaded.database_url.reveal().startswith("postgresql://")
 
 
 def test_settings_and_passthrough_properties_arrive_typed() -> None:
     rendered = render(merge(SCENARIOS["tuned"], SECRET_VALUES))
-    loaded = settings.load(environ=pod_environment(rendered)).validate()
+    loaded = validate(settings.load(environ=pod_environment(rendered)))
     assert loaded.max_in_flight == 1_000_000  # not "1e+06": numbers are printed as integers
     assert loaded.shutdown_timeout_ms == 45000
     assert loaded.input_topic == "orders.delay"

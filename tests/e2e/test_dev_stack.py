@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from chronos.embedded.kafka import read_pids
+from chronos.embedded.kafka.broker import read_pids
 from chronos.embedded.process import _alive, free_port, free_ports
 from chronos.embedded.topics import admin_client
 from tests.support.kafka import topic_metadata

@@ -32,7 +32,7 @@ import psycopg
 import pytest
 
 from chronos.store import statement_params
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,

@@ -8,7 +8,7 @@ from the table); a canary table and the queue table survive; lost 0, no duplicat
 
 Pass (static): no ``execute``-like call, ``text()`` or ``sql.SQL()`` gets an f-string, a
 ``%``-formatted, concatenated or ``.format()``-ed string; no f-string, ``%`` or ``.format()``
-builds text that looks like SQL; ``queries.sql`` has only named ``%(name)s`` placeholders.
+builds text that looks like SQL; the named SQL has only named ``%(name)s`` placeholders.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 import chronos
 from chronos.protocol import decode_headers
-from chronos.store.sql import queries
+from chronos.store.postgres.sql import queries
 from tests.support import Topics
 from tests.support.checker import (
     Outgoing,

@@ -48,7 +48,7 @@ from typing import Any, cast
 import pytest
 
 from chronos.config.settings import OPTIONS_BY_NAME
-from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
+from chronos.embedded.kafka.cluster import EmbeddedKafkaCluster
 from tests.fault.test_16_dependency_outages import LivenessProbe, warnings_since
 from tests.support.brokers import (
     active_controller,

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import psycopg
 
 from chronos.config.settings import Secret, Settings, load
+from chronos.config.validation import validate
 from chronos.node.http import ChronosHTTPServer, start_http_server
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore
@@ -105,7 +106,7 @@ def node_settings(database_url: str, token: str = TOKEN, **overrides: Any) -> Se
         "node_id": str(uuid.uuid4()),
     }
     values.update(overrides)
-    return load(environ={}, **values).validate()
+    return validate(load(environ={}, **values))
 
 
 def serve(

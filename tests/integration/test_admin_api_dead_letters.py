@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from chronos.admin import deadletters_api
-from chronos.admin.deadletters import DeadLetterTopic, Replayer
+from chronos.admin.deadletters import api as deadletters_api
+from chronos.admin.deadletters.topic import DeadLetterTopic, Replayer
 from chronos.config.settings import Secret
 from chronos.embedded import create_topics
 from chronos.protocol import DEAD_LETTER_HEADERS
@@ -116,7 +116,7 @@ def test_replay_dry_run_then_once_each_by_reason_and_chosen(
     assert (dry["replayed"], dry["dry_run"], dry["complete"]) == (2, True, True)
     assert read_topic(kafka_bootstrap, topics.input, topics.partitions, settle=0.5) == []
 
-    with caplog.at_level(logging.INFO, logger="chronos.admin.deadletters_api"):
+    with caplog.at_level(logging.INFO, logger="chronos.admin.deadletters.api"):
         status, done = _post(dlq_api, {"reason": "topic_not_allowed"})
     assert status == 200, done
     assert (done["replayed"], done["already_replayed"], done["complete"]) == (2, 0, True)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 import chronos.admin
-from chronos.admin.filters import FILTER_PARAMS
+from chronos.admin.messages.filters import FILTER_PARAMS
 from tests.integration.admin_api import (
     TOKEN,
     Api,

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from psycopg import ClientCursor
 
 from chronos.cluster.monitor import Monitor
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 from tests.integration.admin_api import (
     PARK,
     Api,

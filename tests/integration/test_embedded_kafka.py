@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from chronos.embedded import EmbeddedKafka, EmbeddedKafkaCluster, create_topics
-from chronos.embedded.kafka import read_pids
+from chronos.embedded.kafka.broker import read_pids
 from chronos.embedded.topics import admin_client
 from tests.support import consume
 from tests.support.kafka import topic_metadata

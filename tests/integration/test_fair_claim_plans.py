@@ -26,7 +26,7 @@ from psycopg import sql
 
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore, session_options
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def explain(url: str, name: str, params: dict[str, Any], analyze: bool, generic:
             conn.execute("ANALYZE chronos_tenants")
         mode = "force_generic_plan" if generic else "force_custom_plan"
         conn.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(mode)))
-        # The statement is the trusted text of queries.sql; only the arguments are composed.
+        # The statement is the trusted text of the named SQL; only the arguments are composed.
         conn.execute(sql.SQL("PREPARE claim AS ") + sql.SQL(statement))
         conn.execute("BEGIN")
         args = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from chronos.config.settings import Secret, load
+from chronos.config.validation import validate
 from chronos.node.http import ChronosHTTPServer, start_http_server
 from chronos.store import PostgresStore
 
@@ -57,13 +58,15 @@ def serve() -> Iterator[Any]:
     servers: list[ChronosHTTPServer] = []
 
     def start(state: State, **limits: Any) -> str:
-        settings = load(
-            environ={},
-            database_url=Secret(UNREACHABLE_DB),
-            kafka_bootstrap_servers="127.0.0.1:1",
-            http_host="127.0.0.1",
-            http_port=0,
-        ).validate()
+        settings = validate(
+            load(
+                environ={},
+                database_url=Secret(UNREACHABLE_DB),
+                kafka_bootstrap_servers="127.0.0.1:1",
+                http_host="127.0.0.1",
+                http_port=0,
+            )
+        )
         server = start_http_server(settings, state, PostgresStore(UNREACHABLE_DB), **limits)
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}"

@@ -20,7 +20,7 @@ from psycopg import sql
 
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore, session_options
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +103,7 @@ def explain_claim(url: str, analyze: bool) -> str:
     ) as conn:
         if analyze:
             conn.execute("ANALYZE chronos_messages")
-        # The statement is the trusted text of queries.sql; only the arguments are composed.
+        # The statement is the trusted text of the named SQL; only the arguments are composed.
         conn.execute(sql.SQL("PREPARE claim AS ") + sql.SQL(statement))
         conn.execute("BEGIN")
         args = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)

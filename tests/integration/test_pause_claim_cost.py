@@ -20,7 +20,7 @@ from psycopg import sql
 
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore, session_options
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 
 pytestmark = pytest.mark.integration
 

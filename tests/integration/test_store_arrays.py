@@ -13,9 +13,9 @@ import pytest
 from chronos.errors import StoreError
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore
-from chronos.store import postgres as store_module
 from chronos.store.arrays import bytea_array, int4_array, text_array, timestamptz_array
 from chronos.store.batch import encode_batch
+from chronos.store.postgres import store as store_module
 from chronos.store.types import Outcome
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from chronos.protocol import Action, ScheduledMessage
 from chronos.recurrence import Rule
 from chronos.store import Outcome, PostgresStore, StuckRow
 from chronos.store.batch import encode_batch
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 from tests.support.store_contract import msg
 
 pytestmark = pytest.mark.integration

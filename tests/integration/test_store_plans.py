@@ -20,7 +20,7 @@ from psycopg import sql
 
 from chronos.protocol import ScheduledMessage
 from chronos.store import PostgresStore, statement_params
-from chronos.store.sql import query
+from chronos.store.postgres.sql import query
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ def _generic_plan(url: str, name: str, params: dict[str, Any]) -> tuple[str, flo
     statement, names = _prepared(name)
     with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        # The statement is the trusted text of queries.sql; only the name is composed.
+        # The statement is the trusted text of the named SQL; only the name is composed.
         conn.execute(sql.SQL("PREPARE hot AS ") + sql.SQL(statement))
         conn.execute("BEGIN")
         args = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)

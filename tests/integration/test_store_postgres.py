@@ -17,7 +17,7 @@ from chronos.errors import StoreError
 from chronos.intake.loop import IntakeLoop
 from chronos.protocol import Headers, ScheduledMessage, encode_headers
 from chronos.store import Outcome, PostgresStore
-from chronos.store.sql import queries
+from chronos.store.postgres.sql import queries
 from chronos.testing import FakeConsumer, FakePublisher, make_record
 from tests.support import Topics, make_settings
 from tests.support.kafka import chronos_headers
@@ -54,7 +54,7 @@ def _prepared_form(text: str) -> tuple[str, int]:
 def test_every_named_query_parses_and_plans(name: str, migrated_database_url: str) -> None:
     statement, _ = _prepared_form(queries()[name].strip().rstrip(";"))
     with psycopg.connect(migrated_database_url, autocommit=True) as conn:
-        # The statement is the trusted text of queries.sql; only the name is composed.
+        # The statement is the trusted text of the named SQL; only the name is composed.
         prepare = sql.SQL("PREPARE {} AS ").format(sql.Identifier(f"check_{name}"))
         conn.execute(prepare + sql.SQL(statement))
         (count,) = conn.execute(

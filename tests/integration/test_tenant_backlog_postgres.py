@@ -42,7 +42,7 @@ def test_tenant_backlog_reads_indexes_only(migrated_database_url: str) -> None:
             "'t' || (g % 5), 'v' FROM generate_series(1, 50000) g"
         )
         conn.execute("ANALYZE chronos_messages")
-        from chronos.store.sql import query
+        from chronos.store.postgres.sql import query
 
         statement = query("tenant_backlog").rstrip().rstrip(";")
         params = {"park_attempts": 10, "limit": 10, "count_limit": 10000, "max_tenants": 1000}

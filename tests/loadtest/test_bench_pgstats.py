@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from chronos.store.sql import queries
+from chronos.store.postgres.sql import queries
 from loadtest.bench import pgstats
 from loadtest.bench.pgstats import PgSnapshot, breakdown, chronos_statements, statement_label
 from loadtest.bench.records import BenchRecord

@@ -8,8 +8,8 @@ from loadtest.bench import profiles
 from tests.loadtest.processes import process_tree
 
 RAW_PROFILE = """\
-thread (101): chronos-firing;Thread._bootstrap (threading.py:1002);FiringLoop.run (chronos/firing/loop.py:200);PostgresStore.claim (chronos/store/postgres.py:300);decode_headers (chronos/protocol.py:90) 30
-thread (101): chronos-firing;Thread._bootstrap (threading.py:1002);FiringLoop.run (chronos/firing/loop.py:200);PostgresStore.claim (chronos/store/postgres.py:301) 10
+thread (101): chronos-firing;Thread._bootstrap (threading.py:1002);FiringLoop.run (chronos/firing/loop.py:200);PostgresStore.claim (chronos/store/postgres/store.py:300);decode_headers (chronos/protocol.py:90) 30
+thread (101): chronos-firing;Thread._bootstrap (threading.py:1002);FiringLoop.run (chronos/firing/loop.py:200);PostgresStore.claim (chronos/store/postgres/store.py:301) 10
 thread (102): chronos-dispatcher;Thread._bootstrap (threading.py:1002);Dispatcher.run (chronos/firing/loop.py:122);KafkaPublisher.produce (chronos/kafka/clients.py:111) 40
 thread (103): chronos-intake;Thread._bootstrap (threading.py:1002);f (/x/lib/python3.11/site-packages/psycopg/cursor.py:10);f (/x/lib/python3.11/site-packages/psycopg/cursor.py:12) 20
 """  # noqa: E501
@@ -22,12 +22,12 @@ def test_aggregate_profile() -> None:
     selfs = {i["function"]: i["samples"] for i in prof["self"]}
     assert selfs == {
         "decode_headers (chronos/protocol.py)": 30,
-        "PostgresStore.claim (chronos/store/postgres.py)": 10,
+        "PostgresStore.claim (chronos/store/postgres/store.py)": 10,
         "KafkaPublisher.produce (chronos/kafka/clients.py)": 40,
         "f (psycopg/cursor.py)": 20,
     }
     totals = {i["function"]: i["samples"] for i in prof["total"]}
-    assert totals["PostgresStore.claim (chronos/store/postgres.py)"] == 40
+    assert totals["PostgresStore.claim (chronos/store/postgres/store.py)"] == 40
     assert totals["Thread._bootstrap (threading.py)"] == 100
     assert totals["f (psycopg/cursor.py)"] == 20  # recursion counted once
     assert prof["self"][0] == {

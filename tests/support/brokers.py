@@ -13,7 +13,7 @@ from datetime import datetime
 from confluent_kafka.admin import AdminClient
 
 from chronos.embedded import create_topics
-from chronos.embedded.kafka_cluster import EmbeddedKafkaCluster
+from chronos.embedded.kafka.cluster import EmbeddedKafkaCluster
 from tests.support.kafka import TEST_PARTITIONS, Topics, new_topic_names, topic_metadata
 
 # "[2026-11-26 17:22:49,648] INFO [RaftManager id=2] Completed transition to Leader(..."

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from chronos.embedded import kafka_jars
+from chronos.embedded.kafka import jars as kafka_jars
 from tests.support.services import unavailable
 
 SOURCE = Path(__file__).with_name("java") / "JavaClient.java"

@@ -18,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 
 from chronos.embedded import free_port
-from chronos.embedded.kafka import EmbeddedKafka
-from chronos.embedded.kafka_config import BROKER_LISTENER, CONTROLLER_LISTENER
+from chronos.embedded.kafka.broker import EmbeddedKafka
+from chronos.embedded.kafka.config import BROKER_LISTENER, CONTROLLER_LISTENER
 from tests.support.proxy import BlackHoleProxy
 
 PROXIED_LISTENER = "PROXIED"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from chronos.config.settings import Secret, Settings, load
+from chronos.config.validation import validate
 from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS
 from tests.support.kafka import Topics
 
@@ -29,4 +30,4 @@ def make_settings(database_url: str, bootstrap: str, topics: Topics, **overrides
         values["consumer_properties"] = {
             k: v for k, v in values["consumer_properties"].items() if k != "session.timeout.ms"
         }
-    return load(environ={}, **values).validate()
+    return validate(load(environ={}, **values))

@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 
 from chronos.config.settings import passthrough_env
 from chronos.embedded import EmbeddedKafka, EmbeddedPostgres, create_topics
-from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
+from chronos.embedded.kafka.security import BrokerSecurity, TlsListener
 from chronos.embedded.process import free_port
 from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl
 from chronos.embedded.tls import verify_full_url as embedded_verify_full_url

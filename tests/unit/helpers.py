@@ -10,6 +10,7 @@ from typing import Any
 
 from chronos.cluster.leadership import Leadership
 from chronos.config.settings import Secret, Settings, load
+from chronos.config.validation import validate
 from chronos.firing.loop import FiringLoop
 from chronos.store import ClaimedRow
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
@@ -28,7 +29,7 @@ def settings(**overrides: Any) -> Settings:
         "http_port": 0,
     }
     values.update(overrides)
-    return load(environ={}, **values).validate()
+    return validate(load(environ={}, **values))
 
 
 @dataclass

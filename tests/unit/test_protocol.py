@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chronos.config.validation import validate
 from chronos.protocol import (
     CHRONOS_HEADERS,
     DEAD_LETTER_CODE_HEADER,
@@ -353,4 +354,4 @@ def test_the_relayed_id_header_may_not_take_the_instants_name() -> None:
 
     env = {"CHRONOS_DATABASE_URL": "postgresql://u@h/d"}
     with pytest.raises(ConfigError, match="CHRONOS_RELAY_ID_HEADER"):
-        load(environ={**env, "CHRONOS_RELAY_ID_HEADER": "chronosScheduledFor"}).validate()
+        validate(load(environ={**env, "CHRONOS_RELAY_ID_HEADER": "chronosScheduledFor"}))

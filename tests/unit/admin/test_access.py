@@ -66,7 +66,7 @@ def test_a_write_is_logged_with_the_token_name_and_the_client(
 ) -> None:
     h = _harness()
     h.seed(1)
-    caplog.set_level(logging.INFO, logger="chronos.admin.api")
+    caplog.set_level(logging.INFO, logger="chronos.admin.messages.api")
     result = h.api.handle(
         "DELETE",
         "/admin/v1/messages/m0",

@@ -21,7 +21,7 @@ def _harness() -> tuple[AdminHarness, FakePublisher]:
     h = AdminHarness(audit_topic=AUDIT)
     publisher = FakePublisher()
     h.api.audit = AdminAudit(h.settings, AuditTrail(publisher, AUDIT))
-    h.api.bulk.audit = h.api.pauses.audit = h.api.limits.audit = h.api.audit
+    h.api.bulk.audit = h.api.messages.audit = h.api.pauses.audit = h.api.limits.audit = h.api.audit
     return h, publisher
 
 

@@ -1,4 +1,4 @@
-"""POST /admin/v1/bulk/cancel and /bulk/reschedule (chronos.admin.bulk)."""
+"""POST /admin/v1/bulk/cancel and /bulk/reschedule (chronos.admin.messages.bulk)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chronos.admin import bulk
+from chronos.admin.messages import bulk
 from chronos.protocol import ScheduledMessage
 from chronos.store import BULK_BATCH
 from tests.unit.admin.helpers import SPEC, AdminHarness, validate
@@ -46,7 +46,7 @@ def test_cancel_by_filter_in_batches_is_logged_and_safe_to_repeat(
 ) -> None:
     h = AdminHarness()
     _tenants(h, BULK_BATCH + 5)
-    caplog.set_level(logging.INFO, logger="chronos.admin.bulk")
+    caplog.set_level(logging.INFO, logger="chronos.admin.messages.bulk")
     status, answer = _post(h, "cancel", "tenant=acme")
     assert status == 200
     validate(answer, "BulkCancel")

@@ -347,7 +347,7 @@ def test_a_count_past_its_limit_is_shown_as_an_estimate(
     node: Node, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _with_tenants(node)
-    monkeypatch.setattr("chronos.admin.api.COUNT_LIMIT", 2)  # 3 match: past it
+    monkeypatch.setattr("chronos.admin.messages.api.COUNT_LIMIT", 2)  # 3 match: past it
     status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count", "--json")
     assert (as_json(out)["count"], as_json(out)["count_exact"]) == (3, False)
     status, out, _ = run(capsys, node, "list", "--tenant", "acme", "--count")

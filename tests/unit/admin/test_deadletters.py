@@ -1,11 +1,11 @@
-"""Reading a dead letter (chronos.admin.deadletters): its reason, code, source and original
+"""Reading a dead letter (chronos.admin.deadletters.topic): its reason, code, source and original
 headers; replay markers; positions. tests/e2e/test_producer_cli_e2e.py replays on the broker."""
 
 from __future__ import annotations
 
 import pytest
 
-from chronos.admin.deadletters import (
+from chronos.admin.deadletters.topic import (
     MARKER_CODE,
     REPLAYED_HEADER,
     UNKNOWN_CODE,
@@ -76,8 +76,8 @@ def test_bad_positions(raw: str) -> None:
 
 
 def test_a_sources_parts_and_the_apis_cursor_and_replay_body() -> None:
-    from chronos.admin.deadletters import source_position
-    from chronos.admin.deadletters_api import _replay_body, decode_cursor, encode_cursor
+    from chronos.admin.deadletters.api import _replay_body, decode_cursor, encode_cursor
+    from chronos.admin.deadletters.topic import source_position
     from chronos.admin.params import ApiError
 
     assert source_position("orders.in/2/40") == ("orders.in", 2, 40)

@@ -1,5 +1,5 @@
-"""GET /admin/v1/messages by filter (chronos.admin.filters), its count, and a message's whole
-record (chronos.admin.views)."""
+"""GET /admin/v1/messages by filter (chronos.admin.messages.filters), its count, and a
+message's whole record (chronos.admin.messages.views)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from chronos.admin import views
+from chronos.admin.messages import views
 from chronos.protocol import ScheduledMessage
 from chronos.recurrence import Rule
 from tests.unit.admin.helpers import AdminHarness, validate

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from chronos.admin import access
-from chronos.admin import filters as admin_filters
 from chronos.admin import params as admin_params
+from chronos.admin.messages import filters as admin_filters
 from chronos.admin.params import ApiError
 from tests.unit.admin.helpers import TOKEN
 

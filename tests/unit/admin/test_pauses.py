@@ -19,7 +19,7 @@ PATH = "/admin/v1/pauses"
 
 def test_pause_list_and_resume_a_tenant_and_a_topic(caplog: pytest.LogCaptureFixture) -> None:
     h = AdminHarness()
-    with caplog.at_level(logging.WARNING, "chronos.admin.flow"):
+    with caplog.at_level(logging.WARNING, "chronos.admin.flow.api"):
         status, _, paused = h.call("POST", PATH, "tenant=acme")
     assert status == 200
     validate(paused, "Pause")

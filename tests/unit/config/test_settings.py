@@ -20,6 +20,7 @@ from chronos.config.settings import (
     as_environment,
     load,
 )
+from chronos.config.validation import validate
 from chronos.errors import ConfigError
 from chronos.kafka import consumer_config, producer_config
 from tests.unit.config.option_values import DB, VALIDATED, alternative, bad_value
@@ -172,41 +173,43 @@ def test_a_shell_set_up_for_the_admin_cli_loads_every_commands_settings(
         "CHRONOS_DATABASE_URL": DB,
     }
     config = load(cli._parser().parse_args(command), environ=env)
-    config.validate()
+    validate(config)
     assert config.admin_token is not None and config.admin_token.reveal() == "t0ken-of-the-node"
 
 
 def test_validate_requires_a_postgres_url() -> None:
     with pytest.raises(ConfigError, match="CHRONOS_DATABASE_URL"):
-        load(environ={}).validate()
+        validate(load(environ={}))
     with pytest.raises(ConfigError, match="CHRONOS_DATABASE_URL"):
-        load(environ={"CHRONOS_DATABASE_URL": "mysql://x/y"}).validate()
-    load(environ={}).validate(require_database=False)
+        validate(load(environ={"CHRONOS_DATABASE_URL": "mysql://x/y"}))
+    validate(load(environ={}), require_database=False)
 
 
 def test_validate_keeps_the_hold_time_beyond_what_a_healthy_node_needs() -> None:
     ok = _valid(hold_time_ms=3000, lookahead_ms=500, delivery_timeout_ms=1000, poll_interval_ms=100)
-    assert ok.validate() is ok
+    assert validate(ok) is ok
     with pytest.raises(ConfigError, match="CHRONOS_HOLD_TIME_MS"):
-        _valid(
-            hold_time_ms=1600, lookahead_ms=500, delivery_timeout_ms=1000, poll_interval_ms=100
-        ).validate()
+        validate(
+            _valid(
+                hold_time_ms=1600, lookahead_ms=500, delivery_timeout_ms=1000, poll_interval_ms=100
+            )
+        )
 
 
 def test_validate_refuses_shared_topics() -> None:
     with pytest.raises(ConfigError, match="CHRONOS_INPUT_TOPIC"):
-        _valid(input_topic="same", output_topic="same").validate()
+        validate(_valid(input_topic="same", output_topic="same"))
     with pytest.raises(ConfigError, match="CHRONOS_DEAD_LETTER_TOPIC"):
-        _valid(dead_letter_topic="chronos-output").validate()
-    _valid(dead_letter_topic="").validate()  # dead-lettering off is allowed
+        validate(_valid(dead_letter_topic="chronos-output"))
+    validate(_valid(dead_letter_topic=""))  # dead-lettering off is allowed
 
 
 def test_the_audit_topic_is_off_by_default_and_never_a_topic_of_the_messages() -> None:
     assert _valid().audit_topic == ""
     for topic in ("chronos-input", "chronos-output", "chronos-dead-letter"):
         with pytest.raises(ConfigError, match="CHRONOS_AUDIT_TOPIC"):
-            _valid(audit_topic=topic).validate()
-    assert _valid(audit_topic="chronos-audit").validate().audit_topic == "chronos-audit"
+            validate(_valid(audit_topic=topic))
+    assert validate(_valid(audit_topic="chronos-audit")).audit_topic == "chronos-audit"
     assert cli.main(["run", "--audit-topic", "bad topic!"]) == 2
 
 
@@ -274,13 +277,13 @@ def test_a_passthrough_that_overrides_a_setting_is_refused(variable: str, settin
     (the hold time would no longer cover it): refused, naming the property and the setting."""
     env = {"CHRONOS_DATABASE_URL": DB, variable: "600000"}
     with pytest.raises(ConfigError, match=rf"{variable}.*{setting}"):
-        load(environ=env).validate()
+        validate(load(environ=env))
 
 
 def test_a_property_flag_that_overrides_a_setting_is_refused() -> None:
     args = cli._parser().parse_args(["run", "--producer-property", "Delivery.Timeout.Ms=600000"])
     with pytest.raises(ConfigError, match=r"--producer-property.*CHRONOS_DELIVERY_TIMEOUT_MS"):
-        load(args, environ={"CHRONOS_DATABASE_URL": DB}).validate()
+        validate(load(args, environ={"CHRONOS_DATABASE_URL": DB}))
 
 
 @pytest.mark.parametrize("name", ["LINGER_MS", "QUEUE_BUFFERING_MAX_MS"])
@@ -288,22 +291,22 @@ def test_a_linger_the_delivery_timeout_cannot_hold_is_refused(name: str) -> None
     """librdkafka refuses a producer whose linger is not below its delivery timeout: refused at
     start naming both, not an exception when the first producer is made."""
     env = {"CHRONOS_DATABASE_URL": DB, "CHRONOS_DELIVERY_TIMEOUT_MS": "1000"}
-    load(environ={**env, f"CHRONOS_PRODUCER__{name}": "999"}).validate()
-    load(environ={**env, f"CHRONOS_PRODUCER__{name}": "0.5"}).validate()
+    validate(load(environ={**env, f"CHRONOS_PRODUCER__{name}": "999"}))
+    validate(load(environ={**env, f"CHRONOS_PRODUCER__{name}": "0.5"}))
     with pytest.raises(
         ConfigError, match=rf"CHRONOS_PRODUCER__{name}.*CHRONOS_DELIVERY_TIMEOUT_MS"
     ):
-        load(environ={**env, f"CHRONOS_PRODUCER__{name}": "1000"}).validate()
+        validate(load(environ={**env, f"CHRONOS_PRODUCER__{name}": "1000"}))
     with pytest.raises(ConfigError, match=rf"CHRONOS_KAFKA__{name}"):
-        load(environ={**env, f"CHRONOS_KAFKA__{name}": "soon"}).validate()
+        validate(load(environ={**env, f"CHRONOS_KAFKA__{name}": "soon"}))
 
 
 def test_max_publish_attempts_fits_the_attempts_column() -> None:
     """attempts is a smallint and a row is parked after 2 x max_publish_attempts: beyond 16,383
     the release would fail "out of range" for ever."""
-    assert _valid(max_publish_attempts=16383).validate()
+    assert validate(_valid(max_publish_attempts=16383))
     with pytest.raises(ConfigError, match=r"CHRONOS_MAX_PUBLISH_ATTEMPTS.*16383"):
-        _valid(max_publish_attempts=16384).validate()
+        validate(_valid(max_publish_attempts=16384))
 
 
 def test_a_refused_passthrough_exits_2_naming_it(
@@ -348,4 +351,4 @@ def test_consumer_never_stores_offsets_automatically_even_if_asked() -> None:
 )
 def test_values_the_kafka_client_cannot_take_are_refused_at_start_up(env: str, value: str) -> None:
     with pytest.raises(ConfigError, match=env):
-        load(environ={"CHRONOS_DATABASE_URL": DB, env: value}).validate()
+        validate(load(environ={"CHRONOS_DATABASE_URL": DB, env: value}))

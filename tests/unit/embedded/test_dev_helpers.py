@@ -12,6 +12,7 @@ import pytest
 
 from chronos import embedded
 from chronos.config import settings
+from chronos.config.validation import validate
 from chronos.embedded import dev, process
 from chronos.errors import ConfigError, PortInUse
 from tests.support.databases import with_database
@@ -70,7 +71,7 @@ def test_node_settings_leave_the_session_to_the_broker_with_its_protocol() -> No
     node = dev.node_settings(base, "postgresql://u@h:1/d", "h:2", 0, 8080)
 
     assert "session.timeout.ms" not in node.consumer_properties
-    node.validate()
+    validate(node)
 
 
 def test_default_node_command_runs_chronos() -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from chronos.config import settings
-from chronos.embedded import dev, kafka_config, kafka_jars
+from chronos.embedded import dev
+from chronos.embedded.kafka import config as kafka_config
+from chronos.embedded.kafka import jars as kafka_jars
 from chronos.errors import ConfigError
 
 FAKE_MVN = """#!{python}

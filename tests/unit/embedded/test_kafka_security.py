@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chronos.embedded import kafka_config
-from chronos.embedded.kafka_security import BrokerSecurity, TlsListener
+from chronos.embedded.kafka import config as kafka_config
+from chronos.embedded.kafka.security import BrokerSecurity, TlsListener
 from tests.support import tls as suite_tls
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,7 +14,7 @@ from chronos.errors import ConfigError, StoreError
 from chronos.node.http import Health
 from chronos.node.supervisor import Node
 from chronos.runtime.loop import Loop
-from chronos.store.postgres_session import unreachable
+from chronos.store.postgres.session import unreachable
 from chronos.testing import FakeConsumer, FakePublisher, InMemoryStore
 from tests.unit.helpers import settings
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import ast
 import re
-from importlib import resources
 from pathlib import Path
 
 import pytest
 
 import chronos
-from chronos.store.sql import parse_queries, queries
+from chronos.store.postgres.sql import parse_queries, queries, sql_files
 
 PACKAGE = Path(chronos.__file__).parent
-SQL_TEXT = resources.files("chronos.store.sql").joinpath("queries.sql").read_text(encoding="utf-8")
+SQL_TEXT = "\n".join(sql_files().values())
 NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
@@ -26,6 +25,15 @@ def test_queries_are_loaded_by_name() -> None:
     assert sorted(queries()) == sorted(names)
     for name in ("enqueue_batch", "claim_due", "delete_fired", "find_stuck", "reset_stuck"):
         assert name in queries()
+
+
+def test_the_sql_is_split_by_subject() -> None:
+    """One file a subject, each of a few hundred lines at most."""
+    files = sql_files()
+    assert set(files) >= {"intake.sql", "firing.sql", "recovery.sql", "leadership.sql", "flow.sql"}
+    for name, text in files.items():
+        assert NAME_LINE.search(text), f"{name} names no query"
+        assert len(text.splitlines()) <= 500, f"{name} is past 500 lines"
 
 
 def test_every_query_has_a_one_line_description() -> None:
@@ -192,10 +200,10 @@ def test_only_the_store_runs_the_named_queries() -> None:
     """The loops share the Store interface; SQL is run by the store module alone."""
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.relative_to(PACKAGE).as_posix() in (
-            "store/postgres.py",
-            "store/postgres_session.py",
-            "store/sql/__init__.py",
+            "store/postgres/store.py",
+            "store/postgres/session.py",
+            "store/postgres/sql/__init__.py",
         ):
             continue
         text = path.read_text(encoding="utf-8")
-        assert "from chronos.store.sql import" not in text, f"{path.name} runs SQL itself"
+        assert "from chronos.store.postgres.sql import" not in text, f"{path.name} runs SQL itself"

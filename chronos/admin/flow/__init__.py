@@ -1,0 +1,1 @@
+"""Flow control from the admin API and the command line: pauses and rate limits."""

@@ -1,0 +1,1 @@
+"""The Postgres store: one statement per batch, every statement named in ``sql/``."""

@@ -1,0 +1,264 @@
+"""Postgres sessions of a store: one connection per thread, the session settings, and running
+one named statement (timed, retried once Postgres broke a deadlock, driver errors translated to
+StoreError).
+
+``PostgresSession`` is the base of ``chronos.store.PostgresStore``: the statements themselves are in
+``chronos.store.postgres.store`` (hot path), ``admin`` and ``leadership``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row, tuple_row
+
+from chronos.errors import StoreError
+from chronos.observability import metrics
+from chronos.observability.dependencies import POSTGRES
+from chronos.store.postgres.sql import query
+
+log = logging.getLogger("chronos.store.postgres")  # the store's logger, one for its modules
+_T = TypeVar("_T")
+
+
+SLOW_STATEMENT_S = 1.0
+"""A statement running longer than this is counted (chronos_slow_statements_total) and logged."""
+DEADLOCK_DETECTED = "40P01"
+DEADLOCK_RETRIES = 5
+SESSION_SETTINGS = "-c plan_cache_mode=force_custom_plan -c TimeZone=UTC"
+"""Every node session: plan each execution with its actual parameters and the table's current
+size (a generic plan is cached from whatever the table looked like when first executed, and
+estimates every array at 10 elements); and UTC, so no deadline is ever rendered in a local time
+zone (year 9999 east of UTC is year 10000). Sent in the start-up packet: no extra round trip."""
+
+
+def session_options(url: str) -> str:
+    """libpq ``options`` for a node session: the URL's own, then SESSION_SETTINGS."""
+    own = str(conninfo_to_dict(url).get("options") or "")
+    return f"{own} {SESSION_SETTINGS}".strip()
+
+
+REFUSED_CONNECTION = (
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",
+    "permission denied",
+    "certificate verify failed",
+    "does not match host name",
+    "root certificate file",
+    "does not support ssl",
+    "certificate file",
+    "invalid connection option",
+    "invalid sslmode",
+)
+"""Words of a failed connection that the operator must fix (credentials, database name, TLS):
+such a failure is not an outage. Anything else (refused, reset, timed out, the server starting
+or shutting down, a name that does not resolve yet) is one, and is waited for."""
+
+
+def unreachable(exc: psycopg.Error) -> bool:
+    """Whether a failed connection attempt means the server is away (not a setting's fault)."""
+    text = str(exc).lower()
+    return not any(words in text for words in REFUSED_CONNECTION)
+
+
+def libpq_url(url: str) -> str:
+    """psycopg wants a libpq URL; accept the SQLAlchemy dialect spelling too."""
+    if url.startswith("postgresql+psycopg://"):
+        return "postgresql://" + url[len("postgresql+psycopg://") :]
+    return url
+
+
+class PostgresSession:
+    """Connections and statement execution. Thread-safe: each thread gets its own connection
+    (one per loop)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout: float = 5.0,
+        application_name: str = "chronos",
+        slow_statement_s: float = SLOW_STATEMENT_S,
+        statement_timeout_ms: int = 0,
+        tcp_timeout_ms: int = 0,
+        synchronous_commit: str = "",
+    ):
+        """``statement_timeout_ms`` and ``synchronous_commit`` (0 / empty: the server's
+        settings) apply to every session; ``tcp_timeout_ms`` drops a connection whose peer stops
+        answering (TCP keepalives and tcp_user_timeout) instead of waiting for minutes."""
+        self._url = libpq_url(url)
+        self._connect_timeout = connect_timeout
+        self._application_name = application_name
+        self._slow_statement_s = slow_statement_s
+        self._running: dict[object, float] = {}  # statements under way: their start (monotonic)
+        self._session = {
+            "statement_timeout": str(statement_timeout_ms) if statement_timeout_ms else "",
+            "synchronous_commit": synchronous_commit,
+        }
+        self._tcp: dict[str, Any] = {}
+        if tcp_timeout_ms:
+            seconds = max(3, tcp_timeout_ms // 1000)
+            self._tcp = {
+                "keepalives": 1,
+                "keepalives_idle": max(1, seconds // 2),
+                "keepalives_interval": max(1, seconds // 6),
+                "keepalives_count": 3,
+                "tcp_user_timeout": tcp_timeout_ms,
+            }
+        self._local = threading.local()
+        self._all: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed:
+            return conn
+        try:
+            conn = psycopg.connect(
+                self._url,
+                autocommit=True,
+                connect_timeout=max(1, int(self._connect_timeout)),
+                application_name=self._application_name,
+                row_factory=dict_row,
+                options=session_options(self._url),
+                **self._tcp,
+            )
+            if any(self._session.values()):
+                conn.execute(query("configure_session"), self._session)
+        except psycopg.Error as exc:
+            if not unreachable(exc):
+                raise StoreError(f"cannot connect to Postgres: {exc}") from exc
+            POSTGRES.failed(exc)
+            raise StoreError(f"cannot connect to Postgres: {exc}", outage=True) from exc
+        conn.prepare_threshold = 0  # prepare every statement on first use
+        self._local.conn = conn
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        def run(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+            with conn.cursor() as cur:
+                cur.execute(query(name), params)
+                return cur.fetchall() if cur.description is not None else []
+
+        return self._run(name, run)[0]
+
+    def _execute_tuples(
+        self, name: str, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], float]:
+        """Hot-path variant: binary results, plain tuples (no per-row dict), and the monotonic
+        time the result arrived (before any row is converted)."""
+
+        def run(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+                cur.execute(query(name), params)
+                return cur.fetchall()
+
+        return self._run(name, run)
+
+    def _run(self, name: str, run: Callable[[psycopg.Connection[Any]], _T]) -> tuple[_T, float]:
+        """Run one statement: time it (a slow one is counted and logged, a running one shows
+        in a gauge), retry it when Postgres broke a deadlock by aborting it (the statement is
+        its own transaction, so running it again is safe). Returns the result and the
+        monotonic time it arrived."""
+        attempt = 0
+        while True:
+            conn = self._conn()
+            token = object()
+            started = time.monotonic()
+            self._running[token] = started
+            try:
+                result = run(conn)
+            except psycopg.Error as exc:
+                if exc.sqlstate == DEADLOCK_DETECTED and attempt < DEADLOCK_RETRIES:
+                    attempt += 1
+                    metrics.DEADLOCK_RETRIES.labels(name).inc()
+                    log.warning(
+                        "%s was chosen as a deadlock victim; retrying (%d/%d)",
+                        name,
+                        attempt,
+                        DEADLOCK_RETRIES,
+                        extra={"event": "deadlock_retry", "statement": name},
+                    )
+                    time.sleep(random.uniform(0.001, 0.01) * attempt)
+                    continue
+                raise self._translate(conn, name, exc) from exc
+            finally:
+                del self._running[token]
+                self._observe(name, time.monotonic() - started)
+            POSTGRES.succeeded()
+            return result, time.monotonic()
+
+    def _observe(self, name: str, seconds: float) -> None:
+        if seconds < self._slow_statement_s:
+            return
+        metrics.SLOW_STATEMENTS.labels(name).inc()
+        log.warning(
+            "statement %s took %.3f s",
+            name,
+            seconds,
+            extra={"event": "slow_statement", "statement": name, "seconds": round(seconds, 3)},
+        )
+
+    def longest_running_s(self) -> float:
+        """Age of the oldest statement running now on any of this store's connections."""
+        oldest = min(self._running.values(), default=None)
+        return 0.0 if oldest is None else max(0.0, time.monotonic() - oldest)
+
+    def _translate(
+        self, conn: psycopg.Connection[Any], name: str, exc: psycopg.Error
+    ) -> StoreError:
+        """Driver error -> StoreError; drop a broken connection so the next call reconnects."""
+        lost = (
+            conn.closed
+            or conn.broken
+            or isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        )
+        if lost:
+            self._drop_connection(conn)
+            POSTGRES.failed(exc)
+            return StoreError(f"{name} failed: {exc}", outage=True)
+        # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.
+        # Class 54 (program limit exceeded: e.g. a batch over the JSON size limit) too.
+        refused = (exc.sqlstate or "")[:2] in ("22", "23", "54")
+        return StoreError(f"{name} failed: {exc}", retryable=not refused)
+
+    def _drop_connection(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.close()
+        finally:
+            self._local.conn = None
+            with self._lock:
+                if conn in self._all:
+                    self._all.remove(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def ping(self) -> datetime:
+        now: datetime = self._execute("ping", {})[0]["now"]
+        return now
+
+    def release_thread_connection(self) -> None:
+        """Close the calling thread's connection, if any: for short-lived threads (one HTTP
+        request each), which would otherwise leave one open connection behind apiece."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        with contextlib.suppress(psycopg.Error):
+            self._drop_connection(conn)

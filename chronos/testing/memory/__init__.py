@@ -1,0 +1,1 @@
+"""The in-memory store: the Postgres store's behaviour, for unit tests."""
