@@ -29,13 +29,18 @@ class StoreError(ChronosError):
     data itself: retrying the same batch can never succeed. ``outage`` is True when the
     database could not be reached at all (connection refused, lost, timed out): the outage is
     logged once where it is seen (``chronos.observability.dependencies``), so the callers that
-    retry log such errors at ``log_level`` (DEBUG) rather than once per attempt.
+    retry log such errors at ``log_level`` (DEBUG) rather than once per attempt. ``refused`` is
+    True when the role may not do it (a missing grant, a missing table: SQLSTATE class 42): a
+    configuration to fix, reported as such, not an outage to wait out silently.
     """
 
-    def __init__(self, message: str, *, retryable: bool = True, outage: bool = False):
+    def __init__(
+        self, message: str, *, retryable: bool = True, outage: bool = False, refused: bool = False
+    ):
         super().__init__(message)
         self.retryable = retryable or outage
         self.outage = outage
+        self.refused = refused
 
     @property
     def log_level(self) -> int:

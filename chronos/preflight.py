@@ -20,7 +20,14 @@ from typing import Any, TextIO
 from chronos.config.settings import Settings
 from chronos.errors import ChronosError, ConfigError
 
-TABLES = ("chronos_messages", "chronos_nodes", "chronos_cancels", "chronos_tenants")
+TABLES = (
+    "chronos_messages",
+    "chronos_nodes",
+    "chronos_cancels",
+    "chronos_tenants",
+    "chronos_pauses",
+    "chronos_limits",
+)
 PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 TIMEOUT_S = 10.0
 

@@ -10,7 +10,8 @@ by default. Every write is logged with the token's name and the client's address
 JSON ``{"error": "..."}``.
 
 GET    /admin/v1/messages/{id}   a message's whole record (``?include_value=true`` adds its value)
-DELETE /admin/v1/messages/{id}   cancel a waiting (or parked) message; 409 while claimed
+DELETE /admin/v1/messages/{id}   cancel a message (204); a claimed one: 202, its firing in
+       flight not stopped, nothing following it
 POST   /admin/v1/messages/{id}/requeue   requeue a parked message; 409 unless parked
 POST   /admin/v1/messages/{id}/reschedule   move a waiting message to a new deadline:
        {"deadline": RFC 3339} or {"delay_ms": int} (from now, on the database clock);
@@ -47,6 +48,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from chronos.admin.access import Caller, Tokens
 from chronos.admin.audit import AdminAudit
@@ -93,6 +95,11 @@ def openapi_document() -> bytes:
     return resources.files("chronos.admin").joinpath("openapi.json").read_bytes()
 
 
+def _dry_run(query: str) -> bool:
+    """Whether a bulk request asks for a dry run (its parameters are checked by the action)."""
+    return parse_qs(query).get("dry_run", [""])[-1] == "true"
+
+
 def _json(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
     return status, "application/json", json.dumps(payload).encode("utf-8"), dict(headers or {})
 
@@ -137,7 +144,17 @@ class AdminAPI:
             return _json(exc.status, {"error": exc.message}, exc.headers)
         except StoreError as exc:
             log.warning("admin API: database error: %s", exc, extra={"event": "database_error"})
-            return _json(503, {"error": "the database is unavailable; try again"})
+            if not exc.refused:
+                return _json(503, {"error": "the database is unavailable; try again"})
+            # A missing grant or table: a retry will not help until an operator acts.
+            reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "refused"
+            return _json(
+                500,
+                {
+                    "error": f"the database refused the request: {reason} "
+                    "(`chronos check` names a missing grant)"
+                },
+            )
 
     def _handle(
         self,
@@ -166,7 +183,8 @@ class AdminAPI:
             )
             raise
         route, arg = self._route(path)
-        if method in WRITES:
+        if method in WRITES and not (route == "bulk" and _dry_run(query)):
+            # A bulk dry run changes nothing: it counts, as the read-only token may.
             self._check_write(caller, method, path, client)
         who = f"the {caller.token_name} token from {client}"
         if route == "message":

@@ -33,9 +33,16 @@ class AdminAudit:
         return bool(self.settings.audit_topic)
 
     def message(
-        self, event: str, message_id: str, by: str, *, deadline: float | None = None
+        self,
+        event: str,
+        message_id: str,
+        by: str,
+        *,
+        deadline: float | None = None,
+        claimed: bool = False,
     ) -> None:
-        """A cancel, reschedule (``deadline``: the new one) or requeue through the admin API."""
+        """A cancel, reschedule (``deadline``: the new one) or requeue through the admin API
+        (``claimed``: a cancel of a claimed message, whose firing in flight is not stopped)."""
         if self.enabled:
             self._emit(
                 audit.action(
@@ -46,6 +53,7 @@ class AdminAudit:
                     via=audit.VIA_ADMIN_API,
                     by=by,
                     deadline=deadline,
+                    claimed=claimed,
                 )
             )
 

@@ -107,8 +107,9 @@ class AdminClient:
     def nodes(self, include_dead: bool = False) -> Any:
         return self.request("GET", "/nodes", {"include_dead": "true"} if include_dead else None)
 
-    def cancel(self, message_id: str) -> None:
-        self.request("DELETE", self.message_path(message_id))
+    def cancel(self, message_id: str) -> Any:
+        """None: cancelled (204); a claimed message's {"id", "claimed", "detail"} (202)."""
+        return self.request("DELETE", self.message_path(message_id))
 
     def requeue(self, message_id: str) -> None:
         self.request("POST", self.message_path(message_id) + "/requeue")
@@ -404,8 +405,10 @@ def _cancel(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     if not _one_or_filter(args):
         run_bulk(client, "cancel", args, out)
         return
-    client.cancel(args.id)
-    _emit(args, out, {"id": args.id, "cancelled": True}, f"cancelled {args.id}")
+    answer = client.cancel(args.id)
+    claimed = isinstance(answer, dict) and bool(answer.get("claimed"))
+    text = f"cancelled {args.id}" + (f" (claimed: {answer.get('detail')})" if claimed else "")
+    _emit(args, out, {"id": args.id, "cancelled": True, "claimed": claimed}, text)
 
 
 def _requeue(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:

@@ -50,3 +50,12 @@ def expiry_limit_text(expires_ms: int | None, settings: Settings) -> str:
     if expires_ms is None:
         return f"CHRONOS_MAX_LATENESS_MS ({settings.max_lateness_ms} ms)"
     return f"its chronosExpires ({expires_ms} ms)"
+
+
+def refused_topics(settings: Settings) -> tuple[str, ...]:
+    """The topics a message may never be fired to, whatever CHRONOS_ALLOWED_TOPICS says: the input
+    topic (it would be consumed again), the dead-letter topic (read as a dead letter) and the
+    audit topic (a forged audit event). Refused on arrival (``topic_not_allowed``) and, for a row
+    stored before, when it comes due."""
+    names = (settings.input_topic, settings.dead_letter_topic, settings.audit_topic)
+    return tuple(t for t in names if t and t != settings.output_topic)

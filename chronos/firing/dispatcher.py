@@ -15,12 +15,17 @@ from functools import partial
 from confluent_kafka import KafkaError
 
 from chronos.cluster.leadership import Leadership
-from chronos.config.policy import expiry_limit_ms, expiry_limit_text, should_dead_letter
+from chronos.config.policy import (
+    expiry_limit_ms,
+    expiry_limit_text,
+    refused_topics,
+    should_dead_letter,
+)
 from chronos.config.settings import Settings
 from chronos.kafka import Publisher
 from chronos.kafka.audit import audit_trail
 from chronos.observability import audit, metrics
-from chronos.protocol import dead_letter_headers, relay_headers
+from chronos.protocol import dead_letter_headers, relay_headers, scheduled_headers
 from chronos.recurrence import COUNT_LIMIT, decode
 from chronos.runtime.faults import fault_point
 from chronos.store import ClaimedRow, row_bytes
@@ -43,7 +48,7 @@ class Timer:
     size: int  # the row's bytes as the byte budget counts them (row_bytes), taken at claim
     dead_letter: bool = False  # sent to the dead-letter topic (or dropped): never "fired"
     lateness: float = 0.0  # seconds, taken when produced
-    reason: str = ""  # why it was dead-lettered: "publish_failed" or "expired"
+    reason: str = ""  # why it was dead-lettered: "publish_failed", "expired", "topic_not_allowed"
     next_deadline: datetime | None = None  # a series' next occurrence (None: delete the row)
     skipped: int = 0  # missed occurrences of a series this fire skips (chronosMissed: latest)
     estimated: bool = False  # ``skipped`` is partly estimated (more than were counted)
@@ -70,6 +75,7 @@ class Dispatcher:
         self.monotonic = monotonic
         self.hold = settings.hold_time_ms / 1000
         self.output_topic = settings.output_topic
+        self.refused = frozenset(refused_topics(settings))  # never fired to (see _produce)
         self.cond = threading.Condition()
         self.timers: list[Entry] = []  # a heap, guarded by cond
         self.in_flight = 0  # produced, report pending (dispatcher thread only)
@@ -228,7 +234,15 @@ class Dispatcher:
         timer.lateness = self.monotonic() - row.claimed_monotonic - row.remaining_ms / 1000
         reason = ""
         limit_ms = expiry_limit_ms(row.expires_ms, self.settings)
-        if limit_ms is not None and timer.lateness > limit_ms / 1000:
+        if row.target_topic in self.refused:
+            # Stored before the topic was refused (an audit topic set since) or written by hand:
+            # never fired there (a forged audit event, a record consumed again); a series ends.
+            reason = refused_reason(topic)
+            timer.reason, timer.next_deadline = "topic_not_allowed", None
+            if not self.settings.dead_letter_topic:
+                self._drop(timer, reason)
+                return
+        elif limit_ms is not None and timer.lateness > limit_ms / 1000:
             # Stale (the cluster was away, or the backlog too deep): never fired late.
             limit = expiry_limit_text(row.expires_ms, self.settings)
             reason = f"expired: due {timer.lateness * 1000:.0f} ms ago, later than {limit}"
@@ -253,7 +267,13 @@ class Dispatcher:
                 self.settings.relay_deadline_header,
             )
         if reason:
-            headers = dead_letter_headers(row.headers, reason, f"chronos/{row.id}", timer.reason)
+            # What its replay needs (the row's Chronos headers were stripped at intake).
+            due = datetime.fromtimestamp(row.deadline, UTC)
+            scheduled = scheduled_headers(
+                row.id, due, row.target_topic, row.tenant, row.recurrence is not None
+            )
+            source = f"chronos/{row.id}"
+            headers = dead_letter_headers(row.headers, reason, source, timer.reason, scheduled)
             topic = self.settings.dead_letter_topic
             timer.dead_letter = True
         self.in_flight += 1
@@ -284,6 +304,8 @@ class Dispatcher:
             reason = timer.reason
             if reason == "publish_failed":
                 reason = f"publishing failed {row.attempts} times: {row.last_error or 'unknown'}"
+            elif reason == "topic_not_allowed":
+                reason = refused_reason(row.target_topic or "")
             else:
                 reason = f"{timer.lateness * 1000:.0f} ms late, past its expiry"
             event = audit.dead_lettered(
@@ -328,6 +350,13 @@ class Dispatcher:
                     timer.lateness * 1000,
                     extra={"event": "dead_lettered", "reason": "expired"},
                 )
+            elif timer.reason == "topic_not_allowed":
+                log.error(
+                    "message %s dead-lettered: its topic %s is never fired to",
+                    row.id,
+                    row.target_topic,
+                    extra={"event": "dead_lettered", "reason": "topic_not_allowed"},
+                )
             else:
                 log.error(
                     "message %s dead-lettered after %d failed publishes",
@@ -335,6 +364,14 @@ class Dispatcher:
                     row.attempts,
                     extra={"event": "dead_lettered", "reason": "publish_failed"},
                 )
+
+
+def refused_reason(topic: str) -> str:
+    """The dead letter's reason for a row naming a refused topic (as intake words it)."""
+    return (
+        f"header chronosTopic {topic!r} is not allowed (never the input or dead-letter topic, "
+        "nor the audit topic)"
+    )
 
 
 def _occurrence(row: ClaimedRow, size: int, count_limit: int) -> Timer:

@@ -57,7 +57,7 @@ from chronos.firing.pauses import PauseWatch
 from chronos.firing.tenant_share import TenantShare
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
-from chronos.observability.dependencies import KAFKA_WRITES
+from chronos.observability.dependencies import FLOW_CONTROL, KAFKA_WRITES
 from chronos.observability.logs import Throttle
 from chronos.observability.tenants import TenantMetrics
 from chronos.runtime.faults import fault_point
@@ -272,6 +272,12 @@ class FiringLoop(Loop):
             return
         limit = min(self.settings.claim_batch_size, room)
         excluded = self.share.excluded(started)
+        paused = self.limits.exclude(self.pauses.current, started)
+        if not (self.pauses.known and self.limits.known):
+            # What is paused or limited is not known (FLOW_CONTROL says why): claim nothing.
+            self.next_claim_at = started + poll
+            return
+        FLOW_CONTROL.succeeded()
         t0 = time.perf_counter()
         try:
             rows = self.store.claim(
@@ -285,7 +291,7 @@ class FiringLoop(Loop):
                 first_always=self.held_bytes == 0,
                 fair=self.overloaded,
                 exclude_tenants=excluded,
-                paused=self.limits.exclude(self.pauses.current, started),
+                paused=paused,
                 max_lateness_ms=self.pauses.max_lateness_ms,
                 catchup=self.catchup.budget(started, room - limit),  # within max_in_flight
             )
@@ -300,7 +306,7 @@ class FiringLoop(Loop):
         metrics.STATEMENT_DURATION.labels("claim").observe(time.perf_counter() - t0)
         claimed_bytes = 0
         self.catchup.spent(rows)
-        rows, over = self.limits.take(rows)  # over a rate limit: given back, they wait
+        rows, over = self.limits.take(rows, self.monotonic())  # over a limit: given back, wait
         if over:
             self._release([(r.id, r.readied_at) for r in over], False, None)
         if rows:

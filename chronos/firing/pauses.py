@@ -2,6 +2,11 @@
 loop, passed to its claims (which skip the paused tenants and topics), and checked against the
 rows it already holds (claimed ahead before the pause: given back, not fired).
 
+Until the pause set has been read, and while a read fails (a role without the grant on
+``chronos_pauses``), the loop claims nothing: a node that cannot know what is paused never fires
+paused work (``FLOW_CONTROL``: a warning, ``chronos_dependency_up{dependency="flow_control"}``,
+not ready).
+
 Each read also sets ``chronos_paused_since_timestamp_seconds`` (one series per pause, removed on
 resume), on every node alike: aggregate it with ``max()``.
 """
@@ -13,6 +18,7 @@ from collections.abc import Callable
 
 from chronos.errors import StoreError
 from chronos.observability import metrics
+from chronos.observability.dependencies import FLOW_CONTROL
 from chronos.store import PAUSE_REFRESH_S, ClaimedRow, Pause, PauseSet, Store
 
 log = logging.getLogger(__name__)
@@ -24,6 +30,7 @@ class PauseWatch:
         self.output_topic = output_topic
         self.max_lateness_ms = max_lateness_ms
         self.current = PauseSet()
+        self.known = False  # False until read, and while a read fails: claim nothing then
         self.read_at: float | None = None
         self._series: set[tuple[str, str]] = set()
 
@@ -34,9 +41,11 @@ class PauseWatch:
         """Read the pause set; True when something new is paused (the held rows are checked)."""
         try:
             pauses = self.store.pauses()
-        except StoreError as exc:  # keep the last set: the claim will report the outage
-            log.debug("could not read the pauses: %s", exc)
+        except StoreError as exc:
+            self.known = False
+            flow_control_unreadable("the pauses", exc)
             return False
+        self.known = True
         self.read_at = now
         self._gauge(pauses)
         fresh = PauseSet.of(pauses, self.output_topic)
@@ -75,5 +84,15 @@ class PauseWatch:
             series.add(key)
             metrics.PAUSED_SINCE.labels(*key).set(p.paused_at.timestamp())
         for gone in self._series - series:
-            metrics.PAUSED_SINCE.remove(*gone)
+            metrics.remove_series(metrics.PAUSED_SINCE, *gone)
         self._series = series
+
+
+def flow_control_unreadable(what: str, exc: StoreError) -> None:
+    """A read of the pauses or limits failed: the firing loop claims nothing until it succeeds.
+    An outage of Postgres is announced as such (the claim fails too); anything else (a missing
+    grant, a missing table) is this dependency's: a warning, its gauge at 0, not ready."""
+    if exc.outage:  # Postgres away: announced as such, and the claims fail too
+        log.debug("could not read %s: %s", what, exc)
+        return
+    FLOW_CONTROL.failed(f"cannot read {what}, so nothing is claimed: {exc}")

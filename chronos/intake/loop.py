@@ -19,7 +19,6 @@ One iteration handles one consumed batch:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.config.policy import expiry_limit_ms, expiry_limit_text
+from chronos.config.policy import expiry_limit_ms, expiry_limit_text, refused_topics
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, report
@@ -58,6 +57,7 @@ from chronos.protocol import (
     dead_letter_headers,
     parse_record,
     relay_headers,
+    scheduled_headers,
     topic_policy,
 )
 from chronos.runtime.faults import fault_point
@@ -104,7 +104,7 @@ class IntakeLoop(Loop):
         self.topic_allowed = topic_policy(
             settings.output_topic,
             settings.allowed_topics,
-            refused=(settings.input_topic, settings.dead_letter_topic),
+            refused=refused_topics(settings),
         )
         # The enqueue statement's thread (and so its own database connection): one at a time.
         self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
@@ -117,7 +117,10 @@ class IntakeLoop(Loop):
         consumer = self.consumer_factory(on_commit=self._on_commit, stats_cb=self._on_stats)
         self.consumer = consumer
         consumer.subscribe(
-            [self.settings.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+            [self.settings.input_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
         )
         try:
             while not self.stopping.is_set():
@@ -164,6 +167,17 @@ class IntakeLoop(Loop):
         self.warm.set()  # the group is joined: records are consumed as they come
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Handed over: their offsets are stored (and committed by the client as they go), then
+        forgotten here; they come back at the group's commit."""
+        self._release(consumer, partitions, "revoked")
+        self.settlement.forget(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Lost (the session ended: its coordinator's broker died, say), so commits may have
+        failed since: what was made durable in them is kept to resume after it (resume.py)."""
+        self._release(consumer, partitions, "lost")
+
+    def _release(self, consumer: Consumer, partitions: list[TopicPartition], how: str) -> None:
         # Finish the statement and confirm what was published first: the leaving partitions'
         # offsets are stored while still ours (their new owner resumes after them).
         self.finish_in_flight(consumer)
@@ -172,12 +186,12 @@ class IntakeLoop(Loop):
         self.gaps.forget((p.topic, p.partition) for p in partitions)
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
-            with contextlib.suppress(KeyError):
-                metrics.ASSIGNED_PARTITION.remove(p.topic, str(p.partition))
+            metrics.remove_series(metrics.ASSIGNED_PARTITION, p.topic, str(p.partition))
         log.info(
-            "revoked %s",
+            "%s %s",
+            how,
             [f"{p.topic}[{p.partition}]" for p in partitions],
-            extra={"event": "partitions_revoked"},
+            extra={"event": f"partitions_{how}"},
         )
 
     def database_now(self, needed: bool = False) -> datetime:
@@ -370,6 +384,7 @@ class IntakeLoop(Loop):
                             ),
                             "direct",
                             source=position(source),
+                            message=message,
                         )
                     )
                 else:
@@ -410,11 +425,15 @@ class IntakeLoop(Loop):
                 extra={"event": "dead_lettered", "reason": "expired", "source": where},
             )
             headers = cast(Headers | None, record.headers())
+            # With what a replay needs to schedule it again (fired at once, to its topic).
+            scheduled = scheduled_headers(
+                message.id, message.deadline, message.target_topic, message.tenant
+            )
             return True, Pending(
                 self.settings.dead_letter_topic,
                 record.key(),
                 record.value(),
-                dead_letter_headers(headers, reason, where, "expired"),
+                dead_letter_headers(headers, reason, where, "expired", scheduled),
                 "dead_letter:expired",
                 source=where,
             )
@@ -442,7 +461,15 @@ class IntakeLoop(Loop):
             try:
                 return list(
                     self.store.enqueue(
-                        messages, self.settings.timing_advance_ms, self.settings.cancel_ttl_ms
+                        messages,
+                        self.settings.timing_advance_ms,
+                        self.settings.cancel_ttl_ms,
+                        # Flow control holds what arrives due: paused, limited or paced
+                        # records are stored and wait, never published straight away.
+                        output_topic=self.settings.output_topic,
+                        catchup_after_ms=(
+                            self.settings.catchup_after_ms if self.settings.catchup_rate else None
+                        ),
                     )
                 )
             except StoreError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from chronos.protocol import DEAD_LETTER_REDUCED_HEADER, Headers
+from chronos.protocol import DEAD_LETTER_REDUCED_HEADER, Headers, ScheduledMessage
 
 
 def position(source: tuple[Message, Any]) -> str:
@@ -32,6 +32,7 @@ class Pending:
     done: bool = False
     refusals: int = 0  # permanent refusals so far
     source: str = ""  # topic/partition/offset of the input record
+    message: ScheduledMessage | None = None  # a direct publish's message (for its dead letter)
 
 
 @dataclass(slots=True)

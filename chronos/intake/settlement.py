@@ -21,7 +21,7 @@ from chronos.intake.records import Pending, Unsettled, reduced, reporter
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
 from chronos.observability.logs import Throttle
-from chronos.protocol import Headers, Rejection, dead_letter_headers
+from chronos.protocol import Headers, Rejection, dead_letter_headers, scheduled_headers
 from chronos.runtime.loop import Backoff
 
 log = logging.getLogger("chronos.intake.loop")  # the intake loop's logger: one name for intake
@@ -133,6 +133,13 @@ class Settlement:
                 self._store(consumer, head.offsets)
         return True
 
+    def forget(self, partitions: list[TopicPartition]) -> None:
+        """Partitions handed over: what was made durable in them is no longer where they resume
+        (their next owner moves the group's commit on; a topic deleted and created again
+        meanwhile starts a new log at 0), so it is never sought back to (resume.py)."""
+        for p in partitions:
+            self.durable.pop((p.topic, p.partition), None)
+
     def _store(self, consumer: Consumer, offsets: dict[tuple[str, int], int]) -> None:
         self.durable.update({tp: o + 1 for tp, o in offsets.items()})
         store_offsets(consumer, offsets)
@@ -212,12 +219,17 @@ class Settlement:
                 item.error,
                 extra={"event": "dead_lettered", "reason": "publish_failed"},
             )
+            headers, scheduled = item.headers, []
+            if item.message is not None:  # its own headers (no relayed id) and what a replay needs
+                m = item.message
+                headers = m.headers
+                scheduled = scheduled_headers(m.id, m.deadline, m.target_topic, m.tenant)
             return Pending(
                 dead_letter,
                 item.key,
                 item.value,
                 dead_letter_headers(
-                    item.headers, reason, item.source or item.topic, "publish_failed"
+                    headers, reason, item.source or item.topic, "publish_failed", scheduled
                 ),
                 "dead_letter:publish_failed",
                 source=item.source,

@@ -9,7 +9,6 @@ broker's ListOffsets high watermark is wrong; the statistics are right.)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -58,8 +57,7 @@ def record_consumer_stats(stats_json: str) -> None:
         return
     with _lag_lock:
         for labels in _lag_labels - lags.keys():
-            with contextlib.suppress(KeyError):
-                metrics.CONSUMER_PARTITION_LAG.remove(*labels)
+            metrics.remove_series(metrics.CONSUMER_PARTITION_LAG, *labels)
         for (topic, partition), lag in lags.items():
             metrics.CONSUMER_PARTITION_LAG.labels(topic, partition).set(lag)
         _lag_labels.clear()

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 from chronos.admin.api import admin_routes
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
-from chronos.observability.dependencies import KAFKA_WRITES
+from chronos.observability.dependencies import FLOW_CONTROL, KAFKA_WRITES
 from chronos.store import Store
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,8 @@ class Health:
                     extra={"event": "not_ready"},
                 )
                 ok, checks["postgres"] = False, "unavailable"
+            if FLOW_CONTROL.down:
+                ok, checks["flow_control"] = False, "pauses or limits unreadable"
             broker_ok, detail = broker_reachable(self.settings)
             if broker_ok and KAFKA_WRITES.down:
                 # The broker answers but refuses the writes (too few in-sync replicas, ...).

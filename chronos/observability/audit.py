@@ -107,14 +107,19 @@ def action(
     by: str,
     tenant: str = "",
     deadline: float | None = None,
+    claimed: bool = False,
 ) -> Event:
     """A cancel, reschedule or requeue applied to a waiting (or parked) message, by a
     chronosAction record (``via`` kafka, ``by`` the record's topic/partition/offset) or through
-    the admin API (``by`` the caller's name). ``deadline``: a reschedule's new deadline."""
+    the admin API (``by`` the caller's name). ``deadline``: a reschedule's new deadline;
+    ``claimed``: a cancel of a claimed message (its firing in flight is not stopped, nothing
+    follows it)."""
     record = _base(event, node, at, tenant)
     record.update(id=message_id, via=via, by=by)
     if deadline is not None:
         record["deadline"] = instant(deadline)
+    if claimed:
+        record["claimed"] = True
     return record
 
 

@@ -128,6 +128,10 @@ KAFKA = Dependency("Kafka", "kafka")
 # brokers down) every metadata request succeeds and every produce fails. The firing loop's
 # deliveries tell this one.
 KAFKA_WRITES = Dependency("Writing to Kafka", "kafka_writes")
+# Postgres answering is not the node reading what is paused and limited (a role without the
+# grants on chronos_pauses or chronos_limits): the firing loop claims nothing meanwhile, so no
+# paused or limited work fires unknowingly, and the node is not ready.
+FLOW_CONTROL = Dependency("Reading the pause and limit tables", "flow_control")
 
 
 def quiet() -> None:
@@ -135,3 +139,4 @@ def quiet() -> None:
     POSTGRES.announce = False
     KAFKA.announce = False
     KAFKA_WRITES.announce = False
+    FLOW_CONTROL.announce = False

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Protocol
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from chronos.observability.histogram import BatchHistogram
+
+
+class Labelled(Protocol):
+    def remove(self, *labelvalues: str) -> None: ...
+
+
+def remove_series(family: Labelled, *labels: str) -> None:
+    """Drop one labelled series of ``family``; one never created on this node (or already gone)
+    is no error. prometheus_client before 0.22 raises KeyError for it (pyproject allows 0.20),
+    which would end the loop that clears it: every removal of a labelled series goes here."""
+    with contextlib.suppress(KeyError):
+        family.remove(*labels)
+
 
 CONSUMED = Counter("chronos_consumed_messages_total", "Records consumed from the input topic")
 ENQUEUED = Counter("chronos_enqueued_messages_total", "Messages inserted into the table")
@@ -76,7 +92,8 @@ HEADER_PROBE_DURATION = Histogram(
 OFFSETS_OUT_OF_RANGE = Counter(
     "chronos_intake_offsets_out_of_range_total",
     "Input partitions whose offset to resume at was gone (retention or DeleteRecords moved the "
-    "log start past it): the records in between were never read; intake resumed at the log start",
+    "log start past it, or the topic was deleted and created again): the records in between were "
+    "never read; intake resumed at the log start",
 )
 PARKED_INPUT = Counter(
     "chronos_parked_input_records_total",

@@ -35,7 +35,6 @@ label ``""``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import Counter
@@ -48,6 +47,7 @@ from chronos.observability.metrics import (
     TENANT_LATENESS,
     TENANT_OLDEST_OVERDUE,
     TENANT_OVERDUE,
+    remove_series,
 )
 
 OTHER = "_other"
@@ -136,8 +136,7 @@ class TenantMetrics:
     @staticmethod
     def _remove(tenant: str) -> None:
         for family in (TENANT_FIRED, TENANT_LATENESS):
-            with contextlib.suppress(KeyError):  # never recorded on this node
-                family.remove(tenant_label(tenant))
+            remove_series(family, tenant_label(tenant))  # perhaps never recorded on this node
 
     def observe_fired(self, fired: Iterable[tuple[str, float]]) -> None:
         """Record fired messages as (tenant, lateness in seconds) pairs."""
@@ -203,5 +202,4 @@ class TenantGauges:
 
 def _remove_gauges(tenant: str) -> None:
     for gauge in (TENANT_OVERDUE, TENANT_OLDEST_OVERDUE):
-        with contextlib.suppress(KeyError):
-            gauge.remove(tenant_label(tenant))
+        remove_series(gauge, tenant_label(tenant))

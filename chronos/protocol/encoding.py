@@ -3,6 +3,7 @@ headers (JSON of base64 values), and a dead-lettered record's headers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from binascii import a2b_base64, b2a_base64
 from collections.abc import Sequence
@@ -11,8 +12,14 @@ from datetime import datetime
 from chronos.protocol.deadline import format_deadline
 from chronos.protocol.names import (
     DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_DEADLINE_HEADER,
+    DEAD_LETTER_ID_HEADER,
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
+    DEAD_LETTER_TENANT_HEADER,
+    DEAD_LETTER_TOPIC_HEADER,
+    DEFAULT_TENANT,
+    MAX_ID_LENGTH,
     RELAYED_INSTANT_HEADER,
     Headers,
 )
@@ -69,12 +76,48 @@ def decode_headers(stored: list[dict[str, str | None]] | str | None) -> Headers:
     return out
 
 
-def dead_letter_headers(
-    headers: Sequence[tuple[str, bytes | None]] | None, reason: str, source: str, code: str
+def scheduled_headers(
+    message_id: str,
+    deadline: datetime,
+    topic: str | None,
+    tenant: str,
+    occurrence: bool = False,
 ) -> Headers:
-    """Original headers (all of them, Chronos ones included) plus the reason, the source and the
-    reason's stable code (``topic_not_allowed``, ``expired``, ``publish_failed``...)."""
-    out: Headers = list(headers or ())
+    """What the dead letter of a scheduled message (expired, publish_failed) carries for its
+    replay, its own Chronos headers being gone: the id to schedule it under, when it was due, its
+    target topic (absent: the output topic) and its tenant (absent: the default one).
+
+    An ``occurrence`` of a series is replayed under ``ID@INSTANT`` (its instant), not the
+    series' id, which the series keeps while it waits (a replay under it would be ignored as a
+    duplicate); ``DIGEST@INSTANT`` when that is longer than an id may be."""
+    instant = format_deadline(deadline)
+    replay_id = message_id
+    if occurrence:
+        replay_id = f"{message_id}@{instant}"
+        if len(replay_id) > MAX_ID_LENGTH:
+            replay_id = f"{hashlib.sha256(message_id.encode()).hexdigest()}@{instant}"
+    out: Headers = [
+        (DEAD_LETTER_ID_HEADER, replay_id.encode("utf-8")),
+        (DEAD_LETTER_DEADLINE_HEADER, instant.encode("ascii")),
+    ]
+    if topic:
+        out.append((DEAD_LETTER_TOPIC_HEADER, topic.encode("utf-8")))
+    if tenant != DEFAULT_TENANT:
+        out.append((DEAD_LETTER_TENANT_HEADER, tenant.encode("utf-8")))
+    return out
+
+
+def dead_letter_headers(
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    reason: str,
+    source: str,
+    code: str,
+    scheduled: Sequence[tuple[str, bytes | None]] = (),
+) -> Headers:
+    """Original headers (all of them, Chronos ones included) plus, for a scheduled message,
+    ``scheduled_headers``, then the reason, the source and the reason's stable code
+    (``topic_not_allowed``, ``expired``, ``publish_failed``...)."""
+    out: Headers = [*(headers or ()), *scheduled]
     out.append((DEAD_LETTER_REASON_HEADER, reason.encode("utf-8")))
     out.append((DEAD_LETTER_SOURCE_HEADER, source.encode("utf-8")))
     out.append((DEAD_LETTER_CODE_HEADER, code.encode("utf-8")))

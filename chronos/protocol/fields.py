@@ -34,8 +34,9 @@ def topic_policy(
 ) -> Callable[[str], bool]:
     """Whether a ``chronosTopic`` may be fired to: the output topic always, any other topic only
     if it matches one of the comma-separated glob patterns (case-sensitive; empty: none) and is
-    not one of ``refused`` (the input and dead-letter topics: a message fired there would be
-    consumed again or read as a dead letter) — whatever the patterns say."""
+    not one of ``refused`` (the input, dead-letter and audit topics: a message fired there would
+    be consumed again, read as a dead letter or forge an audit event) — whatever the patterns
+    say."""
     patterns = [p.strip() for p in allowed_patterns.split(",") if p.strip()]
     never = {t for t in refused if t and t != output_topic}
 
@@ -249,7 +250,7 @@ def parse_topic(raw: bytes | None, allowed: Callable[[str], bool] | None) -> str
         return Rejection(
             "topic_not_allowed",
             f"header {TOPIC_HEADER} {topic!r} is not allowed (CHRONOS_ALLOWED_TOPICS; never "
-            "the input or dead-letter topic)",
+            "the input or dead-letter topic, nor the audit topic)",
         )
     return topic
 

@@ -37,11 +37,24 @@ DEAD_LETTER_REASON_HEADER = "chronosDeadLetterReason"  # the reason, for people
 DEAD_LETTER_SOURCE_HEADER = "chronosDeadLetterSource"  # topic/partition/offset or chronos/ID
 DEAD_LETTER_CODE_HEADER = "chronosDeadLetterCode"  # the reason's stable code, for filters
 DEAD_LETTER_REDUCED_HEADER = "chronosDeadLetterReduced"  # what a reduced dead letter left out
+# A scheduled message's dead letter (expired, publish_failed): its own Chronos headers are not
+# stored, so these say what a replay needs to schedule it again.
+DEAD_LETTER_ID_HEADER = "chronosDeadLetterMessageId"  # the id a replay schedules it under
+DEAD_LETTER_DEADLINE_HEADER = "chronosDeadLetterDeadline"  # when it was due (a replay: now)
+DEAD_LETTER_TOPIC_HEADER = "chronosDeadLetterTopic"  # its chronosTopic (absent: the output topic)
+DEAD_LETTER_TENANT_HEADER = "chronosDeadLetterTenant"  # its tenant (absent: the default one)
+SCHEDULED_DEAD_LETTER_HEADERS = (
+    DEAD_LETTER_ID_HEADER,
+    DEAD_LETTER_DEADLINE_HEADER,
+    DEAD_LETTER_TOPIC_HEADER,
+    DEAD_LETTER_TENANT_HEADER,
+)
 DEAD_LETTER_HEADERS = (
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
     DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_REDUCED_HEADER,
+    *SCHEDULED_DEAD_LETTER_HEADERS,
 )
 """The headers Chronos adds to a dead-lettered record (a replay removes them)."""
 

@@ -245,7 +245,15 @@ class Store(Protocol):
         messages: Sequence[ScheduledMessage],
         advance_ms: int,
         cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
-    ) -> list[Outcome]: ...
+        *,
+        output_topic: str = "",
+        catchup_after_ms: int | None = None,
+    ) -> list[Outcome]:
+        """Apply a batch. A one-shot schedule due within ``advance_ms`` comes back FIRE_NOW (not
+        stored: intake publishes it) unless flow control holds it: its tenant or target topic
+        (``output_topic`` when it names none) paused or rate-limited, or it is overdue by more
+        than ``catchup_after_ms`` (the paced catch-up; None: off). Those are stored, and wait."""
+        ...
 
     def claim(
         self,

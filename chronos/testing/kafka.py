@@ -244,13 +244,19 @@ class FakeConsumer:
     The group: after ``subscribe``, the first ``consume`` serves the assignment callback with an
     empty assignment (the group joined; the test assigns itself what it feeds), as librdkafka
     serves a rebalance inside a poll. ``joined=False`` holds it back until the test calls
-    ``rebalance(partitions)`` (served by the next ``consume``).
+    ``rebalance(partitions)`` (served by the next ``consume``). ``revoke(partitions)`` takes
+    partitions away (the ``on_revoke`` callback), ``revoke(partitions, lost=True)`` loses them
+    (``on_lost``, else ``on_revoke``, as librdkafka does), both served by the next ``consume`` in
+    the order they were asked for.
     """
 
     def __init__(self, *, joined: bool = True, **callbacks: Any):
         self.callbacks = callbacks
         self._on_assign: Any = None
-        self._assignments: list[list[TopicPartition]] = [[]] if joined else []
+        self._on_revoke: Any = None
+        self._on_lost: Any = None
+        # The group's events not served yet: ("assign" | "revoke" | "lost", partitions).
+        self._events: list[tuple[str, list[TopicPartition]]] = [("assign", [])] if joined else []
         self.subscribed: list[str] = []
         self.stored: dict[tuple[str, int], int] = {}
         self.committed = _Committed()
@@ -283,22 +289,36 @@ class FakeConsumer:
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.subscribed = list(topics)
         self._on_assign = callbacks.get("on_assign")
+        self._on_revoke = callbacks.get("on_revoke")
+        self._on_lost = callbacks.get("on_lost") or self._on_revoke
 
     def rebalance(self, partitions: Iterable[TopicPartition] = ()) -> None:
         """The group assigns ``partitions`` to this member (served by the next ``consume``)."""
         with self._cond:
-            self._assignments.append(list(partitions))
+            self._events.append(("assign", list(partitions)))
+            self._cond.notify_all()
+
+    def revoke(self, partitions: Iterable[TopicPartition], *, lost: bool = False) -> None:
+        """The group takes ``partitions`` away (``lost``: the assignment was lost), served by the
+        next ``consume``; their records still queued are dropped, as librdkafka drops them."""
+        partitions = list(partitions)
+        gone = {(p.topic, p.partition) for p in partitions}
+        with self._cond:
+            self._events.append(("lost" if lost else "revoke", partitions))
+            self._queue = [m for m in self._queue if (m.topic(), m.partition()) not in gone]
             self._cond.notify_all()
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         with self._cond:
-            assignments, self._assignments = self._assignments, []
+            events, self._events = self._events, []
         if self._on_assign is not None:
-            for partitions in assignments:
-                self._on_assign(self, partitions)
-        elif assignments:  # not subscribed (yet): kept for the first consume after it
+            served = {"assign": self._on_assign, "revoke": self._on_revoke, "lost": self._on_lost}
+            for kind, partitions in events:
+                if served[kind] is not None:
+                    served[kind](self, partitions)
+        elif events:  # not subscribed (yet): kept for the first consume after it
             with self._cond:
-                self._assignments[:0] = assignments
+                self._events[:0] = events
         with self._cond:
             if not self._queue and timeout != 0:
                 self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)

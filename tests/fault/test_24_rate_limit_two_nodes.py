@@ -2,9 +2,14 @@
 due at once while a stream of another tenant keeps arriving; tenant "acme" is limited to
 ``LIMIT`` msg/s (as ``chronos admin limit --tenant acme --per-second`` stores it).
 
-Pass: over every 10-s window the fired rate of "acme" stays within the limit +10 % (and the
-backlog drains at the limit -10 % at least, nothing dropped), the other tenant fires on time
-(p99 ≤ 200 ms late), lost 0.
+Runs at Chronos's shipped timings (the default lookahead: rows are claimed up to a second ahead,
+and spend their tokens when they fire, not when claimed), and with a shorter lookahead.
+
+Pass: every 10-s window holds at most the documented bound of "acme"'s messages (docs/
+operations.md: the limit x 10 s + max(the limit x 0.5 s, the live nodes)), the backlog drains at
+the documented share of the limit at least (nothing dropped), the other tenant fires on time
+(p99 ≤ 200 ms late), lost 0. (With tokens spent at the claim, the busiest window held 1,132 where
+1,050 is promised.)
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ from collections.abc import Callable
 
 import pytest
 
+from chronos.firing.limits import BURST_S
 from chronos.protocol.names import TENANT_HEADER
 from chronos.store import PauseKind, PostgresStore
 from tests.support import Topics
 from tests.support.checker import Load, ScenarioResult, expectations, record_result
 from tests.support.checker.sending import send
 from tests.support.checker.sent import due_in
-from tests.support.cluster import Cluster
+from tests.support.cluster import SHIPPED_TIMINGS, Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,10 +35,26 @@ LIMIT = 100
 WINDOW_MS = 10_000
 
 
+@pytest.mark.parametrize(
+    ("timings", "drained_share"),
+    [
+        # What users run. The busiest window holds the bound; the backlog drains at 80-91 % of
+        # the limit (measured): each node claims a batch of the limited tenant's rows, keeps its
+        # tokens' worth and gives the rest back, and while it holds them its peer finds none and
+        # its bucket fills to the brim unspent (docs/operations.md states the figure).
+        pytest.param(SHIPPED_TIMINGS, 0.75, id="defaults"),
+        # A shorter lookahead shortens that contention: drained at 90 % of the limit at least.
+        pytest.param({**SHIPPED_TIMINGS, "lookahead_ms": 500}, 0.9, id="lookahead-500"),
+    ],
+)
 def test_a_limited_tenant_fires_within_its_limit_on_two_nodes(
-    make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics
+    timings: dict[str, int],
+    drained_share: float,
+    make_cluster: Callable[..., Cluster],
+    kafka_bootstrap: str,
+    topics: Topics,
 ) -> None:
-    cluster = make_cluster()
+    cluster = make_cluster(**timings)
     cluster.start_many(2)
     cluster.wait_ready()
     store = PostgresStore(cluster.database_url)
@@ -49,10 +71,11 @@ def test_a_limited_tenant_fires_within_its_limit_on_two_nodes(
     report = cluster.check(expectations(acme + others), timeout=60, quiet=2.0)
     fired = sorted(report.fired_at[m.track] for m in acme if m.track in report.fired_at)
     windows = [
-        sum(1 for f in fired if start <= f < start + WINDOW_MS) / (WINDOW_MS / 1000)
+        sum(1 for f in fired if start <= f < start + WINDOW_MS)
         for start in range(fired[0], max(fired[0], fired[-1] - WINDOW_MS) + 1, 250)
     ]
     drain_s = (fired[-1] - fired[0]) / 1000
+
     lateness = sorted(
         report.fired_at[m.track] - (m.expectation.deadline_ms or 0)
         for m in others
@@ -61,17 +84,20 @@ def test_a_limited_tenant_fires_within_its_limit_on_two_nodes(
     p99 = lateness[int(0.99 * (len(lateness) - 1))] if lateness else 0
     record_result(
         ScenarioResult.of(
-            "24-rate-limit-two-nodes",
+            f"24-rate-limit-two-nodes-{'defaults' if timings is SHIPPED_TIMINGS else 'la500'}",
             f"{COUNT} messages of a tenant limited to {LIMIT} msg/s, on 2 nodes",
             report,
             p99 / 1000,
-            busiest_10s_rate=max(windows),
+            busiest_10s=max(windows),
             drain_rate=round(len(fired) / drain_s, 1),
             others_p99_ms=p99,
         )
     )
     assert report.lost == [] and report.misrouted == [], report.summary()
     assert len(fired) == COUNT, report.summary()
-    assert max(windows) <= 1.1 * LIMIT, f"busiest 10 s: {max(windows)} msg/s"
-    assert len(fired) / drain_s >= 0.9 * LIMIT, f"drained at {len(fired) / drain_s:.0f} msg/s"
+    bound = LIMIT * WINDOW_MS / 1000 + max(LIMIT * BURST_S, 2)
+    assert max(windows) <= bound, f"busiest 10 s: {max(windows)} messages (bound {bound})"
+    assert len(fired) / drain_s >= drained_share * LIMIT, (
+        f"drained at {len(fired) / drain_s:.0f} msg/s"
+    )
     assert p99 <= 200, f"the other tenant's p99 lateness: {p99} ms"

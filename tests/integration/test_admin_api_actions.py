@@ -97,15 +97,16 @@ def test_a_message_rescheduled_to_now_is_claimed_at_once(api: Api) -> None:
 # ------------------------------------------------------------------------ cancel
 
 
-def test_cancel_deletes_waiting_and_parked_refuses_claimed(api: Api) -> None:
+def test_cancel_deletes_waiting_and_parked_and_leaves_claimed_to_fire(api: Api) -> None:
     s = seed_states(api)
     assert api.request("DELETE", "/admin/v1/messages/m2")[0] == 204
     assert api.get("/admin/v1/messages/m2")[0] == 404
     assert api.request("DELETE", "/admin/v1/messages/m2")[0] == 404
     assert api.request("DELETE", "/admin/v1/messages/m9")[0] == 204  # parked: cancellable
     status, _, body = api.request("DELETE", "/admin/v1/messages/m7")
-    assert status == 409 and "claimed" in body["error"]
-    assert api.get("/admin/v1/messages/m7")[1]["claimed_by"] == s.claimer
+    assert status == 202 and (body["id"], body["claimed"]) == ("m7", True), body
+    assert "not stopped" in body["detail"]
+    assert api.get("/admin/v1/messages/m7")[1]["claimed_by"] == s.claimer  # left to fire
     assert api.request("DELETE", "/admin/v1/messages/" + "x" * 200)[0] == 400
     assert api.request("DELETE", "/admin/v1/messages/m3?force=1")[0] == 400
 

@@ -16,13 +16,19 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from chronos.admin.deadletters import api as deadletters_api
-from chronos.admin.deadletters.topic import DeadLetterTopic, Replayer
+from chronos.admin.deadletters.replay import Replayer
+from chronos.admin.deadletters.topic import DeadLetterTopic
 from chronos.config.settings import Secret
 from chronos.embedded import create_topics
-from chronos.protocol import DEAD_LETTER_HEADERS
+from chronos.protocol import (
+    DEAD_LETTER_HEADERS,
+    DEAD_LETTER_REDUCED_HEADER,
+    MESSAGE_ID_HEADER,
+    dead_letter_headers,
+)
 from tests.integration.admin_api import TOKEN, Api
 from tests.support import Topics
-from tests.support.dead_letters import read_topic, write_dead_letters
+from tests.support.dead_letters import read_topic, write, write_dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -199,3 +205,48 @@ def test_bad_replay_bodies_and_no_dead_letter_topic(
     off = start_api(migrated_database_url, dead_letter_topic="")
     status, answer = off.get("/admin/v1/dead-letters")
     assert status == 404 and "CHRONOS_DEAD_LETTER_TOPIC" in answer["error"]
+
+
+def test_a_replay_while_the_markers_are_still_read_answers_a_token_to_go_on(
+    dlq_api: Api, kafka_bootstrap: str, topics: Topics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No time for the markers: each request reads one more, answering a token until all are.
+    write_dead_letters(kafka_bootstrap, topics)
+    monkeypatch.setattr(deadletters_api, "MARKERS_BUDGET_S", 0.0)
+    body: dict[str, Any] = {"reason": "topic_not_allowed"}
+    replayed = 0
+    for _ in range(10):
+        status, answer = _post(dlq_api, body)
+        assert status == 200, answer
+        replayed += answer["replayed"]
+        if answer["complete"]:
+            break
+        assert answer["resume"], answer  # a token the API takes back, never ""
+        body["resume"] = answer["resume"]
+    assert (answer["complete"], replayed) == (True, 2)
+    assert len(read_topic(kafka_bootstrap, topics.input, topics.partitions)) == 2
+
+
+def test_a_dead_letter_that_cannot_be_rebuilt_is_refused_with_why_and_not_marked(
+    dlq_api: Api, kafka_bootstrap: str, topics: Topics
+) -> None:
+    # The firing path's dead letter as an older Chronos wrote it (its message's id, topic and
+    # tenant not kept), and a reduced one (its value left out).
+    old = dead_letter_headers([("h", b"1")], "failed 3 times", "chronos/order-7", "publish_failed")
+    reduced = [
+        *dead_letter_headers([(MESSAGE_ID_HEADER, b"m")], "refused", "in/0/3", "publish_failed"),
+        (DEAD_LETTER_REDUCED_HEADER, b"value 9 bytes, key 1 bytes, 0 headers left out"),
+    ]
+    write(kafka_bootstrap, topics.dead_letter, [(b"old", old), (b"reduced", reduced)])
+    status, answer = _post(dlq_api, {"reason": "publish_failed"})
+    assert status == 200, answer
+    assert (answer["replayed"], answer["refused"], answer["complete"]) == (0, 2, True)
+    reasons = {r["record"]: r["reason"] for r in answer["refusals"]}
+    assert sorted(reasons) == ["0:0", "0:1"]
+    assert "its id, target topic and tenant are not in it" in reasons["0:0"]
+    assert "reduced" in reasons["0:1"]
+    status, chosen = _post(dlq_api, {"records": ["0:0"]})
+    assert (status, chosen["replayed"], chosen["refused"]) == (200, 0, 1)
+    assert read_topic(kafka_bootstrap, topics.input, topics.partitions, settle=0.5) == []
+    status, page = dlq_api.get("/admin/v1/dead-letters")
+    assert [d["replayed"] for d in page["dead_letters"]] == [False, False]  # not marked

@@ -1,11 +1,13 @@
 """CHRONOS_AUDIT_TOPIC on a real node, the real Postgres and the real broker: the audit topic
 holds one valid event per outcome — fired (at the output record's own partition and offset),
 cancelled by a chronosAction record and through the admin API (saying by whom), expired and
-dead-lettered (with their codes and where the dead letter went)."""
+dead-lettered (with their codes and where the dead letter went); a record naming the audit
+topic never reaches it."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -18,7 +20,8 @@ from chronos import client
 from chronos.admin.api import AdminAPI
 from chronos.config.settings import Secret
 from chronos.embedded import create_topics
-from tests.integration.nodes import Nodes, now, read
+from chronos.protocol import DEAD_LETTER_CODE_HEADER
+from tests.integration.nodes import Nodes, headers_of, now, read
 from tests.support import Topics
 from tests.support.audit import valid_events
 from tests.support.polling import eventually
@@ -93,6 +96,40 @@ def test_the_audit_topic_holds_one_valid_event_per_outcome(
         where = events[key]["dead_letter"]
         assert where["topic"] == topics.dead_letter
         assert (where["partition"], where["offset"]) in positions
+
+
+def test_a_record_naming_the_audit_topic_is_dead_lettered_and_never_reaches_it(
+    nodes: Nodes, kafka_bootstrap: str, topics: Topics, audit_topic: str
+) -> None:
+    """CHRONOS_ALLOWED_TOPICS=* allows every topic but the input, dead-letter and audit topics:
+    a record forging an audit event is dead-lettered on arrival (topic_not_allowed), a row
+    stored before the audit topic was set and naming it is dead-lettered when due, and the audit
+    topic holds Chronos's own events only."""
+    with psycopg.connect(nodes.database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO chronos_messages (id, deadline, message_key, message_value, attempts, "
+            "target_topic) VALUES ('stored', now() + interval '2 seconds', 'k', 'v', 0, %s)",
+            (audit_topic,),
+        )
+    nodes.start(audit_topic=audit_topic, allowed_topics="*")
+    forged = {"event": "fired", "id": "forged", "node": "nobody", "at": "2030-01-01T00:00:00Z"}
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    soon = now() + timedelta(seconds=1)
+    client.schedule(p, value=json.dumps(forged), key=b"k", deadline=soon, message_id="forged",
+                    topic=topics.input, target_topic=audit_topic)  # fmt: skip
+    client.schedule(p, value=b"v", key=b"k", deadline=soon + timedelta(seconds=2),
+                    message_id="fire-me", topic=topics.input)  # fmt: skip
+    assert p.flush(10) == 0
+
+    records = read(kafka_bootstrap, audit_topic, 1, 2, timeout=30, settle=2)
+    events = {(e["event"], e["id"]): e for e in valid_events(r.value() for r in records)}
+    assert sorted(events) == [("dead_lettered", "stored"), ("fired", "fire-me")]
+    assert len(records) == 2
+    assert events["dead_lettered", "stored"]["code"] == "topic_not_allowed"
+    dead = read(kafka_bootstrap, topics.dead_letter, topics.partitions, 2)
+    codes = [dict(headers_of(r)).get(DEAD_LETTER_CODE_HEADER) for r in dead]
+    assert codes == [b"topic_not_allowed", b"topic_not_allowed"]
+    assert json.dumps(forged).encode() in {r.value() for r in dead}
 
 
 def _waiting(url: str, message_id: str) -> bool:

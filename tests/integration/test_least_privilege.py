@@ -30,7 +30,7 @@ NODE_GRANTS = (
     "GRANT CONNECT ON DATABASE {database} TO {role}",
     "GRANT USAGE ON SCHEMA public TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, chronos_cancels, "
-    "chronos_tenants TO {role}",
+    "chronos_tenants, chronos_pauses, chronos_limits TO {role}",
 )
 
 

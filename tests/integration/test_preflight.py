@@ -155,6 +155,30 @@ def test_a_role_without_the_documented_grants_fails_the_grants_line(
     assert statuses(lines)["grants"] == "ok", lines["grants"]
 
 
+def test_a_role_without_the_flow_control_grants_fails_the_grants_line(
+    capsys: pytest.CaptureFixture[str],
+    bare_role: tuple[str, str, str],
+    kafka_bootstrap: str,
+    topics: Topics,
+) -> None:
+    """The grants the docs listed before flow control (four tables): a node with them alone
+    cannot read what is paused, so the check names the two tables it lacks."""
+    owner_url, role_url, role = bare_role
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, "
+                "chronos_cancels, chronos_tenants TO {}"
+            ).format(sql.Identifier(role))
+        )
+    code, lines = check(capsys, role_url, kafka_bootstrap, topics)
+    assert code == 1
+    detail = lines["grants"]["detail"]
+    assert lines["grants"]["status"] == "FAIL", detail
+    assert "SELECT on chronos_pauses" in detail and "SELECT on chronos_limits" in detail, detail
+    assert "chronos_messages" not in detail, detail
+
+
 def test_postgres_away_fails_its_line_and_skips_what_needs_it(
     capsys: pytest.CaptureFixture[str], kafka_bootstrap: str, topics: Topics
 ) -> None:

@@ -1,6 +1,6 @@
 """Batch writes under concurrency, slow statements and the session time zone, on real Postgres
-(deadlocks, a claim racing a reschedule, a fired occurrence's delete racing a cancel, a long
-statement made visible, a deadline in year 9999)."""
+(deadlocks, a claim racing a reschedule, a fired occurrence's delete racing a cancel of any
+kind, a long statement made visible, a deadline in year 9999)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from psycopg import sql
 
 from chronos.protocol import Action, ScheduledMessage
 from chronos.recurrence import Rule
-from chronos.store import Outcome, PostgresStore, StuckRow
+from chronos.store import MessageFilter, Outcome, PostgresStore, StuckRow
 from chronos.store.batch import encode_batch
 from chronos.store.postgres.sql import query
 from tests.support.store_contract import msg
@@ -186,14 +186,43 @@ def _advance_waits_for_a_lock(conn: psycopg.Connection[Any]) -> bool:
     return bool(row and row[0])
 
 
+def _cancel_statement(via: str) -> tuple[str, dict[str, Any], Callable[[Any], bool]]:
+    """The statement of a cancel of the claimed id "s" (a Kafka cancel, the admin API's, or a
+    bulk cancel by filter), its parameters, and a check of its answer: "claimed"."""
+    ttl = 60_000
+    if via == "kafka":
+        cancel = ScheduledMessage("s", datetime.now(UTC), None, None, [], Action.CANCEL)
+        params = encode_batch([cancel]) | {
+            "advance_ms": 0,
+            "cancel_ttl_ms": ttl,
+            "new_tenants": [],
+            "output_topic": "",
+            "catchup_after_ms": None,
+        }
+        return "enqueue_batch", params, lambda rows: rows == [(1, "cancel_claimed")]
+    if via == "admin":
+        params = {"id": "s", "cancel_ttl_ms": ttl}
+        return "cancel_message", params, lambda rows: rows == [(True, False)]
+    params = MessageFilter(id_prefix="s").params() | {
+        "after_deadline": None,
+        "after_id": None,
+        "park_attempts": 10,
+        "cancel_ttl_ms": ttl,
+        "batch": 1_000,
+    }
+    return "bulk_cancel", params, lambda rows: rows[0][:3] == (0, 1, 1)  # done, claimed, picked
+
+
+@pytest.mark.parametrize("via", ["kafka", "admin", "bulk"])
 @pytest.mark.parametrize("rule", ["series", "one-shot"])
 def test_a_cancel_committed_while_the_fired_occurrence_waits_for_its_row_wins(
-    migrated_database_url: str, store: PostgresStore, rule: str
+    migrated_database_url: str, store: PostgresStore, rule: str, via: str
 ) -> None:
-    """A series replaced while its occurrence is claimed, then cancelled: the cancel's statement
-    holds the row when the fired occurrence's delete reaches it, and commits while the delete
-    waits. The delete's view of the cancel markers predates the cancel (a statement's snapshot):
-    the cancel must show on the row itself, or the replacement is given back and fires."""
+    """A series replaced while its occurrence is claimed, then cancelled (by a Kafka cancel, the
+    admin API's or a bulk cancel): the cancel's statement holds the row when the fired
+    occurrence's delete reaches it, and commits while the delete waits. The delete's view of
+    the cancel markers predates the cancel (a statement's snapshot): the cancel must show on
+    the row itself, or the replacement is given back and fires."""
     every = Rule(every_ms=1_000).encode()
     at = store.ping() + timedelta(milliseconds=300)
     store.enqueue([ScheduledMessage("s", at, b"k", b"v1", [], recurrence=every)], 0)
@@ -203,15 +232,14 @@ def test_a_cancel_committed_while_the_fired_occurrence_waits_for_its_row_wins(
         "s", at, b"k", b"v2", [], Action.RESCHEDULE, recurrence=every if rule == "series" else None
     )
     assert store.enqueue([replacement], 0) == [Outcome.RESCHEDULED]
-    cancel = ScheduledMessage("s", at, None, None, [], Action.CANCEL)
-    params = encode_batch([cancel]) | {"advance_ms": 0, "cancel_ttl_ms": 60_000, "new_tenants": []}
+    statement, params, claimed = _cancel_statement(via)
     done: list[object] = []
     with (
         psycopg.connect(migrated_database_url) as canceller,
         psycopg.connect(migrated_database_url, autocommit=True) as watcher,
     ):
-        (outcome,) = canceller.execute(query("enqueue_batch"), params).fetchall()
-        assert outcome == (1, "cancel_claimed")  # not committed yet: the row stays locked
+        answer = canceller.execute(query(statement), params).fetchall()
+        assert claimed(answer), answer  # not committed yet: the row stays locked
 
         def delete() -> None:
             try:

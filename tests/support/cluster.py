@@ -31,7 +31,7 @@ from typing import Any, cast
 import psutil
 import psycopg
 
-from chronos.config.settings import Settings, as_environment
+from chronos.config.settings import OPTIONS_BY_NAME, Settings, as_environment
 from chronos.embedded import free_port
 from chronos.embedded.launcher import NODE_COMMAND, Launched, child_environment, launch, stop_all
 from chronos.embedded.launcher import wait_assigned as launcher_wait_assigned
@@ -66,6 +66,11 @@ FAST_TIMINGS: dict[str, Any] = {
     "shutdown_timeout_ms": 8000,
     "log_format": "json",
 }
+
+SHIPPED_TIMINGS: dict[str, Any] = {
+    name: OPTIONS_BY_NAME[name].default for name in FAST_TIMINGS if name != "log_format"
+}
+"""What a user runs: ``make_cluster(**SHIPPED_TIMINGS)`` undoes ``FAST_TIMINGS``."""
 
 
 @dataclass

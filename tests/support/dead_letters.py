@@ -41,14 +41,19 @@ def write_dead_letters(bootstrap: str, topics: Topics) -> list[tuple[bytes, list
             ),
         )
     )
+    write(bootstrap, topics.dead_letter, letters)
+    return letters
+
+
+def write(bootstrap: str, topic: str, letters: list[tuple[bytes, list[Any]]]) -> None:
+    """(key and value, headers) each to partition 0 of ``topic``, in order."""
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     try:
         for value, headers in letters:
-            producer.send(topics.dead_letter, key=value, value=value, headers=headers, partition=0)
+            producer.send(topic, key=value, value=value, headers=headers, partition=0)
         producer.flush(30)
     finally:
         producer.close()
-    return letters
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int, settle: float = 1.5) -> list[Any]:

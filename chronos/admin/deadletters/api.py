@@ -1,22 +1,28 @@
 """The admin API's dead-letter endpoints: browse the dead-letter topic and replay records to the
-input topic, once each (the reading and replaying are chronos.admin.deadletters.topic', shared with
-``chronos admin dead-letters`` and ``chronos admin replay``).
+input topic, once each (the reading and replaying are chronos.admin.deadletters.topic's and
+.replay's, shared with ``chronos admin dead-letters`` and ``chronos admin replay``).
 
 GET  /admin/v1/dead-letters?reason=CODE&limit=N&cursor=C
      the dead letters in the topic's order per partition (oldest first), each with its reason,
      code, source topic/partition/offset, original headers, when, and whether it was replayed;
      ``next_cursor`` while the topic holds more
 POST /admin/v1/dead-letters/replay   {"reason": CODE} or {"records": ["P:O", ...]}, optionally
-     "dry_run": true and "resume": the previous answer's token; answers the counts
+     "dry_run": true and "resume": the previous answer's token; answers the counts, and the
+     records refused (they cannot make a valid input record) with why
 
 The node reads the topic with a consumer of its own per request, on assigned partitions (no
 consumer group, nothing committed), for at most ``BUDGET_S`` seconds and ``READ_MAX_BYTES``
 bytes a request: a page that reaches either ends early with a cursor; a replay by reason
 answers ``complete: false`` and a ``resume`` token after the batch that spent it (pass it back
 to go on; nothing is replayed twice either way). What the replay markers name is kept between
-requests (``MarkerIndex``): each request reads only the markers written since the last. One
-dead-letter request runs at a time on a node; two replays on two nodes at once are not guarded
-against, as two ``chronos admin replay`` runs are not.
+requests (``MarkerIndex``): each request reads only the markers written since the last, after
+claiming the topic (chronos.admin.deadletters.replay: a replay on another node or the command
+line is fenced, and stops; "once each" holds across the cluster).
+
+One dead-letter request runs at a time on a node: another waits ``LOCK_WAIT_S`` for it, then is
+answered 409 (an HTTP worker is never held waiting for long: /health shares them). Every wait of
+a request (the claim, a batch's commit) ends by ``REQUEST_BUDGET_S``, within the HTTP server's
+own deadline.
 """
 
 from __future__ import annotations
@@ -30,15 +36,14 @@ import time
 from typing import Any
 
 from chronos.admin.audit import AdminAudit
+from chronos.admin.deadletters.replay import Budget, Progress, Replayer
 from chronos.admin.deadletters.topic import (
-    Budget,
     DeadLetter,
     DeadLetterTopic,
     MarkerIndex,
     NotADeadLetter,
-    Progress,
-    Replayer,
     ReplayError,
+    ReplayTakenOver,
     parse_position,
 )
 from chronos.admin.params import ApiError, parse_limit, parse_query
@@ -48,6 +53,9 @@ from chronos.errors import ConfigError
 log = logging.getLogger(__name__)
 
 BUDGET_S = 5.0  # a request reads (and replays) for about this long at most
+REQUEST_BUDGET_S = 10.0  # every wait of a request ends by then (the HTTP deadline is 15 s)
+COMMIT_RESERVE_S = 3.0  # of which a replay's last batch keeps this much for its commit
+LOCK_WAIT_S = 1.0  # how long a request waits for the one under way on this node
 MARKERS_BUDGET_S = 2.0  # of which reading the new replay markers takes at most this
 READ_MAX_BYTES = 32 * 1024 * 1024  # keys, values and headers read from the topic a request
 PAGE_MAX_BYTES = 4 * 1024 * 1024  # keys and headers of one listed page (at least one record)
@@ -102,14 +110,23 @@ class DeadLetterEndpoints:
     def _run(self, work: Any) -> tuple[int, dict[str, Any]]:
         from confluent_kafka import KafkaException
 
-        with self._lock:
-            try:
-                with self._topic() as dlq:
-                    return work(dlq)  # type: ignore[no-any-return]
-            except NotADeadLetter as exc:
-                raise ApiError(404, str(exc)) from None
-            except (KafkaException, ReplayError) as exc:
-                raise ApiError(503, f"Kafka: {exc}; try again") from None
+        if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            raise ApiError(
+                409,
+                "another dead-letter request is under way on this node (a replay takes up to "
+                f"{REQUEST_BUDGET_S:.0f} s): try again in a few seconds",
+            )
+        try:
+            with self._topic() as dlq:
+                return work(dlq)  # type: ignore[no-any-return]
+        except NotADeadLetter as exc:
+            raise ApiError(404, str(exc)) from None
+        except ReplayTakenOver as exc:
+            raise ApiError(409, str(exc)) from None
+        except (KafkaException, ReplayError) as exc:
+            raise ApiError(503, f"Kafka: {exc}; try again") from None
+        finally:
+            self._lock.release()
 
     def _markers(self, dlq: DeadLetterTopic, started: float) -> bool:
         return self.index.catch_up(dlq, started + MARKERS_BUDGET_S, READ_MAX_BYTES)
@@ -163,9 +180,12 @@ class DeadLetterEndpoints:
     # -- POST /admin/v1/dead-letters/replay
 
     def replay(self, query: str, raw: bytes, who: str) -> tuple[int, dict[str, Any]]:
+        started = time.monotonic()
         parse_query(query, frozenset())
         reason, records, dry_run, starts = _replay_body(raw)
-        return self._run(lambda dlq: self._replay(dlq, reason, records, dry_run, starts, who))
+        return self._run(
+            lambda dlq: self._replay(dlq, reason, records, dry_run, starts, who, started)
+        )
 
     def _replay(
         self,
@@ -175,66 +195,89 @@ class DeadLetterEndpoints:
         dry_run: bool,
         starts: dict[int, int],
         who: str,
+        started: float,
     ) -> tuple[int, dict[str, Any]]:
-        started = time.monotonic()
         answer: dict[str, Any] = {
             "topic": dlq.topic,
             "to": self.settings.input_topic,
             "reason": reason,
             "dry_run": dry_run,
         }
-        if not self._markers(dlq, started):
-            # Not all the markers read yet: replaying now could replay a record twice.
-            resume = encode_cursor(starts) if reason is not None else None
-            return 200, {
-                **answer,
-                **_counts(Progress()),
-                "complete": False,
-                "resume": resume,
-            }
-
-        def report(_progress: Progress) -> None:
-            return None
-
-        replayer = Replayer(dlq, report, self.index)
-        if records is not None:
-            progress = replayer.chosen(records, dry_run=dry_run)
-        else:
-            assert reason is not None
-            budget = Budget(until=started + BUDGET_S, max_bytes=READ_MAX_BYTES)
-            progress = replayer.by_code(reason, dry_run=dry_run, starts=starts, budget=budget)
+        deadline = started + REQUEST_BUDGET_S
+        replayer = Replayer(dlq, lambda _progress: None, self.index, deadline)
+        if not dry_run:
+            replayer.claim()  # any replay elsewhere is fenced: the markers read next name all
+        # The reading's budgets start once the topic is claimed (the first claim on a broker
+        # can take seconds), and leave the last batch time for its commit.
+        now = time.monotonic()
+        reading_ends = min(now + BUDGET_S, deadline - COMMIT_RESERVE_S)
+        markers_end = min(now + MARKERS_BUDGET_S, reading_ends)
+        if not self.index.catch_up(dlq, markers_end, READ_MAX_BYTES):
+            # Not all the markers read yet: replaying now could replay a record twice. The
+            # next request reads on; a replay by reason goes on from where it was asked to
+            # start (from the start: every partition from its first offset, never "").
+            resume = None
+            if reason is not None:
+                resume = encode_cursor(starts or dict.fromkeys(dlq.partitions, 0))
+            return 200, {**answer, **_counts(Progress()), "complete": False, "resume": resume}
+        try:
+            if records is not None:
+                progress = replayer.chosen(records, dry_run=dry_run)
+            else:
+                assert reason is not None
+                budget = Budget(until=reading_ends, max_bytes=READ_MAX_BYTES)
+                progress = replayer.by_code(reason, dry_run=dry_run, starts=starts, budget=budget)
+        except ReplayError:
+            if not dry_run and replayer.progress.replayed:  # what went before it stopped
+                self._record(replayer.progress, reason, records, who, dlq.topic, False)
+            raise
         resume = None if progress.resume is None else encode_cursor(progress.resume)
         if not dry_run:
-            target: dict[str, Any] = {"dead_letter_topic": dlq.topic}
-            if reason is not None:
-                target["reason"] = reason
-            else:
-                target["records"] = [f"{p}:{o}" for p, o in records or ()]
-            log.info(
-                "%d dead letters replayed to %s through the admin API by %s (%s; %d already "
-                "replayed)",
-                progress.replayed,
-                self.settings.input_topic,
-                who,
-                f"reason {reason}" if reason is not None else f"{len(records or ())} chosen",
-                progress.skipped,
-                extra={"event": "dead_letters_replayed", "count": progress.replayed},
-            )
-            self.audit.operator(
-                "bulk",
-                who,
-                target,
-                count=progress.replayed,
-                details={"action": "replay", "complete": resume is None},
-            )
+            self._record(progress, reason, records, who, dlq.topic, resume is None)
         return 200, {**answer, **_counts(progress), "complete": resume is None, "resume": resume}
 
+    def _record(
+        self,
+        progress: Progress,
+        reason: str | None,
+        records: list[tuple[int, int]] | None,
+        who: str,
+        topic: str,
+        complete: bool,
+    ) -> None:
+        """Log and audit a replay (what it replayed, also when it stopped on an error)."""
+        target: dict[str, Any] = {"dead_letter_topic": topic}
+        if reason is not None:
+            target["reason"] = reason
+        else:
+            target["records"] = [f"{p}:{o}" for p, o in records or ()]
+        log.info(
+            "%d dead letters replayed to %s through the admin API by %s (%s; %d already "
+            "replayed, %d refused)",
+            progress.replayed,
+            self.settings.input_topic,
+            who,
+            f"reason {reason}" if reason is not None else f"{len(records or ())} chosen",
+            progress.skipped,
+            progress.refused,
+            extra={"event": "dead_letters_replayed", "count": progress.replayed},
+        )
+        self.audit.operator(
+            "bulk",
+            who,
+            target,
+            count=progress.replayed,
+            details={"action": "replay", "complete": complete},
+        )
 
-def _counts(progress: Progress) -> dict[str, int]:
+
+def _counts(progress: Progress) -> dict[str, Any]:
     return {
         "replayed": progress.replayed,
         "already_replayed": progress.skipped,
         "looked_at": progress.scanned,
+        "refused": progress.refused,
+        "refusals": [{"record": at, "reason": why} for at, why in progress.refusals],
     }
 
 

@@ -5,13 +5,14 @@ chronos admin dead-letters [--reason CODE] [--limit N] [--json]
     the dead letters, oldest first: where (partition:offset), when, code, source, reason,
     whether it was replayed, the original headers' names
 chronos admin replay --reason CODE | --record PARTITION:OFFSET ... [--dry-run]
-    replay them to the input topic with their original key, value and headers, once each;
-    progress on standard error, the totals on standard output
+    replay them to the input topic, once each (chronos.admin.deadletters.replay: a malformed
+    record as it came, a scheduled message's due now to its own topic); progress and the
+    records refused (with why) on standard error, the totals on standard output
 
 They read and write Kafka directly, with the Kafka connection settings (as ``chronos tail``),
 not the admin API: no node needs to be up, and a replay of thousands of records is not one
-HTTP request. Exit status: 0 done, 1 the broker refused or could not be reached, 2 a bad flag
-or setting (named).
+HTTP request. Exit status: 0 done, 1 a record was refused, the broker refused or could not be
+reached, or another replay took the topic over; 2 a bad flag or setting (named).
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ import json
 import sys
 from typing import Any, TextIO
 
+from chronos.admin.deadletters.replay import Progress, Replayer
 from chronos.admin.deadletters.topic import (
     DeadLetter,
     DeadLetterTopic,
-    Progress,
-    Replayer,
     ReplayError,
     parse_position,
 )
@@ -65,7 +65,7 @@ def add_parsers(commands: Any) -> None:
 
     replay = commands.add_parser(
         "replay",
-        help="replay dead letters to the input topic (original key, value, headers), once each",
+        help="replay dead letters to the input topic (a scheduled message's due now), once each",
     )
     which = replay.add_mutually_exclusive_group(required=True)
     which.add_argument("--reason", metavar="CODE", default=None, help="every record of a code")
@@ -90,11 +90,10 @@ def run(config: settings.Settings, args: argparse.Namespace, out: TextIO = sys.s
         with DeadLetterTopic(config) as dlq:
             if args.admin_command == "dead-letters":
                 _list(dlq, args, out)
-            else:
-                _replay(dlq, args, out)
+                return 0
+            return _replay(dlq, args, out)
     except KafkaException as exc:  # the broker is unreachable or refused: said, exit 1
         raise ReplayError(f"Kafka at {config.kafka_bootstrap_servers}: {exc.args[0]}") from None
-    return 0
 
 
 def _list(dlq: DeadLetterTopic, args: argparse.Namespace, out: TextIO) -> None:
@@ -135,12 +134,18 @@ def _list(dlq: DeadLetterTopic, args: argparse.Namespace, out: TextIO) -> None:
         print(f"(the first {args.limit}; --limit for more)", file=out)
 
 
-def _replay(dlq: DeadLetterTopic, args: argparse.Namespace, out: TextIO) -> None:
+def _replay(dlq: DeadLetterTopic, args: argparse.Namespace, out: TextIO) -> int:
+    shown = 0  # refusals printed so far
+
     def report(progress: Progress) -> None:
+        nonlocal shown
+        for at, why in progress.refusals[shown:]:
+            print(f"refused {at}: {escape(why)}", file=sys.stderr)
+        shown = len(progress.refusals)
         verb = "would replay" if args.dry_run else "replayed"
         print(
             f"{verb} {progress.replayed}, already replayed {progress.skipped}, "
-            f"looked at {progress.scanned}",
+            f"refused {progress.refused}, looked at {progress.scanned}",
             file=sys.stderr,
             flush=True,
         )
@@ -158,13 +163,17 @@ def _replay(dlq: DeadLetterTopic, args: argparse.Namespace, out: TextIO) -> None
         "replayed": progress.replayed,
         "already_replayed": progress.skipped,
         "looked_at": progress.scanned,
+        "refused": progress.refused,
+        "refusals": [{"record": at, "reason": why} for at, why in progress.refusals],
     }
     if args.json:
         print(json.dumps(totals), file=out)
     else:
         verb = "would replay" if args.dry_run else "replayed"
+        refused = f", {progress.refused} refused" if progress.refused else ""
         print(
             f"{verb} {progress.replayed} records to {escape(dlq.settings.input_topic)} "
-            f"({progress.skipped} already replayed)",
+            f"({progress.skipped} already replayed{refused})",
             file=out,
         )
+    return 1 if progress.refused else 0

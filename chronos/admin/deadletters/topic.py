@@ -1,54 +1,45 @@
 """The dead-letter topic: read it (each record's reason, code, source, original headers, when)
-and replay records back to the input topic, once each.
+and what its replay markers name. Replaying is chronos.admin.deadletters.replay.
 
 A dead letter is its original record (key, value, headers) plus the headers Chronos added
-(``chronosDeadLetterReason``, ``chronosDeadLetterSource``, ``chronosDeadLetterCode`` and, when
-reduced, ``chronosDeadLetterReduced``); a replay publishes the original key, value and headers,
-those removed, to the input topic, where intake reads it like any other record.
+(``chronosDeadLetterReason``, ``chronosDeadLetterSource``, ``chronosDeadLetterCode``, when
+reduced ``chronosDeadLetterReduced`` and, for a scheduled message that expired or could not be
+published, what a replay needs to schedule it again: ``chronosDeadLetterMessageId``,
+``chronosDeadLetterDeadline``, ``chronosDeadLetterTopic``, ``chronosDeadLetterTenant``).
 
-**Once each.** What has been replayed is written to the dead-letter topic itself: after the
-broker confirmed a batch of replayed records on the input topic, one *replay marker* per
-partition goes to that partition of the dead-letter topic, a record without key or value whose
-header ``chronosDeadLetterReplayed`` lists the offsets replayed (``12,13,40``). Before it
-replays anything, a replay reads the markers; a record they name is not replayed again (by
-reason or chosen by ``partition:offset``), and the listing shows it as replayed. The markers
-live as long as the records they name (the topic's retention), need no other store, and survive
-any number of runs; a reader of the dead-letter topic skips records with that header. A replay
-interrupted between a batch's confirmation and its marker replays that batch again on its next
-run (at least once): harmless for a schedule whose id is still waiting (it is ignored), and the
-only window where a record can be replayed twice. Two replays at the same time are not guarded
-against: run one at a time.
-
-The command line (chronos.admin.deadletters.cli) and the admin API (chronos.admin.
-deadletters.api) both read and replay through this module. The API works in bounded requests:
-``MarkerIndex`` keeps what the markers name between requests (read on from where it stopped),
-and a replay by reason stops after a batch once its time or bytes are spent, answering where to
-resume.
+What has been replayed is written to the dead-letter topic itself: one *replay marker* per
+partition and replayed batch, a record without key or value whose header
+``chronosDeadLetterReplayed`` lists the offsets replayed (``12,13,40``). A reader of the
+dead-letter topic skips records with that header; ``MarkerIndex`` keeps what the markers name
+between bounded reads (the admin API's).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from chronos.config.settings import Settings
 from chronos.errors import ChronosError, ConfigError
-from chronos.kafka.config import producer_config, tail_consumer_config
+from chronos.kafka.config import tail_consumer_config
 from chronos.protocol import (
     DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_DEADLINE_HEADER,
     DEAD_LETTER_HEADERS,
+    DEAD_LETTER_ID_HEADER,
     DEAD_LETTER_REASON_HEADER,
     DEAD_LETTER_REDUCED_HEADER,
     DEAD_LETTER_SOURCE_HEADER,
+    DEAD_LETTER_TENANT_HEADER,
+    DEAD_LETTER_TOPIC_HEADER,
     Headers,
     b64,
 )
 
-BATCH = 500  # records replayed between two markers
 UNKNOWN_CODE = "unknown"  # a dead letter without chronosDeadLetterCode (written before it)
 REPLAYED_HEADER = "chronosDeadLetterReplayed"  # a replay marker: the offsets it replayed
 MARKER_CODE = "replay_marker"
@@ -58,8 +49,25 @@ class ReplayError(ChronosError):
     """The replay could not go on (the broker refused a record, or could not be reached)."""
 
 
+class ReplayTakenOver(ReplayError):
+    """A replay started elsewhere (another node, ``chronos admin replay``) took the dead-letter
+    topic over: this one stopped after its last whole batch."""
+
+
 class NotADeadLetter(ReplayError):
     """A chosen position holds no dead letter (no record there, or a replay marker)."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """What the dead letter of a scheduled message (expired, publish_failed) says of it, as
+    written (the ``chronosDeadLetter*`` headers of ``scheduled_headers``): enough for a replay
+    to schedule it again."""
+
+    message_id: bytes  # the id to schedule it under
+    deadline: bytes | None  # when it was due
+    topic: bytes | None  # its chronosTopic (None: the output topic)
+    tenant: bytes | None  # its tenant (None: the default one)
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ class DeadLetter:
     source: str
     reduced: str | None
     marks: tuple[int, ...] = ()  # a replay marker's offsets (then it is no dead letter)
+    scheduled: Scheduled | None = None  # a scheduled message's: what its replay needs
 
     @property
     def is_marker(self) -> bool:
@@ -128,6 +137,16 @@ def read(
     headers = cast(Headers, list(raw or ()))
     added = {name: (value or b"").decode("utf-8", "replace") for name, value in headers}
     marks = tuple(int(o) for o in added.get(REPLAYED_HEADER, "").split(",") if o.strip().isdigit())
+    raw_added = dict(headers)  # the last of each name, as written
+    message_id = raw_added.get(DEAD_LETTER_ID_HEADER)
+    scheduled = None
+    if message_id:
+        scheduled = Scheduled(
+            message_id,
+            raw_added.get(DEAD_LETTER_DEADLINE_HEADER),
+            raw_added.get(DEAD_LETTER_TOPIC_HEADER),
+            raw_added.get(DEAD_LETTER_TENANT_HEADER),
+        )
     return DeadLetter(
         partition,
         offset,
@@ -140,6 +159,7 @@ def read(
         added.get(DEAD_LETTER_SOURCE_HEADER, ""),
         added.get(DEAD_LETTER_REDUCED_HEADER),
         marks,
+        scheduled,
     )
 
 
@@ -166,7 +186,7 @@ def parse_position(raw: str) -> tuple[int, int]:
 
 class DeadLetterTopic:
     """The dead-letter topic of ``settings``, read with assigned partitions (no group of its
-    own); replay state through the per-code groups."""
+    own, committed transactions only: a replay's batch and markers are one transaction)."""
 
     def __init__(
         self,
@@ -183,6 +203,9 @@ class DeadLetterTopic:
 
         group = f"chronos-dead-letters-{uuid.uuid4()}"
         config = {**tail_consumer_config(settings, group), **(consumer_overrides or {})}
+        # A replay's aborted batch (it was taken over) never counts: neither its markers nor
+        # anything else of it is read.
+        config["isolation.level"] = "read_committed"
         self.consumer = Consumer(config)
         try:
             metadata = self.consumer.list_topics(self.topic, timeout=timeout)
@@ -329,156 +352,3 @@ class MarkerIndex:
 
     def add(self, positions: list[tuple[int, int]]) -> None:
         self.done.update(positions)
-
-
-# ---------------------------------------------------------------------------------- replaying
-
-
-@dataclass
-class Progress:
-    scanned: int = 0
-    replayed: int = 0
-    skipped: int = 0  # already replayed
-    resume: dict[int, int] | None = None  # stopped at its budget: where to read on from
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Where a replay by reason stops (after a whole batch, marked): a ``time.monotonic()``
-    deadline and the bytes read (key, value, headers); None: no bound."""
-
-    until: float | None = None
-    max_bytes: int | None = None
-
-    def spent(self, read: int) -> bool:
-        over_time = self.until is not None and time.monotonic() >= self.until
-        return over_time or (self.max_bytes is not None and read >= self.max_bytes)
-
-
-class Replayer:
-    """Publishes dead letters' originals to the input topic, and marks them replayed after
-    the broker confirmed them."""
-
-    def __init__(
-        self,
-        dlq: DeadLetterTopic,
-        report: Callable[[Progress], None],
-        index: MarkerIndex | None = None,
-    ):
-        """``index``: the markers already read (up to the topic's end); None: read them all
-        at the start of each replay."""
-        from confluent_kafka import Producer
-
-        self.dlq = dlq
-        self.report = report
-        self.index = index
-        self.producer = Producer(producer_config(dlq.settings, "replay"))
-        self.errors: list[Any] = []
-        self.progress = Progress()
-
-    def _send(self, letter: DeadLetter) -> None:
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                self.errors.append(err)
-
-        self.producer.produce(
-            self.dlq.settings.input_topic,
-            key=letter.key,
-            value=letter.value,
-            headers=cast(list[tuple[str, str | bytes | None]], letter.headers),
-            on_delivery=delivered,
-        )
-        self.producer.poll(0)
-
-    def _confirm(self) -> None:
-        remaining = self.producer.flush(max(30.0, self.dlq.settings.delivery_timeout_ms / 1000))
-        if self.errors or remaining:
-            raise ReplayError(
-                f"{len(self.errors) + remaining} replayed records were not confirmed by the "
-                f"broker ({self.errors[:1]}); nothing of this batch is marked replayed, run "
-                "the replay again"
-            )
-
-    def _mark(self, sent: list[DeadLetter]) -> None:
-        """Confirm the batch, then write its markers (one per partition)."""
-        if not sent:
-            return
-        self._confirm()
-        by_partition: dict[int, list[int]] = {}
-        for letter in sent:
-            by_partition.setdefault(letter.partition, []).append(letter.offset)
-        for partition, offsets in by_partition.items():
-            self.producer.produce(
-                self.dlq.topic,
-                key=None,
-                value=None,
-                partition=partition,
-                headers=[
-                    (REPLAYED_HEADER, ",".join(map(str, offsets)).encode()),
-                    (DEAD_LETTER_CODE_HEADER, MARKER_CODE.encode()),
-                ],
-                on_delivery=lambda err, _msg: self.errors.append(err) if err else None,
-            )
-        self._confirm()
-        if self.index is not None:
-            self.index.add([(letter.partition, letter.offset) for letter in sent])
-        sent.clear()
-
-    def _done(self) -> set[tuple[int, int]]:
-        return self.dlq.replayed() if self.index is None else self.index.done
-
-    def by_code(
-        self,
-        code: str,
-        dry_run: bool = False,
-        starts: dict[int, int] | None = None,
-        budget: Budget | None = None,
-    ) -> Progress:
-        """Replay every record of ``code`` from ``starts`` (default: the oldest); with a
-        ``budget``, stop after the batch that spent it (``progress.resume``: where to go on)."""
-        done = self._done()
-        sent: list[DeadLetter] = []
-        position = dict(starts or {})
-        read = 0
-        for letter in self.dlq.scan(starts):
-            if budget is not None and read and budget.spent(read):  # one record at least
-                self.progress.resume = dict(position)  # this record and on: the next time
-                break  # (what was sent is marked below)
-            position[letter.partition] = letter.offset + 1
-            read += letter.size
-            if letter.is_marker:
-                continue
-            self.progress.scanned += 1
-            if letter.code != code:
-                continue
-            if (letter.partition, letter.offset) in done:
-                self.progress.skipped += 1
-                continue
-            self.progress.replayed += 1
-            if not dry_run:
-                self._send(letter)
-                sent.append(letter)
-            if self.progress.replayed % BATCH == 0:
-                self._mark(sent)
-                self.report(self.progress)
-        self._mark(sent)
-        self.report(self.progress)
-        return self.progress
-
-    def chosen(self, positions: list[tuple[int, int]], dry_run: bool = False) -> Progress:
-        done = self._done()
-        for partition, offset in dict.fromkeys(positions):
-            self.progress.scanned += 1
-            if (partition, offset) in done:
-                self.progress.skipped += 1
-                self.report(self.progress)
-                continue
-            letter = self.dlq.one(partition, offset)
-            if letter.is_marker:
-                raise NotADeadLetter(f"{partition}:{offset} is a replay marker, not a dead letter")
-            self.progress.replayed += 1
-            if not dry_run:
-                self._send(letter)
-                self._mark([letter])
-            self.report(self.progress)
-        return self.progress

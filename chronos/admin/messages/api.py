@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 PAGE_MAX_BYTES = 4 * 1024 * 1024  # keys and headers of one listed page (at least one row)
 MESSAGES_PATH = "/admin/v1/messages"
 
+CLAIMED_CANCEL = (
+    "the message is claimed by a node and may be firing right now: that firing is not "
+    "stopped, and nothing follows it (a series ends with it)"
+)
+
 Reply = tuple[int, Any]
 """(HTTP status, JSON payload); None with 204."""
 
@@ -69,23 +74,24 @@ class MessageEndpoints:
         return (200, record_json(record, self.parked_at, include_value=include_value))
 
     def cancel(self, message_id: str, query: str, who: str) -> Reply:
+        """A waiting or parked message is deleted (204). A claimed one is cancelled as far as it
+        can be (202): the store left its cancel marker and ended a series with the occurrence
+        in flight, which is not stopped; logged and audited as a cancel all the same."""
         parse_query(query, frozenset())
         outcome = self.store.cancel_message(message_id, self.settings.cancel_ttl_ms)
         if outcome is CancelOutcome.NOT_FOUND:
             raise ApiError(404, f"message {message_id!r} is not scheduled")
-        if outcome is CancelOutcome.CLAIMED:
-            raise ApiError(
-                409,
-                f"message {message_id!r} is claimed by a node and may be firing right now: "
-                "that firing is not stopped, and nothing follows it (a series ends with it)",
-            )
+        claimed = outcome is CancelOutcome.CLAIMED
         log.info(
-            "message %s cancelled through the admin API by %s",
+            "message %s cancelled through the admin API by %s%s",
             message_id,
             who,
-            extra={"event": "message_cancelled", "message_id": message_id},
+            f" while claimed: {CLAIMED_CANCEL}" if claimed else "",
+            extra={"event": "message_cancelled", "message_id": message_id, "claimed": claimed},
         )
-        self.audit.message("cancelled", message_id, who)
+        self.audit.message("cancelled", message_id, who, claimed=claimed)
+        if claimed:
+            return 202, {"id": message_id, "claimed": True, "detail": CLAIMED_CANCEL}
         return 204, None
 
     def requeue(self, message_id: str, query: str, who: str) -> Reply:

@@ -232,7 +232,9 @@ class PostgresSession:
         # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.
         # Class 54 (program limit exceeded: e.g. a batch over the JSON size limit) too.
         refused = (exc.sqlstate or "")[:2] in ("22", "23", "54")
-        return StoreError(f"{name} failed: {exc}", retryable=not refused)
+        # Class 42: a missing grant or table; retried (a grant may come), but said as such.
+        forbidden = (exc.sqlstate or "")[:2] == "42"
+        return StoreError(f"{name} failed: {exc}", retryable=not refused, refused=forbidden)
 
     def _drop_connection(self, conn: psycopg.Connection[Any]) -> None:
         try:

@@ -81,6 +81,9 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
         messages: Sequence[ScheduledMessage],
         advance_ms: int,
         cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        *,
+        output_topic: str = "",
+        catchup_after_ms: int | None = None,
     ) -> list[Outcome]:
         """Apply a batch of schedules, reschedules and cancels (ids must be distinct within the
         batch). One statement."""
@@ -108,6 +111,8 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
                     **encoded,
                     "advance_ms": advance_ms,
                     "cancel_ttl_ms": cancel_ttl_ms,
+                    "output_topic": output_topic,
+                    "catchup_after_ms": catchup_after_ms,
                     "new_tenants": sorted(new_tenants),
                 },
             )

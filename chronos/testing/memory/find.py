@@ -106,7 +106,7 @@ class InMemoryFind:
             for row in picked:
                 self._cancels[row.id] = now + timedelta(milliseconds=cancel_ttl_ms)
                 if row.readied_at is not None:
-                    row.recurrence = None  # a claimed series: that occurrence is its last
+                    row.end_claimed()  # that occurrence is its last; a replacement is void
                     claimed += 1
                 else:
                     del self._rows[row.id]

@@ -6,9 +6,10 @@ SQL: the fair share between tenants (``claim_due_fair``), pauses (``pause``, ``r
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from chronos.protocol import ScheduledMessage
 from chronos.store import Catchup, Limit, Pause, PauseKind, PauseSet
 from chronos.testing.memory.rows import StoredRow
 
@@ -57,12 +58,38 @@ class InMemoryFlow:
     def _claimable(
         row: StoredRow, now: datetime, paused: PauseSet | None, max_lateness_ms: int | None
     ) -> bool:
-        """Not paused, or past its expiry limit (claimed to be dead-lettered), as the claims'
-        paused filter says."""
+        """Not paused, or a one-shot row past its expiry limit (claimed to be dead-lettered), as
+        the claims' paused filter says: a paused series waits."""
         if not paused or not paused.holds(row.tenant, row.target_topic):
             return True
+        if row.recurrence is not None:
+            return False
         limit = row.expires_ms if row.expires_ms is not None else max_lateness_ms
         return limit is not None and row.deadline < now - timedelta(milliseconds=limit)
+
+    def _held_by_flow(
+        self,
+        messages: Sequence[ScheduledMessage],
+        now: datetime,
+        output_topic: str,
+        catchup_after_ms: int | None,
+    ) -> set[str]:
+        """The ids of an enqueued batch that flow control holds (stored even when due), as
+        ``enqueue_batch``'s due test says: paused or limited, or paced by the catch-up."""
+        held = set()
+        names = set(self._pauses) | set(self._limits)
+        for m in messages:
+            topic = m.target_topic if m.target_topic is not None else output_topic
+            if (
+                (PauseKind.TENANT, m.tenant or "") in names
+                or (PauseKind.TOPIC, topic) in names
+                or (
+                    catchup_after_ms is not None
+                    and m.deadline <= now - timedelta(milliseconds=catchup_after_ms)
+                )
+            ):
+                held.add(m.id)
+        return held
 
     @staticmethod
     def _paced(

@@ -108,11 +108,20 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
 
     # -- test conveniences ---------------------------------------------------------------------
 
-    def fail_next(self, count: int = 1, operation: str | None = None, message: str = "") -> None:
-        """Make the next ``count`` statements (of ``operation``, if given) raise StoreError."""
+    def fail_next(
+        self,
+        count: int = 1,
+        operation: str | None = None,
+        message: str = "",
+        *,
+        refused: bool = False,
+    ) -> None:
+        """Make the next ``count`` statements (of ``operation``, if given) raise StoreError
+        (``refused``: as a missing grant does)."""
         with self._lock:
             for _ in range(count):
-                error = StoreError(message or f"{operation or 'statement'} failed: injected")
+                text = message or f"{operation or 'statement'} failed: injected"
+                error = StoreError(text, refused=refused)
                 self._failures.append((operation, error))
 
     def rows(self) -> dict[str, StoredRow]:
@@ -163,6 +172,9 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         messages: Sequence[ScheduledMessage],
         advance_ms: int,
         cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        *,
+        output_topic: str = "",
+        catchup_after_ms: int | None = None,
     ) -> list[Outcome]:
         if not messages:
             return []
@@ -188,8 +200,9 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
             expired = [i for i, at in self._cancels.items() if at <= now and i not in batch_cancels]
             for i in sorted(expired, key=lambda i: self._cancels[i])[:1000]:
                 del self._cancels[i]
+            held = self._held_by_flow(messages, now, output_topic, catchup_after_ms)
             return [
-                self._apply(m, now, threshold, existed_before, blocked, cancel_ttl_ms)
+                self._apply(m, now, threshold, existed_before, blocked, cancel_ttl_ms, held)
                 for m in messages
             ]
 
@@ -201,6 +214,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         existed_before: set[str],
         blocked: set[str],
         cancel_ttl_ms: int,
+        held: set[str],
     ) -> Outcome:
         """One message of an enqueued batch, as the enqueue statement treats it."""
         row = self._rows.get(m.id)
@@ -237,7 +251,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
                 fresh.enqueued_at = max(now, row.readied_at + timedelta(microseconds=1))
             self._rows[m.id] = fresh
             return Outcome.RESCHEDULED
-        if m.deadline <= threshold and m.recurrence is None:
+        if m.deadline <= threshold and m.recurrence is None and m.id not in held:
             return Outcome.DUE_DUPLICATE if m.id in existed_before else Outcome.FIRE_NOW
         if row is not None:
             return Outcome.DUPLICATE

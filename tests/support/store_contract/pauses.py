@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from chronos.protocol import Action, ScheduledMessage
-from chronos.store import PauseKind, PauseSet
+from chronos.recurrence import make_rule
+from chronos.store import Outcome, PauseKind, PauseSet
 from tests.support.store_contract.common import HORIZON, Harness, node
 
 
@@ -96,6 +97,69 @@ class PauseContract:
         assert {r.id for r in rows} == {"own-limit", "default-limit"}
         rows = store.claim(node(), HORIZON, 100, 5, fair=True, paused=paused)
         assert rows == []  # no default limit: default-limit waits too
+
+    def test_a_paused_series_past_its_expiry_waits(self, harness: Harness) -> None:
+        """A series' latest missed occurrence is not expired (the dispatcher would fire it, and
+        advance the row): a paused series waits whatever its lateness, plain claim or fair."""
+        store, now = harness.store, harness.now()
+        rule = make_rule("PT1S", None, None, None, "latest")
+        assert rule is not None
+        store.enqueue(
+            [
+                ScheduledMessage(
+                    "series",
+                    now + timedelta(milliseconds=200),
+                    b"k",
+                    b"v",
+                    [],
+                    Action.SCHEDULE,
+                    None,
+                    "acme",
+                    rule.encode(),
+                    500,
+                ),
+                pmsg("once", now + timedelta(milliseconds=200), "acme", expires_ms=500),
+            ],
+            0,
+        )
+        harness.advance(3_000)  # both 2.8 s overdue, past their 500 ms
+        paused = PauseSet(frozenset({"acme"}))
+        for fair in (False, True):
+            me = node()
+            rows = store.claim(me, HORIZON, 100, 5, fair=fair, paused=paused, max_lateness_ms=500)
+            assert {r.id for r in rows} == {"once"}, fair
+            store.release_node(me)
+
+    def test_a_due_record_that_flow_control_holds_is_stored_not_fired_now(
+        self, harness: Harness
+    ) -> None:
+        """Intake's "fire now" skips the table: a record of a paused or limited tenant or topic
+        (the output topic named or not), or one the paced catch-up paces, is stored instead."""
+        store, now = harness.store, harness.now()
+        store.pause(PauseKind.TENANT, "acme", "ops")
+        store.pause(PauseKind.TOPIC, "out", "ops")
+        store.set_limit(PauseKind.TOPIC, "slow", 5, "ops")
+        due = now - timedelta(milliseconds=100)
+        messages = [
+            pmsg("paused-tenant", due, "acme"),
+            pmsg("paused-output", due),
+            pmsg("named-output", due, topic="out"),
+            pmsg("limited", due, topic="slow"),
+            pmsg("lagging", now - timedelta(seconds=5), topic="free"),
+            pmsg("free", due, topic="free"),
+        ]
+        outcomes = store.enqueue(messages, 0, output_topic="out", catchup_after_ms=1_000)
+        assert dict(zip([m.id for m in messages], outcomes, strict=True)) == {
+            "paused-tenant": Outcome.INSERTED,
+            "paused-output": Outcome.INSERTED,
+            "named-output": Outcome.INSERTED,
+            "limited": Outcome.INSERTED,
+            "lagging": Outcome.INSERTED,
+            "free": Outcome.FIRE_NOW,
+        }
+        store.resume(PauseKind.TENANT, "acme")
+        again = [pmsg("acme-2", due, "acme", topic="free")]
+        assert store.enqueue(again, 0, output_topic="out") == [Outcome.FIRE_NOW]
 
 
 class LimitContract:

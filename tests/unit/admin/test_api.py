@@ -3,7 +3,9 @@ authentication, the spec's schemas, requeue, reschedule and the per-tenant backl
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -14,6 +16,7 @@ from chronos.admin import api as admin
 from chronos.admin import params as admin_params
 from chronos.admin.params import ApiError
 from chronos.protocol import ScheduledMessage
+from chronos.recurrence import Rule
 from tests.unit.admin.helpers import AUTH, SPEC, AdminHarness, validate
 
 # ------------------------------------------------------------------------------ the leader
@@ -117,12 +120,38 @@ def test_get_list_cancel_and_stats_on_the_in_memory_store() -> None:
     assert ids == [f"m{i}" for i in range(5)]
 
     h.store.claim(str(uuid.uuid4()), 10 * 60 * 1000, 1, 4)  # claims m0
-    assert h.call("DELETE", "/admin/v1/messages/m0")[0] == 409
+    assert h.call("DELETE", "/admin/v1/messages/m0")[0] == 202  # may be firing: left to fire
     assert h.call("DELETE", "/admin/v1/messages/m1")[0] == 204
     assert h.call("DELETE", "/admin/v1/messages/m1")[0] == 404
     status, _, stats = h.call("GET", "/admin/v1/stats")
     assert (stats["waiting"], stats["claimed"], stats["parked"]) == (3, 1, 0)
     assert stats["park_attempts"] == 4  # 2 * max_publish_attempts
+
+
+def test_a_cancel_of_a_claimed_message_is_applied_answered_as_such_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A claimed series cannot be stopped in flight, but the cancel is applied (nothing follows
+    the occurrence, a marker is left): the answer says so (202, not an error) and it is logged
+    as a cancel, as a waiting message's is."""
+    h = AdminHarness()
+    every = Rule(every_ms=60_000).encode()
+    tick = ScheduledMessage("tick", h.clock.now() + timedelta(seconds=1), b"k", b"v", [])
+    h.store.enqueue([dataclasses.replace(tick, recurrence=every)], 0)
+    (row,) = h.store.claim(str(uuid.uuid4()), 5_000, 10, 4)
+    with caplog.at_level(logging.INFO, logger="chronos.admin"):
+        status, _, body = h.call("DELETE", "/admin/v1/messages/tick")
+    assert status == 202, body
+    validate(body, "CancelClaimed")
+    assert (body["id"], body["claimed"]) == ("tick", True)
+    assert "not stopped" in body["detail"] and "a series ends with it" in body["detail"]
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "message_cancelled"]
+    assert (record.message_id, record.claimed) == ("tick", True)  # type: ignore[attr-defined]
+    assert "tick cancelled" in record.getMessage() and "claimed" in record.getMessage()
+    stored = h.store.get_message("tick")
+    assert stored is not None and stored.readied_at == row.readied_at  # left to fire
+    assert stored.recurrence is None  # nothing follows it
+    assert "tick" in h.store.cancel_markers()
 
 
 def test_a_database_error_is_a_503_not_a_crash() -> None:
@@ -366,3 +395,18 @@ def test_every_path_of_the_spec_is_served_with_exactly_its_methods() -> None:
         status, extra, _ = h.call("PATCH", path.replace("{id}", "x"))
         assert status == 405, path
         assert set(extra["Allow"].split(", ")) == documented, path
+
+
+def test_a_missing_grant_is_a_500_that_says_so_not_a_503() -> None:
+    """The role may not read the pauses (SQLSTATE class 42): waiting will not help, so the
+    answer is not "unavailable; try again"."""
+    h = AdminHarness()
+    h.store.fail_next(
+        1,
+        "list_pauses",
+        "list_pauses failed: permission denied for table chronos_pauses",
+        refused=True,
+    )
+    status, _, body = h.call("GET", "/admin/v1/pauses")
+    assert status == 500, body
+    assert "refused" in body["error"] and "chronos check" in body["error"], body

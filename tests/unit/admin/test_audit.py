@@ -1,6 +1,7 @@
 """CHRONOS_AUDIT_TOPIC on the admin side: each write through the admin API (cancel, reschedule,
-requeue) is one valid event saying who did it; reads and refused writes are not; the bulk and
-flow-control events go through the same function."""
+requeue) is one valid event saying who did it, a cancel of a claimed message too (marked
+claimed); reads and refused writes are not; the bulk and flow-control events go through the same
+function."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_admin_writes_are_audited_with_who_did_them() -> None:
     h.park(str(uuid.uuid4()), "m0")
     assert h.call("GET", "/admin/v1/messages/m4")[0] == 200
     assert h.call("DELETE", "/admin/v1/messages/m4")[0] == 204
-    assert h.call("DELETE", "/admin/v1/messages/m1")[0] == 409  # claimed: refused, not audited
+    assert h.call("DELETE", "/admin/v1/messages/m1")[0] == 202  # claimed: applied, audited
     assert h.call("DELETE", "/admin/v1/messages/nope")[0] == 404
     status, _, body = h.call("POST", "/admin/v1/messages/m5/reschedule", body={"delay_ms": 60_000})
     assert status == 200
@@ -41,10 +42,12 @@ def test_admin_writes_are_audited_with_who_did_them() -> None:
     events = valid_events(r.value for r in publisher.delivered(AUDIT))
     assert [(e["event"], e["id"], e["via"], e["by"]) for e in events] == [
         ("cancelled", "m4", "admin_api", "the admin token from -"),
+        ("cancelled", "m1", "admin_api", "the admin token from -"),
         ("rescheduled", "m5", "admin_api", "the admin token from -"),
         ("requeued", "m0", "admin_api", "the admin token from -"),
     ]
-    assert datetime.fromisoformat(events[1]["deadline"]) == datetime.fromisoformat(body["deadline"])
+    assert "claimed" not in events[0] and events[1]["claimed"] is True  # its firing goes on
+    assert datetime.fromisoformat(events[2]["deadline"]) == datetime.fromisoformat(body["deadline"])
 
 
 def test_bulk_actions_use_the_same_function() -> None:

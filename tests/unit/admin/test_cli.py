@@ -156,6 +156,21 @@ def test_cancel_then_get_is_not_found(node: Node, capsys: pytest.CaptureFixture[
     assert "Traceback" not in err
 
 
+def test_cancel_of_a_claimed_message_succeeds_and_says_its_firing_goes_on(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (row,) = node.store.claim(str(uuid.uuid4()), 2 * 3_600_000, 1, 4)  # m0, an hour early
+    status, out, err = run(capsys, node, "cancel", row.id)
+    assert (status, err) == (0, "")
+    assert out.startswith(f"cancelled {row.id} (claimed: ") and "not stopped" in out
+    assert as_json(run(capsys, node, "cancel", row.id, "--json")[1]) == {
+        "id": row.id,
+        "cancelled": True,
+        "claimed": True,
+    }
+    assert as_json(run(capsys, node, "cancel", "m1", "--json")[1])["claimed"] is False
+
+
 def test_requeue_a_parked_message_and_refusal_of_a_waiting_one(
     node: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,11 +10,19 @@ from confluent_kafka import KafkaError
 from prometheus_client import REGISTRY
 
 from chronos.kafka.audit import AuditTrail
+from chronos.protocol import (
+    DEAD_LETTER_CODE_HEADER,
+    TOPIC_HEADER,
+    Rejection,
+    format_deadline,
+    parse_record,
+    topic_policy,
+)
 from chronos.store import Outcome
 from chronos.testing import FakePublisher
 from tests.support.audit import valid_events
 from tests.support.store_contract import msg
-from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing
+from tests.unit.helpers import DEAD_LETTER, INPUT, OUTPUT, Firing
 
 AUDIT = "audit"
 
@@ -112,3 +120,50 @@ def test_audit_records_awaiting_a_report_are_bounded() -> None:
     assert trail.outstanding == 0
     trail.add({"event": "fired", "id": "m5"})
     assert trail.write() == 1
+
+
+def _stored_for(f: Firing, message_id: str, topic: str, *, every: str | None = None) -> None:
+    """A row naming ``topic``, as it was stored before that topic was refused."""
+    pairs = [("chronosMessageId", message_id.encode()), (TOPIC_HEADER, topic.encode())]
+    pairs.append(("chronosDeadline", format_deadline(f.at(100)).encode()))
+    if every is not None:
+        pairs.append(("chronosEvery", every.encode()))
+    allowed = topic_policy(OUTPUT, "*")
+    m = parse_record(b"k", b"v", pairs, now=f.clock.now(), topic_allowed=allowed)
+    assert not isinstance(m, Rejection), m
+    assert f.store.enqueue([m], 0) == [Outcome.INSERTED]
+
+
+def test_a_stored_row_naming_the_audit_or_input_topic_is_dead_lettered_never_fired() -> None:
+    f = Firing.create(audit_topic=AUDIT, allowed_topics="*")
+    _stored_for(f, "forged", AUDIT)
+    _stored_for(f, "loop", INPUT, every="PT1S")  # a series: ends, never dead-lettered forever
+    _stored_for(f, "fine", "other")
+    f.run_for(3000, step_ms=10)
+    assert [r.topic for r in f.publisher.delivered(OUTPUT)] == []
+    assert [r.key for r in f.publisher.delivered("other")] == [b"k"]
+    assert f.publisher.delivered(INPUT) == []
+    dead = f.publisher.delivered(DEAD_LETTER)
+    assert [dict(r.headers)[DEAD_LETTER_CODE_HEADER] for r in dead] == [b"topic_not_allowed"] * 2
+    events = {e["id"]: e for e in _events(f)}  # every record of the audit topic is Chronos's
+    assert {i: e["event"] for i, e in events.items()} == {
+        "forged": "dead_lettered",
+        "loop": "dead_lettered",
+        "fine": "fired",
+    }
+    assert events["forged"]["code"] == "topic_not_allowed"
+    assert "'audit' is not allowed" in str(events["forged"]["reason"])
+    assert len(f.store) == 0
+
+
+def test_a_stored_row_naming_the_audit_topic_is_dropped_without_a_dead_letter_topic() -> None:
+    f = Firing.create(audit_topic=AUDIT, allowed_topics="*", dead_letter_topic="")
+    _stored_for(f, "forged", AUDIT)
+    f.run_for(300, step_ms=10)
+    (event,) = _events(f)
+    assert (event["event"], event["code"], event["dead_letter"]) == (
+        "dead_lettered",
+        "topic_not_allowed",
+        None,
+    )
+    assert len(f.store) == 0

@@ -4,9 +4,13 @@ resume lets the paused messages fire, and what expires while paused is dead-lett
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
+import pytest
+
 from chronos.observability import metrics
+from chronos.observability.dependencies import FLOW_CONTROL
 from chronos.protocol import ScheduledMessage
 from chronos.store import PauseKind
 from tests.unit.helpers import OUTPUT, Firing
@@ -95,3 +99,40 @@ def test_the_paused_gauge_has_one_series_per_pause() -> None:
     firing.run_for(1100, step_ms=5)
     names = {s.labels.get("name") for m in metrics.PAUSED_SINCE.collect() for s in m.samples}
     assert "gauged" not in names
+
+
+def test_a_node_that_cannot_read_the_pauses_claims_nothing_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A role without the grant on chronos_pauses: not a Postgres outage, so nothing else
+    stops the claims. The node claims nothing (it cannot know what is paused), warns, and its
+    flow-control dependency is down (readiness) until a read succeeds."""
+    FLOW_CONTROL.reset()
+    firing = Firing.create()
+    firing.store.pause(PauseKind.TENANT, "acme", "ops")
+    firing.store.enqueue([_msg("paused", firing, 50, tenant="acme")], 0)
+    refused = "list_pauses failed: permission denied for table chronos_pauses"
+    firing.store.fail_next(150, operation="list_pauses", message=refused)
+    with caplog.at_level(logging.WARNING):
+        firing.run_for(1_000, step_ms=10)  # one read a step, each refused
+    assert firing.publisher.records == []  # the paused message never fired
+    assert firing.store.statements.count("claim_due") == 0
+    assert FLOW_CONTROL.down
+    assert any(getattr(r, "dependency", "") == "flow_control" for r in caplog.records)
+    firing.run_for(2_000, step_ms=10)  # the reads succeed again: claims resume, paused skipped
+    assert not FLOW_CONTROL.down
+    assert firing.store.statements.count("claim_due") > 0
+    assert firing.publisher.records == []
+    FLOW_CONTROL.reset()
+
+
+def test_a_node_that_cannot_read_the_limits_claims_nothing() -> None:
+    FLOW_CONTROL.reset()
+    firing = Firing.create()
+    firing.store.set_limit(PauseKind.TENANT, "acme", 1, "ops")
+    firing.store.enqueue([_msg(f"a{i}", firing, 50, tenant="acme") for i in range(20)], 0)
+    firing.store.fail_next(1_000, operation="list_limits", message="permission denied")
+    firing.run_for(2_000, step_ms=10)
+    assert firing.publisher.records == []
+    assert FLOW_CONTROL.down
+    FLOW_CONTROL.reset()

@@ -4,9 +4,15 @@ that changed nothing, are not."""
 
 from __future__ import annotations
 
-from chronos.protocol import ACTION_HEADER, MESSAGE_ID_HEADER
+from chronos.protocol import (
+    ACTION_HEADER,
+    DEAD_LETTER_CODE_HEADER,
+    DEAD_LETTER_REASON_HEADER,
+    MESSAGE_ID_HEADER,
+    TOPIC_HEADER,
+)
 from tests.support.audit import valid_events
-from tests.unit.helpers import INPUT
+from tests.unit.helpers import DEAD_LETTER, INPUT, OUTPUT
 from tests.unit.intake.helpers import Intake
 
 AUDIT = "audit"
@@ -41,3 +47,19 @@ def test_off_by_default_intake_writes_no_audit() -> None:
     cancel = t.record(None, None, extra=[(MESSAGE_ID_HEADER, b"a"), (ACTION_HEADER, b"cancel")])
     assert t.process(cancel)
     assert t.publisher.records == []
+
+
+def test_a_record_naming_the_audit_topic_is_dead_lettered_whatever_the_allow_list() -> None:
+    """CHRONOS_ALLOWED_TOPICS=* allows every name but the audit topic: no forged audit event."""
+    t = Intake(audit_topic=AUDIT, allowed_topics="*")
+    forged = t.record("forged", -10, value=b'{"event": "fired"}', extra=[(TOPIC_HEADER, b"audit")])
+    later = t.record("later", 5000, extra=[(TOPIC_HEADER, b"audit")])
+    assert t.process(forged, later, t.record("fine", -10, extra=[(TOPIC_HEADER, b"other")]))
+    t.publisher.poll(0)
+    assert t.store.get("later") is None
+    assert t.publisher.produced(AUDIT) == []
+    assert [r.topic for r in t.publisher.produced(OUTPUT)] == []
+    assert [r.topic for r in t.publisher.records if r.topic != DEAD_LETTER] == ["other"]
+    dead = [dict(r.headers) for r in t.publisher.produced(DEAD_LETTER)]
+    assert [d[DEAD_LETTER_CODE_HEADER] for d in dead] == [b"topic_not_allowed"] * 2
+    assert all(b"'audit' is not allowed" in (d[DEAD_LETTER_REASON_HEADER] or b"") for d in dead)

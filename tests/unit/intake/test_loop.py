@@ -341,7 +341,7 @@ def test_a_partition_given_back_resumes_after_what_was_made_durable() -> None:
     t.consumer.committed[(INPUT, 0)] = 1  # committed before the coordinator went away
     assert t.loop.submit(consumer, [t.record("a", 5000), t.record("b", 5000)])
     assert t.consumer.stored == {(INPUT, 0): 3}
-    t.loop._on_revoke(consumer, [TopicPartition(INPUT, 0)])  # lost: nothing more committed
+    t.loop._on_lost(consumer, [TopicPartition(INPUT, 0)])  # lost: nothing more committed
     t.loop._on_assign(consumer, [TopicPartition(INPUT, 0), TopicPartition(INPUT, 1)])
     assert t.consumer.assigned == [(INPUT, 0, 3), (INPUT, 1, -1001)]
 

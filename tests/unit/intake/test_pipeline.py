@@ -30,7 +30,11 @@ class GatedStore(InMemoryStore):
         self.fail_with: BaseException | None = None
 
     def enqueue(
-        self, messages: Sequence[ScheduledMessage], advance_ms: int, cancel_ttl_ms: int = 0
+        self,
+        messages: Sequence[ScheduledMessage],
+        advance_ms: int,
+        cancel_ttl_ms: int = 0,
+        **flow: Any,
     ) -> list[Outcome]:
         self.threads.add(threading.current_thread().name)
         self.waiting.set()
@@ -39,7 +43,7 @@ class GatedStore(InMemoryStore):
         if self.fail_with is not None:
             raise self.fail_with
         self.batches.append([m.id for m in messages])
-        return super().enqueue(messages, advance_ms, cancel_ttl_ms)
+        return super().enqueue(messages, advance_ms, cancel_ttl_ms, **flow)
 
 
 def gated_intake(**overrides: Any) -> tuple[Intake, GatedStore]:

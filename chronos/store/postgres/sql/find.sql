@@ -279,9 +279,11 @@ WHERE c.oid = 'chronos_messages'::regclass;
 -- name: bulk_cancel
 -- One batch of a cancel by filter: up to `batch` matching rows after the cursor (as
 -- find_messages, by (deadline, id)), locked in id order; the unclaimed ones are deleted, a
--- claimed series loses its rule (the occurrence in flight fires, none follows) and every one
--- gets a cancel marker, as a Kafka cancel leaves. Returns the counts, the last (deadline, id)
--- taken (the next batch's cursor) and the database clock.
+-- claimed one ends as enqueue_batch's cancel ends it (a series loses its rule: the occurrence
+-- in flight fires, none follows; a replacement since the claim is void; a write on the row, so
+-- an advance waiting on its lock sees it) and every one gets a cancel marker, as a Kafka cancel
+-- leaves. Returns the counts, the last (deadline, id) taken (the next batch's cursor) and the
+-- database clock.
 WITH picked AS (
     SELECT id, deadline FROM (
         (SELECT id, deadline
@@ -393,9 +395,10 @@ WITH picked AS (
     RETURNING m.id
 ), ended AS (
     UPDATE chronos_messages m
-    SET recurrence = NULL
+    SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)
     FROM target t
-    WHERE m.id = t.id AND t.readied_at IS NOT NULL AND m.recurrence IS NOT NULL
+    WHERE m.id = t.id AND t.readied_at IS NOT NULL
+      AND (m.recurrence IS NOT NULL OR m.enqueued_at > m.readied_at)
     RETURNING m.id
 ), marked AS (
     INSERT INTO chronos_cancels (id, expires_at)

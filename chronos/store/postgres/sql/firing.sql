@@ -23,8 +23,10 @@
 -- (bytea, NULL kept); jsonpath keeps document order.
 -- Paused tenants and target topics (`paused_tenants`, `paused_topics`: '' for the default tenant
 -- and for the rows that name no topic; usually both empty, then the filter is two comparisons
--- with empty arrays) are skipped, except their rows already past their expiry limit (their own
--- expires_ms, else `max_lateness_ms`; NULL: none): those are claimed to be dead-lettered.
+-- with empty arrays) are skipped, except their one-shot rows already past their expiry limit
+-- (their own expires_ms, else `max_lateness_ms`; NULL: none): those are claimed to be
+-- dead-lettered. A paused series waits whatever its lateness (its missed occurrences follow its
+-- chronosMissed policy once resumed: the latest of them is not expired, and would fire).
 -- Paced catch-up (`catchup_after_ms` not NULL: CHRONOS_CATCHUP_RATE is set): rows overdue by more
 -- than `catchup_after_ms` are claimed apart, at most `catchup_limit` of them (the node's share of
 -- the rate, as tokens), so that an overdue backlog never takes the batch of the rows coming due
@@ -40,7 +42,7 @@ WITH on_time AS (
       AND attempts < %(park_attempts)s
       AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
            AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
-           OR deadline < now() - make_interval(
+           OR recurrence IS NULL AND deadline < now() - make_interval(
                secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
       AND (%(catchup_after_ms)s::int IS NULL
            OR deadline > now() - make_interval(secs => %(catchup_after_ms)s::int / 1000.0))
@@ -58,7 +60,7 @@ WITH on_time AS (
       AND attempts < %(park_attempts)s
       AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
            AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
-           OR deadline < now() - make_interval(
+           OR recurrence IS NULL AND deadline < now() - make_interval(
                secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
       AND deadline <= now() - make_interval(secs => %(catchup_after_ms)s::int / 1000.0)
     ORDER BY deadline
@@ -155,7 +157,7 @@ WITH visit AS (
           AND m.deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
           AND m.attempts < %(park_attempts)s
           AND (coalesce(m.target_topic, '') <> ALL(%(paused_topics)s::text[])
-               OR m.deadline < now() - make_interval(
+               OR m.recurrence IS NULL AND m.deadline < now() - make_interval(
                    secs => coalesce(m.expires_ms, %(max_lateness_ms)s::int) / 1000.0))
         ORDER BY m.deadline
         LIMIT (SELECT rows FROM share)
@@ -173,7 +175,7 @@ WITH visit AS (
       AND id <> ALL(ARRAY(SELECT id FROM fair))
       AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
            AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
-           OR deadline < now() - make_interval(
+           OR recurrence IS NULL AND deadline < now() - make_interval(
                secs => coalesce(expires_ms, %(max_lateness_ms)s::int) / 1000.0))
       AND %(fill)s::boolean
     ORDER BY deadline

@@ -9,7 +9,10 @@
 -- name: enqueue_batch
 -- Apply a consumed batch in one statement (ids distinct within the batch). Action "s" (schedule):
 -- rows not yet due (deadline beyond now + advance) are inserted (an id already waiting or ready
--- is ignored); a series (`recurrences`: its rule, NULL for a one-shot message) is inserted even
+-- is ignored), and so are due ones that flow control holds: a paused or rate-limited tenant or
+-- target topic (`output_topic` names the rows that name none), or a deadline the paced catch-up
+-- paces (overdue by more than `catchup_after_ms`; NULL: no catch-up) - they wait in the table
+-- and the claims pace them; a series (`recurrences`: its rule, NULL for a one-shot message) is inserted even
 -- when its first occurrence is due (the claim fires it, and advances the row). "r" (reschedule): inserted, or replacing the deadline, key, value, headers and
 -- topic of the unclaimed row with that id (a parked one is given a fresh start); a claimed row is
 -- left alone, unless it is a series: then it is replaced all the same, its claim kept (the
@@ -45,7 +48,20 @@ WITH headers AS (
            b.message_key, b.message_value, h.message_headers, b.target_topic,
            coalesce(b.tenant, '') AS tenant, b.recurrence, b.expires_ms,
            b.recurrence IS NULL
-               AND b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0) AS due,
+               AND b.deadline <= now() + make_interval(secs => %(advance_ms)s / 1000.0)
+               AND (%(catchup_after_ms)s::int IS NULL
+                    OR b.deadline > now() - make_interval(
+                        secs => %(catchup_after_ms)s::int / 1000.0))
+               AND NOT EXISTS (
+                   SELECT 1 FROM chronos_pauses p
+                   WHERE p.kind = 'tenant' AND p.name = coalesce(b.tenant, '')
+                      OR p.kind = 'topic'
+                         AND p.name = coalesce(b.target_topic, %(output_topic)s::text))
+               AND NOT EXISTS (
+                   SELECT 1 FROM chronos_limits l
+                   WHERE l.kind = 'tenant' AND l.name = coalesce(b.tenant, '')
+                      OR l.kind = 'topic'
+                         AND l.name = coalesce(b.target_topic, %(output_topic)s::text)) AS due,
            EXISTS (SELECT 1 FROM chronos_cancels c
                    WHERE c.id = b.id AND c.expires_at > now()) AS blocked
     FROM unnest(%(ids)b::text[], %(actions)b::text[], %(deadlines)b::timestamptz[],
