@@ -40,16 +40,18 @@ class DevRun:
 
 
 @contextmanager
-def chronos_dev(*argv: str) -> Iterator[DevRun]:
-    """``chronos dev ARGV`` in a data directory of its own, until it prints "ready"; SIGTERM
-    afterwards."""
+def chronos_dev(
+    *argv: str, python: str = sys.executable, cwd: Path | None = None
+) -> Iterator[DevRun]:
+    """``chronos dev ARGV`` (run by ``python``, in ``cwd``) in a data directory of its own,
+    until it prints "ready"; SIGTERM afterwards."""
     # pytest's tmp_path is below a 0700 directory the Postgres system user cannot pass as root
     data_dir = Path(tempfile.mkdtemp(prefix="chronos-dev-"))
     # broker i and node i listen on a port + i: blocks of free ports (up to 3 brokers, 3 nodes)
     kafka_port, pg_port, http_base = free_ports(3), free_port(), free_ports(4)
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "chronos", "dev", *argv, "--data-dir", str(data_dir),
+            python, "-m", "chronos", "dev", *argv, "--data-dir", str(data_dir),
             "--kafka-port", str(kafka_port), "--pg-port", str(pg_port),
             "--http-port-base", str(http_base),
         ],
@@ -57,6 +59,7 @@ def chronos_dev(*argv: str) -> Iterator[DevRun]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=cwd,
     )  # fmt: skip
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True).start()
