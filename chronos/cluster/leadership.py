@@ -22,6 +22,17 @@ the database's ``now()`` of that statement, which is never earlier than the mome
 so the lease ends at least ``FENCE_MARGIN_S`` before the leader can see the heartbeat lapsed,
 however long the statement itself took. Past its lease a node fires nothing, claims nothing and
 gives back what it holds; it is never the leader.
+
+A stall of the database is not a peer's death. When every node's statements hang together (a
+commit stall: an fsync that takes seconds, a synchronous standby gone), every heartbeat and every
+delete waits as long; when the database resumes, heartbeats look lapsed and claims look stuck
+although their nodes are alive and about to renew and delete. So each node also records the
+stalls it saw itself: its heartbeat held up longer than ``STALL_S``, and any statement of its
+own (the heartbeat, the failure detector's) that failed, from when it was sent until one
+succeeded again. The leader
+lengthens the liveness window and the hold time it judges by the time the database was stalled
+within them (``stalled_within``): after a stall, peers get a whole window of fresh heartbeats and
+a whole hold time to finish their claims before any is taken over.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 
 from chronos.observability import metrics
@@ -37,6 +49,10 @@ from chronos.observability import metrics
 log = logging.getLogger(__name__)
 
 FENCE_MARGIN_S = 1.0  # the lease ends this long before peers may declare the node dead
+STALL_S = 1.0
+"""A statement of this node that takes longer than this (a heartbeat takes milliseconds) shows the
+database stalled: every peer's statements may have waited as long."""
+STALLS_KEPT = 256  # the most recent stalls remembered (overlapping ones are merged)
 
 
 class Leadership:
@@ -60,11 +76,14 @@ class Leadership:
         self._lock = threading.Lock()
         self._lease_until = float("-inf")  # monotonic; nothing may fire before the first beat
         self._leader = False
+        self._stalls: deque[tuple[float, float]] = deque(maxlen=STALLS_KEPT)  # (from, to), sorted
+        self._failing_since: float | None = None  # a statement failed and none succeeded since
 
     # -- the lease ----------------------------------------------------------------------------
 
     def renew(self, sent_at: float) -> None:
         """A heartbeat sent at ``sent_at`` (monotonic, taken *before* the statement) succeeded."""
+        self.answered(sent_at)
         with self._lock:
             self._lease_until = max(self._lease_until, sent_at + self.window_s - self.margin_s)
 
@@ -76,6 +95,60 @@ class Leadership:
         """Whether this node may claim and fire: its lease has not ended."""
         at = self.monotonic() if now is None else now
         return at < self.lease_until()
+
+    # -- stalls of the database, as this node saw them ----------------------------------------
+
+    def answered(self, sent_at: float, *, timed: bool = True) -> None:
+        """A statement of this node sent at ``sent_at`` (monotonic) succeeded just now. It ends a
+        stall: one of its statements failed since, or (``timed``: a statement that takes
+        milliseconds, as the heartbeat, not a batch) this one took longer than ``STALL_S``."""
+        now = self.monotonic()
+        with self._lock:
+            began, self._failing_since = self._failing_since, None
+            if began is None and timed and now - sent_at > STALL_S:
+                began = sent_at
+            if began is not None:
+                self._stalled(began, now)
+
+    def unanswered(self, sent_at: float) -> None:
+        """A statement of this node sent at ``sent_at`` failed: the database is out of its reach
+        (stalled, as far as it can tell) from then until a statement succeeds."""
+        with self._lock:
+            if self._failing_since is None or sent_at < self._failing_since:
+                self._failing_since = sent_at
+
+    def _stalled(self, began: float, ended: float) -> None:
+        stalls = self._stalls
+        while stalls and stalls[-1][1] >= began:  # merge the stalls this one overlaps
+            first, last = stalls.pop()
+            began, ended = min(began, first), max(ended, last)
+        stalls.append((began, ended))
+
+    def stalled_within(self, span_s: float, now: float | None = None) -> float:
+        """How long the database was stalled, as this node saw it, over the last ``span_s``
+        seconds of time it was not: going back from now until ``span_s`` seconds without a
+        stall are behind, the stalled seconds passed on the way (0 without a stall). A peer that
+        had ``span_s`` to do something (renew its heartbeat, finish a claim) had this much
+        longer, and may have needed it."""
+        at = self.monotonic() if now is None else now
+        with self._lock:
+            stalls = list(self._stalls)
+            if self._failing_since is not None:  # stalled now, for as long as it failed
+                began = self._failing_since
+                while stalls and stalls[-1][1] >= began:
+                    began = min(began, stalls.pop()[0])
+                stalls.append((began, at))
+        stalled, cursor, left = 0.0, at, span_s
+        for began, ended in reversed(stalls):
+            ended = min(ended, cursor)
+            if ended <= began:
+                continue
+            if cursor - ended >= left:
+                break
+            left -= cursor - ended
+            stalled += ended - began
+            cursor = began
+        return stalled
 
     # -- the election -------------------------------------------------------------------------
 

@@ -141,9 +141,10 @@ class Monitor:
                 fired_per_second=self.fire_rate(sent_at),
             )
         except StoreError as exc:
+            self.leadership.unanswered(sent_at)  # a stall, as this node sees it, until one works
             self._failed("heartbeat", exc)
             return False
-        self.leadership.renew(sent_at)
+        self.leadership.renew(sent_at)  # a heartbeat held up past STALL_S was a stall too
         metrics.HEARTBEAT_UPDATED.set(time.time())
         return True
 

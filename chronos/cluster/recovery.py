@@ -13,6 +13,13 @@ finds full batches, so any number of stuck rows is reset in one sweep.
 While this node's own writes to Kafka fail, it runs no hold-time sweep (what it took over it
 could not fire either); a dead node's claims are still taken over at once.
 
+A stall of the database is no peer's death (``Leadership.stalled_within``): when this node saw the
+database stall (its heartbeat held up, or its statements failing), it judges by a liveness window
+and a hold time lengthened by the stall, so peers get a whole window of fresh heartbeats and a
+whole hold time to finish (deliver, delete) their claims before any is taken over. Otherwise, when
+every node's statements hang together past the window or the hold time, the leader would take over
+its live peers' claims the moment the database resumes, and they still fire them.
+
 A node never suspects itself: the claims this very process made (its node id, claimed since it
 started on the database clock) are skipped. A slow statement of its own firing loop is no
 failure; its firing loop gives back the claims it held past the hold time (fenced), and rows it
@@ -24,7 +31,9 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import datetime
+from typing import ParamSpec, TypeVar
 
 from chronos.cluster.leadership import Leadership
 from chronos.config.settings import Settings
@@ -35,6 +44,8 @@ from chronos.runtime.loop import Loop
 from chronos.store import Store
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 SWEEP_BATCH = 5000
 
@@ -57,6 +68,7 @@ class RecoveryLoop(Loop):
         self.store = store
         self.leadership = leadership
         self.batch = batch
+        self.lengthened: dict[int, bool] = {}  # span (ms) -> judged lengthened by a stall now
 
     def run(self) -> None:
         interval = self.settings.failure_detection_interval_ms / 1000
@@ -84,7 +96,8 @@ class RecoveryLoop(Loop):
             # The monitor elects after each heartbeat (every second); look again on this loop's
             # own cadence too, so a dead leader is replaced within one detection interval of
             # its heartbeat lapsing.
-            self.leadership.elected(self.store.elect_leader(self.settings.liveness_window_ms))
+            window_ms = self.settings.liveness_window_ms
+            self.leadership.elected(self._timed(self.store.elect_leader, window_ms))
             if not self.leadership.is_leader():
                 return 0
         taken = self.take_over()
@@ -96,12 +109,41 @@ class RecoveryLoop(Loop):
             return taken
         return taken + self.sweep()
 
+    def _timed(self, statement: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run one statement, telling the leadership whether the database answered (a failed
+        one is a stall, as this node sees it, until one succeeds; a slow one is not: a sweep's
+        batch of 5,000 rows may take its time)."""
+        sent_at = self.leadership.monotonic()
+        try:
+            result = statement(*args, **kwargs)
+        except StoreError:
+            self.leadership.unanswered(sent_at)
+            raise
+        self.leadership.answered(sent_at, timed=False)
+        return result
+
+    def _lengthened_ms(self, span_ms: int) -> int:
+        """``span_ms`` (the liveness window, the hold time) plus what the database's stalls took
+        of it lately (see ``Leadership.stalled_within``), logged once per stall."""
+        stalled_s = self.leadership.stalled_within(span_ms / 1000)
+        was_lengthened = any(self.lengthened.values())
+        self.lengthened[span_ms] = stalled_s > 0
+        if stalled_s and not was_lengthened:
+            log.info(
+                "the database stalled for %.1f s: claims and heartbeats are judged that much "
+                "later, so that live peers catch up first",
+                stalled_s,
+                extra={"event": "database_stalled", "seconds": round(stalled_s, 3)},
+            )
+        return span_ms + round(stalled_s * 1000)
+
     def take_over(self) -> int:
         """Reset the claims of nodes whose heartbeat lapsed; returns how many were reset."""
         done: list[tuple[str, str]] = []
+        window_ms = self._lengthened_ms(self.settings.liveness_window_ms)
         while not self.stopping.is_set():
-            reset = self.store.reset_lapsed_claims(
-                self.settings.liveness_window_ms, self.settings.node_id, self.batch
+            reset = self._timed(
+                self.store.reset_lapsed_claims, window_ms, self.settings.node_id, self.batch
             )
             done.extend(reset)
             if len(reset) < self.batch:
@@ -127,11 +169,12 @@ class RecoveryLoop(Loop):
     def sweep(self) -> int:
         """One hold-time sweep; returns how many rows were reset."""
         done: list[tuple[str, str]] = []
+        hold_ms = self._lengthened_ms(self.settings.hold_time_ms)
         while not self.stopping.is_set():
-            stuck = self.store.find_stuck(self.settings.hold_time_ms, self.batch, self.own)
+            stuck = self._timed(self.store.find_stuck, hold_ms, self.batch, self.own)
             if not stuck:
                 break
-            done.extend(self.store.reset_stuck(stuck))
+            done.extend(self._timed(self.store.reset_stuck, stuck))
             if len(stuck) < self.batch:
                 break
         self._suspected(done, "hold_time")  # logged once all are reset: no delay

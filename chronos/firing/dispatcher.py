@@ -52,6 +52,7 @@ class Timer:
     next_deadline: datetime | None = None  # a series' next occurrence (None: delete the row)
     skipped: int = 0  # missed occurrences of a series this fire skips (chronosMissed: latest)
     estimated: bool = False  # ``skipped`` is partly estimated (more than were counted)
+    held_until: float = 0.0  # monotonic: past it a peer may have taken the claim over (see add)
 
 
 Entry = tuple[float, int, Timer]
@@ -93,8 +94,15 @@ class Dispatcher:
 
     # -- called from the loop thread ------------------------------------------------------
 
-    def add(self, rows: list[ClaimedRow]) -> int:
-        """Set a timer for each row; returns the rows' bytes (``row_bytes``, summed)."""
+    def add(self, rows: list[ClaimedRow], sent_at: float | None = None) -> int:
+        """Set a timer for each row; returns the rows' bytes (``row_bytes``, summed).
+
+        ``sent_at`` is when the claim statement was sent (monotonic; None: when its result
+        arrived). A claim is stamped with the database's ``now()`` as the statement starts, never
+        before it was sent, and a peer may take it over a hold time after that stamp: so the hold
+        counts from the send, not from the result's arrival, which a stalled commit (an fsync or
+        a synchronous standby that hangs, which no statement timeout bounds) can delay past the
+        hold time. A row held past it is given back unfired."""
         advance = self.settings.timing_advance_ms / 1000
         seq = self._seq
         entries: list[Entry] = []
@@ -114,6 +122,7 @@ class Dispatcher:
                 timer = _occurrence(row, size, COUNT_LIMIT if now < count_until else 0)
                 estimated += timer.estimated
             row = timer.row
+            timer.held_until = (row.claimed_monotonic if sent_at is None else sent_at) + self.hold
             fire_at = row.claimed_monotonic + row.remaining_ms / 1000 - advance
             entries.append((fire_at, seq, timer))
         self._seq = seq
@@ -202,11 +211,12 @@ class Dispatcher:
                 due.append(pop(timers)[2])
         if not due:
             return
-        hold, produce = self.hold, self._produce
+        produce = self._produce
         for timer in due:
-            if now - timer.row.claimed_monotonic >= hold:
-                # Held past the hold time (e.g. this process was paused): a peer may already
-                # have taken it over, so give it back (fenced) rather than fire it twice.
+            if now >= timer.held_until:
+                # Held past the hold time (this process was paused, or the claim's commit was
+                # held up): a peer may already have taken it over, so give it back (fenced)
+                # rather than fire it twice.
                 with self.cond:
                     self.expired.append(timer)
                 continue

@@ -278,7 +278,7 @@ class FiringLoop(Loop):
             self.next_claim_at = started + poll
             return
         FLOW_CONTROL.succeeded()
-        t0 = time.perf_counter()
+        t0, sent_at = time.perf_counter(), self.monotonic()  # sent_at: the claim's hold starts
         try:
             rows = self.store.claim(
                 self.node_id,
@@ -312,7 +312,7 @@ class FiringLoop(Loop):
         if rows:
             fault_point("after_claim")
             metrics.BATCH_SIZE.labels("claim").observe(len(rows))
-            claimed_bytes = self.dispatcher.add(rows)  # each row's size, kept with its timer
+            claimed_bytes = self.dispatcher.add(rows, sent_at)  # each row's size, with its timer
             self.held_bytes += claimed_bytes
             self.share.claimed(r.tenant for r in rows)
         returned = self.monotonic()

@@ -55,6 +55,8 @@ def test_a_slow_node_keeps_its_in_flight_rows_and_gives_back_its_expired_ones(
         lease = unfenced(node_id)  # this test is about the hold time, not the heartbeat
         firing = FiringLoop(settings, store, publisher, lease, claims_since=since)
         recovery = RecoveryLoop(settings, store, lease, claims_since=since)
+        # As the loop's step does first: what is paused is known (it claims nothing before).
+        firing.pauses.refresh(time.monotonic())
         firing.claim(time.monotonic())  # claims soon* and late* (within the lookahead)
         assert firing.dispatcher.held() == 10
         time.sleep(0.25)

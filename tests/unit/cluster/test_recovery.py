@@ -77,7 +77,9 @@ def test_fresh_claims_of_live_nodes_are_never_touched() -> None:
 def test_database_errors_do_not_stop_the_detector() -> None:
     clock, store, loop = _setup()
     store.claim(str(uuid.uuid4()), 1000, 10, 10)
-    clock.advance(HOLD + 1)
+    # Well past the hold time: the failed statement counts as a stall of the database (from
+    # its send to the next success, a few ms here), which the next sweep waits out.
+    clock.advance(HOLD + 1000)
     store.fail_next(1, "find_stuck")
     loop.settings = loop.settings.replace(failure_detection_interval_ms=10)
     thread = threading.Thread(target=loop.run)

@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY
 from chronos.firing.loop import FiringLoop
 from chronos.kafka import is_permanent
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
-from chronos.store import Outcome
-from chronos.testing import FakePublisher, InMemoryStore, unfenced
+from chronos.store import ClaimedRow, Outcome
+from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
 from tests.support.store_contract import msg
 from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing, settings
 
@@ -143,6 +143,50 @@ def test_a_claim_held_past_the_hold_time_is_not_fired_but_given_back(
     f.clock.advance(1000)
     f.tick()
     assert [r.status for r in f.publisher.records] == ["delivered"]  # fired once, later
+
+
+class StalledClaims(InMemoryStore):
+    """A store whose next claim that takes rows is held up ``stall_ms`` by the database, as a
+    commit stall holds it in Postgres: ``now()`` (the claim's stamp, the time left until each
+    deadline) is read as the statement starts, the result arrives ``stall_ms`` later."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.manual = clock
+        self.stall_ms = 0.0
+
+    def claim(self, *args: Any, **kwargs: Any) -> list[ClaimedRow]:
+        rows = super().claim(*args, **kwargs)
+        if rows and self.stall_ms:
+            self.manual.advance(self.stall_ms)
+            self.stall_ms = 0.0
+            rows = [r._replace(claimed_monotonic=self.monotonic()) for r in rows]
+        return rows
+
+
+def test_a_claim_the_database_held_up_past_the_hold_time_is_given_back_not_fired() -> None:
+    """A claim whose commit hung (an fsync, a synchronous standby gone: no statement timeout
+    bounds a commit) comes back stamped with the database's clock of its start: a peer may take
+    it over a hold time after that, however late the result arrived. The holder counts its hold
+    from the send, so it gives such rows back rather than fire them beside the peer."""
+    clock = ManualClock()
+    store = StalledClaims(clock)
+    publisher = FakePublisher(wall_clock=lambda: clock.now().timestamp())
+    config = settings(hold_time_ms=3000, lookahead_ms=1000, delivery_timeout_ms=1000)
+    lease = unfenced(config.node_id)
+    loop = FiringLoop(config, store, publisher, lease, monotonic=clock.monotonic)
+    f = Firing(clock, store, publisher, loop, config)
+    _schedule(f, "s", 500)
+    store.stall_ms = 2600  # its timer (450 ms left when the claim began) is due at 3050 ms
+    f.tick()
+    assert f.store.claimed() and f.publisher.records == []
+    f.run_for(449)  # 1 ms before the timer: the claim is 3049 ms old, past the hold time
+    assert f.store.claimed() and f.publisher.records == []
+    f.run_for(2)  # the timer is due
+    assert f.publisher.records == []  # not fired (a peer's sweep may reset it by now)...
+    assert f.store.claimed() == []  # ...but given back
+    f.run_for(200)
+    assert [(r.status, r.value) for r in f.publisher.records] == [("delivered", b"v")]
 
 
 def test_a_row_taken_over_by_a_peer_is_not_deleted(caplog: pytest.LogCaptureFixture) -> None:
