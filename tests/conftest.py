@@ -63,11 +63,12 @@ def _restore_root_logging() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _forget_write_failures() -> Iterator[None]:
-    """A test whose publisher failed leaves ``KAFKA_WRITES`` down, which readiness reports:
-    every test starts without that state."""
-    from chronos.observability.dependencies import KAFKA_WRITES
+    """A test whose publisher failed leaves ``KAFKA_WRITES`` down (one whose store refused the
+    pauses ``FLOW_CONTROL``), which readiness reports: every test starts without that state."""
+    from chronos.observability.dependencies import FLOW_CONTROL, KAFKA_WRITES
 
     KAFKA_WRITES.reset()
+    FLOW_CONTROL.reset()
     yield
 
 
@@ -95,7 +96,7 @@ def embedded_postgres(postgres_service: services.PostgresService) -> Iterator[Em
     """
     server = postgres_service.embedded
     if server is None:
-        pytest.skip("needs the embedded Postgres (an external server is in use)")
+        services.unavailable("needs the embedded Postgres (an external server is in use)")
     yield server
     if not server.running:
         server.start()
@@ -146,7 +147,7 @@ def embedded_broker(kafka_service: services.KafkaService) -> Iterator[EmbeddedKa
     the test left it stopped (or frozen: SIGCONT)."""
     broker = kafka_service.embedded
     if broker is None:
-        pytest.skip("needs the embedded broker (an external broker is in use)")
+        services.unavailable("needs the embedded broker (an external broker is in use)")
     yield broker
     broker.signal(signal.SIGCONT)
     if not broker.running:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.services import unavailable
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -19,9 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(420)
 def test_bench_quick_smoke(tmp_path: Path) -> None:
     """The whole command with tiny numbers: own stack, ceiling, one precision run, report."""
-    pytest.importorskip("pyspark")
     if shutil.which("java") is None:
-        pytest.skip("the analysis and the embedded Apache Kafka need Java")
+        unavailable("the analysis and the embedded Apache Kafka need Java")
     out = tmp_path / "bench"
     proc = subprocess.run(
         [sys.executable, "-m", "loadtest", "bench", "--quick", "--scenarios",
