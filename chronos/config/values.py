@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 ENV_PREFIX = "CHRONOS_"
+# librdkafka properties pass through to the Kafka clients: CHRONOS_KAFKA__SECURITY_PROTOCOL sets
+# security.protocol for every client (see chronos.config.settings).
+KAFKA_PASSTHROUGH_PREFIXES = {
+    "kafka": "CHRONOS_KAFKA__",
+    "consumer": "CHRONOS_CONSUMER__",
+    "producer": "CHRONOS_PRODUCER__",
+}
 
 
 class Secret:
@@ -60,6 +67,8 @@ class Option:
     parse: Callable[[str], Any] = str
     secret: bool = False
     choices: Sequence[str] | None = None
+    group: str = ""  # its subject on the command line (chronos.config.flags.GROUPS)
+    metavar: str | None = None  # the flag's value in --help (None: derived from the name)
 
     @property
     def env(self) -> str:
@@ -108,6 +117,13 @@ def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
         raise ValueError("must be a TCP port between 0 and 65535 (0 disables)")
+    return value
+
+
+def _port_or_shared(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port between 0 and 65535 (0: the HTTP port's)")
     return value
 
 

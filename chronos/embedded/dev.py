@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from chronos.config import settings as chronos_settings
+from chronos.config.flags import described
 from chronos.config.validation import validate
 from chronos.embedded import (
     EmbeddedKafka,
@@ -42,6 +43,7 @@ from chronos.embedded.kafka.security import BrokerSecurity, TlsListener
 from chronos.embedded.launcher import Launched
 from chronos.embedded.tls import Pki, client_properties, postgres_with_openssl, verify_full_url
 from chronos.errors import ChronosError, ConfigError, PortInUse
+from chronos.protocol import RELAYED_INSTANT_HEADER
 from chronos.runtime.signals import relay_signals
 from chronos.store import migrate
 
@@ -62,62 +64,82 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``chronos dev`` (the settings flags are added separately)."""
     group = parser.add_argument_group("development stack")
     group.add_argument(
-        "--nodes", type=int, default=2, help="nodes to run, each its own process; 0: only "
-        "Postgres and the broker [default 2]",
-    )  # fmt: skip
+        "--nodes",
+        type=int,
+        default=2,
+        metavar="N",
+        help=described("nodes to run, each its own process; 0: only Postgres and the broker", 2),
+    )
     group.add_argument(
         "--kafka-port",
         type=int,
         default=9092,
-        help="port of the embedded broker (with --brokers N: broker i on this port + i) "
-        "[default 9092]",
+        metavar="PORT",
+        help=described("port of the embedded broker (with --brokers N: broker i on it + i)", 9092),
     )
     group.add_argument(
         "--broker",
         choices=("kafka", "tansu"),
         default="kafka",
-        help="kafka: Apache Kafka (needs Java 17; Maven the first time, to lay out its jars); "
-        "tansu: a Kafka-protocol imitation for a machine without Java (one broker, topics "
-        "in memory only) [default kafka]",
+        help=described(
+            "kafka: Apache Kafka (needs Java 17; Maven the first time, to lay out its jars); "
+            "tansu: a Kafka-protocol imitation for a machine without Java (one broker, topics "
+            "in memory only)",
+            "kafka",
+        ),
     )
     group.add_argument(
         "--brokers",
         type=int,
         default=1,
-        help="Apache Kafka brokers forming one quorum; with 3, the topics get 3 replicas and "
-        "min.insync.replicas=2 [default 1]",
+        metavar="N",
+        help=described(
+            "Apache Kafka brokers forming one quorum; with 3, the topics get 3 replicas and "
+            "min.insync.replicas=2",
+            1,
+        ),
     )
     group.add_argument(
-        "--pg-port", type=int, default=55432, help="port of the embedded Postgres [default 55432]"
+        "--pg-port",
+        type=int,
+        default=55432,
+        metavar="PORT",
+        help=described("port of the embedded Postgres", 55432),
     )
     group.add_argument(
         "--data-dir",
         type=Path,
         default=Path(".chronos/dev"),
-        help="Postgres cluster and logs of the stack [default .chronos/dev]",
+        metavar="DIR",
+        help=described("Postgres cluster and logs of the stack", ".chronos/dev"),
     )
     group.add_argument(
-        "--partitions", type=int, default=6, help="partitions of each topic [default 6]"
+        "--partitions", type=int, default=6, metavar="N", help=described("partitions per topic", 6)
     )
     group.add_argument(
         "--tls",
         action="store_true",
         help="encrypted connections only: the broker (one) on its own TLS listener, which "
         "requires a client certificate, Postgres (Debian's, built with OpenSSL) with TLS only, "
-        "certificates made in DATA_DIR/tls; needs openssl and postgresql-15",
+        "certificates made in DIR/tls; needs openssl and postgresql-15",
     )
     group.add_argument(
         "--http-port-base",
         type=int,
         default=8080,
-        help="node i serves HTTP (health, metrics) on this port + i [default 8080]",
+        metavar="PORT",
+        help=described("node i serves HTTP (health, metrics, admin API) on this port + i", 8080),
     )
 
 
 def node_settings(
     settings: chronos_settings.Settings, database_url: str, bootstrap: str, index: int, base: int
 ) -> chronos_settings.Settings:
-    """The settings of node ``index``: the stack's services, its own port and a fresh node id."""
+    """The settings of node ``index``: the stack's services, its own port and a fresh node id;
+    and, unless a relay header is set, each fired record's scheduled instant relayed under
+    ``chronosScheduledFor``, where ``chronos tail`` reads it to show each record's lateness."""
+    if not settings.relay_id_header and not settings.relay_deadline_header:
+        settings = settings.replace(relay_deadline_header=RELAYED_INSTANT_HEADER)
     consumer = dict(settings.consumer_properties)
     if "session.timeout.ms" not in consumer and settings.group_protocol == "classic":
         consumer["session.timeout.ms"] = DEV_SESSION_TIMEOUT_MS
@@ -335,6 +357,12 @@ def run_dev(
             print(f"chronos dev: output topic     {settings.output_topic}", flush=True)
             print(
                 f"chronos dev: dead-letter topic {settings.dead_letter_topic or '(none)'}",
+                flush=True,
+            )
+            relayed = settings.relay_deadline_header or RELAYED_INSTANT_HEADER  # node_settings
+            print(
+                f"chronos dev: relayed header   {relayed} (each fired record's scheduled "
+                "instant: chronos tail shows its lateness)",
                 flush=True,
             )
             if not settings.admin_token:

@@ -15,6 +15,10 @@ GET /metrics       Prometheus text format
 GET /console       the operator's console (chronos/node/console/index.html: static HTML and JS that
                    call the admin API with a token entered in the page)
 /admin/v1/...      the admin API (off unless CHRONOS_ADMIN_TOKEN is set), see chronos.admin.api
+
+With CHRONOS_ADMIN_PORT, the console and the admin API are served by a second server of their own
+on that port (and answer 404 on the HTTP port, which keeps health and metrics alone), so that a
+network policy can let a scraper reach the metrics without reaching the admin API.
 """
 
 from __future__ import annotations
@@ -196,12 +200,15 @@ class ChronosHTTPServer(HTTPServer):
 
     routes: list[Route]
     store: Store | None = None
+    # The admin API's own server (CHRONOS_ADMIN_PORT), stopped and closed with this one.
+    admin: ChronosHTTPServer | None = None
 
     def __init__(
         self,
         address: tuple[str, int],
         handler: type[BaseHTTPRequestHandler],
         *,
+        name: str = "chronos-http",
         workers: int = HTTP_WORKERS,
         backlog: int = HTTP_BACKLOG,
         idle_timeout: float = HTTP_IDLE_TIMEOUT,
@@ -217,12 +224,12 @@ class ChronosHTTPServer(HTTPServer):
         self._workers: list[threading.Thread] = []
         super().__init__(address, handler)
         self._workers = [
-            threading.Thread(target=self._work, name=f"chronos-http-{n}", daemon=True)
+            threading.Thread(target=self._work, name=f"{name}-{n}", daemon=True)
             for n in range(workers)
         ]
         for worker in self._workers:
             worker.start()
-        self._reaper = threading.Thread(target=self._reap, name="chronos-http-reaper", daemon=True)
+        self._reaper = threading.Thread(target=self._reap, name=f"{name}-reaper", daemon=True)
         self._reaper.start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -259,6 +266,11 @@ class ChronosHTTPServer(HTTPServer):
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)  # the worker's blocked read returns
 
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self.admin is not None:
+            self.admin.shutdown()
+
     def server_close(self) -> None:
         super().server_close()
         self._closed.set()
@@ -267,6 +279,16 @@ class ChronosHTTPServer(HTTPServer):
                 self._waiting.put_nowait(None)
             except queue.Full:
                 break
+        if self.admin is not None:
+            self.admin.server_close()
+
+
+class ListenError(OSError):
+    """A port the node cannot listen on, and the setting that chose it."""
+
+    def __init__(self, setting: str, host: str, port: int, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.setting, self.host, self.port = setting, host, port
 
 
 def json_response(status: int, payload: Any) -> tuple[int, str, bytes]:
@@ -290,10 +312,10 @@ def console_page() -> bytes:
     return resources.files("chronos.node").joinpath("console/index.html").read_bytes()
 
 
-def core_routes(health: Health, registry: Collector = REGISTRY) -> Route:
-    def route(
-        _h: _Handler, method: str, path: str, _q: str
-    ) -> tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]] | None:
+def health_routes(health: Health, registry: Collector = REGISTRY) -> Route:
+    """/health/live, /health/ready and /metrics."""
+
+    def route(_h: _Handler, method: str, path: str, _q: str) -> tuple[int, str, bytes] | None:
         if method != "GET":
             return None
         if path == "/health/live":
@@ -304,11 +326,17 @@ def core_routes(health: Health, registry: Collector = REGISTRY) -> Route:
             return json_response(200 if ok else 503, detail)
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
-        if path in ("/console", "/console/"):
-            return 200, "text/html; charset=utf-8", console_page(), CONSOLE_HEADERS
         return None
 
     return route
+
+
+def console_route(
+    _h: _Handler, method: str, path: str, _q: str
+) -> tuple[int, str, bytes, dict[str, str]] | None:
+    if method == "GET" and path in ("/console", "/console/"):
+        return 200, "text/html; charset=utf-8", console_page(), CONSOLE_HEADERS
+    return None
 
 
 # How often the server's loop looks whether it is asked to stop: socketserver's default of half a
@@ -320,24 +348,50 @@ def start_http_server(
     settings: Settings, state: Any, store: Store, *, registry: Collector = REGISTRY, **limits: Any
 ) -> ChronosHTTPServer:
     """Serve on a thread; ``registry`` is what /metrics serves; ``limits`` override the pool's
-    (workers, backlog, idle_timeout, deadline)."""
-    server = ChronosHTTPServer((settings.http_host, settings.http_port), _Handler, **limits)
+    (workers, backlog, idle_timeout, deadline). With CHRONOS_ADMIN_PORT the console and the admin
+    API get a server of their own (``.admin``, stopped and closed with the returned one). Raises
+    ListenError naming the setting of a port that cannot be listened on."""
+    main: list[Route] = [health_routes(Health(settings, state, store), registry)]
+    admin: list[Route] = [console_route, admin_routes(settings, store)]
+    if not settings.admin_port:
+        main += admin
+    host = settings.http_host
+    server = _serve(host, settings.http_port, "CHRONOS_HTTP_PORT", main, store, limits)
+    if settings.admin_port:
+        try:
+            server.admin = _serve(
+                host, settings.admin_port, "CHRONOS_ADMIN_PORT", admin, store, limits
+            )
+        except ListenError:
+            server.shutdown()
+            server.server_close()
+            raise
+    return server
+
+
+def _serve(
+    host: str, port: int, setting: str, routes: list[Route], store: Store, limits: dict[str, Any]
+) -> ChronosHTTPServer:
+    """A server on its own thread; ``setting`` names the port (and the threads)."""
+    name = "chronos-admin" if setting == "CHRONOS_ADMIN_PORT" else "chronos-http"
+    try:
+        server = ChronosHTTPServer((host, port), _Handler, name=name, **limits)
+    except OSError as exc:
+        raise ListenError(setting, host, port, exc) from exc
     server.store = store
-    server.routes = [
-        core_routes(Health(settings, state, store), registry),
-        admin_routes(settings, store),
-    ]
+    server.routes = routes
     thread = threading.Thread(
         target=server.serve_forever,
         kwargs={"poll_interval": STOP_POLL_S},
-        name="chronos-http",
+        name=name,
         daemon=True,
     )
     thread.start()
     log.info(
-        "http server on %s:%d",
-        settings.http_host,
+        "%s on %s:%d",
+        "admin API and console" if setting == "CHRONOS_ADMIN_PORT" else "http server",
+        host,
         server.server_address[1],
-        extra={"event": "http_started"},
+        extra={"event": "http_started", "setting": setting},
     )
     return server

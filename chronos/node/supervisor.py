@@ -28,7 +28,7 @@ from chronos import __version__, kafka
 from chronos.cluster.leadership import Leadership
 from chronos.cluster.monitor import Monitor
 from chronos.cluster.recovery import RecoveryLoop
-from chronos.config.settings import Settings
+from chronos.config.settings import OPTIONS_BY_NAME, Settings
 from chronos.errors import BrokerUnreachableError, ConfigError, StoreError, TopicMissingError
 from chronos.firing.loop import FiringLoop
 from chronos.intake.loop import IntakeLoop
@@ -219,18 +219,23 @@ class Node:
         return False
 
     def _listen(self) -> Any:
-        from chronos.node.http import start_http_server
+        from chronos.node.http import ListenError, start_http_server
 
         try:
             return start_http_server(
                 self.settings, self.state, self.store, registry=self.state.registry
             )
-        except OSError as exc:
-            where = f"{self.settings.http_host}:{self.settings.http_port}"
+        except ListenError as exc:
+            flag = OPTIONS_BY_NAME[exc.setting.removeprefix("CHRONOS_").lower()].flag
+            zero = (
+                "0 to serve the admin API on the HTTP port"
+                if exc.setting == "CHRONOS_ADMIN_PORT"
+                else "0 to run without the HTTP server"
+            )
             raise ConfigError(
-                f"CHRONOS_HTTP_PORT / --http-port: cannot listen on {where} ({exc.strerror or exc})"
-                "; another process (a second node on this host?) may be using the port: choose "
-                "another one with CHRONOS_HTTP_PORT, or 0 to run without the HTTP server "
+                f"{exc.setting} / {flag}: cannot listen on {exc.host}:{exc.port} "
+                f"({exc.strerror or exc}); another process (a second node on this host?) may be "
+                f"using the port: choose another one with {exc.setting}, or {zero} "
                 "(CHRONOS_HTTP_HOST chooses the address)"
             ) from None
 

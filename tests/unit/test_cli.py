@@ -76,13 +76,20 @@ def test_unknown_variable_exits_2(
     assert "CHRONOS_HOLD_TIMEOUT_MS" in capsys.readouterr().err
 
 
-def test_every_command_accepts_every_setting_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    for command in ("run", "migrate"):
-        with pytest.raises(SystemExit):
-            cli.main([command, "--help"])
-        text = capsys.readouterr().out
-        for option in OPTIONS:
-            assert option.flag in text, (command, option.flag)
+@pytest.mark.parametrize("command", ["run", "migrate", "check", "dev"])
+def test_every_command_accepts_every_setting_flag(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Taken as flags whether --help shows them or not; --help-all shows every one."""
+    parser = cli._parser()
+    for option in OPTIONS:
+        args = parser.parse_args([command, option.flag, "x"])
+        assert getattr(args, option.name) == "x", (command, option.flag)
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help-all"])
+    text = capsys.readouterr().out
+    for option in OPTIONS:
+        assert option.flag in text, (command, option.flag)
 
 
 @pytest.mark.parametrize(

@@ -298,3 +298,13 @@ def test_what_is_printed_is_what_is_sent(capsys: pytest.CaptureFixture[str]) -> 
         )
     assert produce._produce("cancel", config, _args("cancel", "x-0"), p, lambda _e, _m: None) == 1
     assert _parsed(p.records[-1][1]).action == Action.CANCEL
+
+
+def test_tail_reads_the_scheduled_instant_where_chronos_relays_it() -> None:
+    """chronos dev's nodes relay it under chronosScheduledFor: tail reads it there unless
+    CHRONOS_RELAY_DEADLINE_HEADER names another header."""
+    from chronos.config.settings import load
+
+    assert produce.scheduled_header(load(environ={})) == "chronosScheduledFor"
+    configured = load(environ={"CHRONOS_RELAY_DEADLINE_HEADER": "firedFor"})
+    assert produce.scheduled_header(configured) == "firedFor"

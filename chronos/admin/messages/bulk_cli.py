@@ -74,5 +74,5 @@ def reschedule_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.at is not None:
         return {"deadline": args.at.isoformat(timespec="milliseconds")}
     if args.shift is not None:
-        return {"shift_ms": round(args.shift * 1000)}
+        return {"shift_ms": round(args.shift.total_seconds() * 1000)}
     return {"fire_now": True}

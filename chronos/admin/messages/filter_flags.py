@@ -44,10 +44,20 @@ def add_filter_flags(parser: argparse.ArgumentParser, *, state: bool = True) -> 
         help="only series (--recurring) or only one-shot messages (--no-recurring)",
     )
     group.add_argument(
-        "--from", dest="deadline_from", type=timestamp, default=None, help="deadline >= this"
+        "--from",
+        dest="deadline_from",
+        type=timestamp,
+        default=None,
+        metavar="INSTANT",
+        help="deadline >= this",
     )
     group.add_argument(
-        "--to", dest="deadline_to", type=timestamp, default=None, help="deadline < this"
+        "--to",
+        dest="deadline_to",
+        type=timestamp,
+        default=None,
+        metavar="INSTANT",
+        help="deadline < this",
     )
 
 

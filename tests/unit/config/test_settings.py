@@ -63,9 +63,12 @@ def test_the_design_knobs_exist_with_their_defaults() -> None:
         assert any(o.name == name for o in OPTIONS), name
 
 
-def test_run_help_shows_every_flag_with_its_env_var(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_help_all_shows_every_flag_with_its_env_var(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--help shows the settings run is about, --help-all every one (see test_help.py)."""
     with pytest.raises(SystemExit) as exited:
-        cli.main(["run", "--help"])
+        cli.main(["run", "--help-all"])
     assert exited.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for option in OPTIONS:

@@ -158,3 +158,17 @@ def test_alive() -> None:
 )
 def test_with_database(url: str, expected: str) -> None:
     assert with_database(url, "x") == expected
+
+
+def test_node_settings_relay_the_scheduled_instant_for_tail() -> None:
+    """chronos tail shows each record's lateness in the quick start: dev's nodes relay the
+    instant under chronosScheduledFor unless a relay header was chosen."""
+    url = "postgresql://u@h:1/d"
+    node = dev.node_settings(settings.load(environ={}), url, "h:2", 0, 8080)
+    assert node.relay_deadline_header == "chronosScheduledFor"
+    assert node.relay_id_header == ""
+    validate(node)
+    chosen = settings.load(environ={"CHRONOS_RELAY_DEADLINE_HEADER": "firedFor"})
+    assert dev.node_settings(chosen, url, "h:2", 0, 8080).relay_deadline_header == "firedFor"
+    with_id = settings.load(environ={"CHRONOS_RELAY_ID_HEADER": "mid"})
+    assert dev.node_settings(with_id, url, "h:2", 0, 8080).relay_deadline_header == ""
