@@ -88,6 +88,50 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "podAntiAffinity": {"type": "required"},
         "podDisruptionBudget": {"minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     },
+    "escape-hatches": {
+        "preflight": {"enabled": True},
+        "extraEnv": [
+            {"name": "AWS_REGION", "value": "eu-west-1"},
+            {"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"},
+            {"name": "CHRONOS_AUDIT_TOPIC", "value": "chronos-audit"},
+            {
+                "name": "CHRONOS_ADMIN_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "vault-admin", "key": "token"}},
+            },
+        ],
+        "extraEnvFrom": [{"configMapRef": {"name": "proxy-settings"}}],
+        "extraVolumes": [{"name": "proxy-certs", "secret": {"secretName": "proxy-ca"}}],
+        "extraVolumeMounts": [
+            {"name": "proxy-certs", "mountPath": "/etc/proxy-ca", "readOnly": True}
+        ],
+        "sidecars": [
+            {
+                "name": "cloud-sql-proxy",
+                "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.11.0",
+                "args": ["--port=5432", "project:region:instance"],
+            }
+        ],
+        "initContainers": [
+            {"name": "wait-for-proxy", "image": "busybox:1.36", "command": ["true"]}
+        ],
+    },
+    "admin-port-network-policy": {
+        "admin": {"separatePort": True, "port": 9091},
+        "service": {"adminPort": 9443},
+        "networkPolicy": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+    },
+    "keda-tls-private-ca": merge(
+        SECRET_VALUES,
+        {
+            "kafkaTLS": {
+                "secretName": "kafka-client-tls",
+                "certificateKey": "tls.crt",
+                "keyKey": "tls.key",
+            },
+            "autoscaling": {"keda": {"enabled": True}},
+        },
+    ),
     "tuned": {
         "config": {
             "CHRONOS_HTTP_PORT": 9090,
@@ -141,11 +185,13 @@ def render_error(values: dict[str, Any], *, minimal: bool = True) -> str:
 def pod_environment(rendered: Any) -> dict[str, str]:
     """The CHRONOS_* environment a node container starts with (envFrom ConfigMap + Secret)."""
     env: dict[str, str] = {}
-    for source in chronos_container(rendered)["envFrom"]:
+    # The chart's ConfigMap and Secret; the sources of extraEnvFrom (after them) are the user's.
+    for source in chronos_container(rendered)["envFrom"][:2]:
         if "configMapRef" in source:
             env.update(rendered.one("ConfigMap", source["configMapRef"]["name"])["data"])
         else:
             env.update(secret_payload(rendered.one("Secret", source["secretRef"]["name"])))
     for item in chronos_container(rendered).get("env", []):
-        env[item["name"]] = item["value"]
+        if "value" in item:  # not those read from elsewhere (valueFrom)
+            env[item["name"]] = item["value"]
     return env

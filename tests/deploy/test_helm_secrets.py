@@ -44,7 +44,7 @@ def _encodings(value: str) -> set[str]:
     return {value, base64.b64encode(value.encode()).decode()}
 
 
-@pytest.mark.parametrize("scenario", ["secrets", "keda-sasl-prometheus"])
+@pytest.mark.parametrize("scenario", ["secrets", "keda-sasl-prometheus", "keda-tls-private-ca"])
 def test_secret_values_appear_only_inside_secret_objects(scenario: str) -> None:
     rendered = render(SCENARIOS[scenario])
     for manifest in rendered.manifests:

@@ -35,7 +35,9 @@ from tests.deploy.helm_values import (
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["minimal", "secrets", "tuned"])
+@pytest.mark.parametrize(
+    "scenario", ["minimal", "secrets", "tuned", "escape-hatches", "admin-port-network-policy"]
+)
 def test_rendered_environment_loads_in_chronos_settings(scenario: str) -> None:
     rendered = render(SCENARIOS[scenario])
     loaded = validate(settings.load(environ=pod_environment(rendered)))
@@ -84,6 +86,9 @@ def test_chart_accepts_every_non_secret_chronos_setting() -> None:
             continue
         if option.name == "node_id":
             assert "node id" in render_error({"config": {option.env: str(uuid.uuid4())}})
+            continue
+        if option.name == "admin_port":  # admin.separatePort and admin.port set it
+            assert "admin.separatePort" in render_error({"config": {option.env: "8081"}})
             continue
         render({"config": {option.env: str(option.default) or "x"}})
 

@@ -125,7 +125,7 @@ CHRONOS_MAX_PUBLISH_ATTEMPTS CHRONOS_MAX_LATENESS_MS CHRONOS_CATCHUP_RATE CHRONO
 CHRONOS_SHUTDOWN_TIMEOUT_MS
 CHRONOS_STATEMENT_TIMEOUT_MS CHRONOS_DATABASE_TCP_TIMEOUT_MS CHRONOS_DATABASE_SYNCHRONOUS_COMMIT
 CHRONOS_MIGRATION_DATABASE_URL CHRONOS_LIVENESS_TIMEOUT_MS CHRONOS_INTAKE_PROCESS CHRONOS_INTAKE_NICENESS CHRONOS_HEADER_PROBE CHRONOS_HTTP_HOST
-CHRONOS_HTTP_PORT CHRONOS_ADMIN_TOKEN CHRONOS_ADMIN_READ_TOKEN CHRONOS_CANCEL_TTL_MS CHRONOS_ALLOWED_TOPICS
+CHRONOS_HTTP_PORT CHRONOS_ADMIN_PORT CHRONOS_ADMIN_TOKEN CHRONOS_ADMIN_READ_TOKEN CHRONOS_CANCEL_TTL_MS CHRONOS_ALLOWED_TOPICS
 CHRONOS_TENANT_FROM_KEY CHRONOS_RELAY_ID_HEADER CHRONOS_RELAY_DEADLINE_HEADER
 CHRONOS_LOG_LEVEL CHRONOS_LOG_FORMAT
 {{- end }}
@@ -190,7 +190,9 @@ Render-time checks. Included by every template that depends on them, so `helm te
 {{- $passthrough := include "chronos.passthroughPattern" . -}}
 {{- $credential := include "chronos.credentialPattern" . -}}
 {{- range $key, $value := (.Values.config | default dict) }}
-{{- if has $key $secret }}
+{{- if eq $key "CHRONOS_ADMIN_PORT" }}
+{{- fail "config.CHRONOS_ADMIN_PORT must not be set: set admin.separatePort=true and admin.port, which the container port, the Service and the NetworkPolicy follow" }}
+{{- else if has $key $secret }}
 {{- fail (printf "config.%s is a secret: set it through secrets.* or secrets.existingSecret, never in config (it would land in a ConfigMap)" $key) }}
 {{- else if eq $key "CHRONOS_NODE_ID" }}
 {{- fail "config.CHRONOS_NODE_ID must not be set: every Chronos process needs its own node id, and each pod draws a random one" }}
@@ -240,10 +242,99 @@ Render-time checks. Included by every template that depends on them, so `helm te
 {{- if and .Values.autoscaling.hpa.enabled .Values.autoscaling.keda.enabled }}
 {{- fail "autoscaling.hpa and autoscaling.keda are mutually exclusive (KEDA creates its own HorizontalPodAutoscaler)" }}
 {{- end }}
+{{- if .Values.admin.separatePort }}
+{{- if eq (int .Values.admin.port) (int $port) }}
+{{- fail (printf "admin.port=%v must differ from CHRONOS_HTTP_PORT (%s), which keeps health and metrics" .Values.admin.port $port) }}
+{{- end }}
+{{- end }}
+{{- include "chronos.validateExtras" (list . $known $secret $passthrough $credential) }}
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- if and $pdb.enabled (not (kindIs "invalid" $pdb.minAvailable)) (ne (toString $pdb.minAvailable) "") (not (kindIs "invalid" $pdb.maxUnavailable)) (ne (toString $pdb.maxUnavailable) "") }}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
 {{- end }}
+{{- end }}
+
+{{/*
+Checks of the escape hatches (extraEnv, extraVolumes, sidecars, initContainers): a CHRONOS_*
+variable is a setting Chronos knows, given once, and a secret one by reference only; nothing takes
+a name the chart uses itself.
+*/}}
+{{- define "chronos.validateExtras" -}}
+{{- $root := index . 0 -}}
+{{- $known := index . 1 -}}
+{{- $secret := index . 2 -}}
+{{- $passthrough := index . 3 -}}
+{{- $credential := index . 4 -}}
+{{- $config := $root.Values.config | default dict -}}
+{{- /* Settings the chart reads from config to render (ports, drain, the KEDA trigger's). */ -}}
+{{- $rendered := list "CHRONOS_HTTP_PORT" "CHRONOS_ADMIN_PORT" "CHRONOS_SHUTDOWN_TIMEOUT_MS" "CHRONOS_INPUT_TOPIC" "CHRONOS_CONSUMER_GROUP" "CHRONOS_KAFKA_BOOTSTRAP_SERVERS" -}}
+{{- $chartEnv := list "PGSSLROOTCERT" "CHRONOS_GROUP_INSTANCE_ID" "CHRONOS_KAFKA__SSL_CA_LOCATION" "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" "CHRONOS_KAFKA__SSL_KEY_LOCATION" -}}
+{{- range $env := ($root.Values.extraEnv | default list) }}
+{{- $name := $env.name }}
+{{- if has $name $chartEnv }}
+{{- fail (printf "extraEnv: %s is set by the chart (staticMembership, postgresCA, kafkaTLS): use those values" $name) }}
+{{- else if not (hasPrefix "CHRONOS_" $name) }}
+{{- else if eq $name "CHRONOS_NODE_ID" }}
+{{- fail "extraEnv: CHRONOS_NODE_ID must not be set: every Chronos process needs its own node id, and each pod draws a random one" }}
+{{- else if not (or (has $name $known) (regexMatch $passthrough $name)) }}
+{{- fail (printf "extraEnv: %s is not a Chronos setting (known: %s, and CHRONOS_KAFKA__*, CHRONOS_CONSUMER__*, CHRONOS_PRODUCER__* pass-through properties); other names than CHRONOS_* are free" $name (join ", " $known)) }}
+{{- else if has $name $rendered }}
+{{- fail (printf "extraEnv: %s belongs in config: the chart reads it to render the pods, Service or autoscaler" $name) }}
+{{- else if hasKey $config $name }}
+{{- fail (printf "extraEnv: %s is given in config too: set it in one place" $name) }}
+{{- else if and (hasKey $env "value") (or (has $name $secret) (regexMatch $credential $name)) }}
+{{- fail (printf "extraEnv: %s is a secret: give it with valueFrom.secretKeyRef (or in secrets.*), never as a value in the pod spec" $name) }}
+{{- end }}
+{{- end }}
+{{- range $volume := ($root.Values.extraVolumes | default list) }}
+{{- if has $volume.name (list "tmp" "postgres-ca" "kafka-tls") }}
+{{- fail (printf "extraVolumes: the name %s is the chart's own volume: choose another" $volume.name) }}
+{{- end }}
+{{- end }}
+{{- range $container := ($root.Values.sidecars | default list) }}
+{{- if eq $container.name "chronos" }}
+{{- fail "sidecars: the name chronos is the node's container: choose another" }}
+{{- end }}
+{{- end }}
+{{- range $container := ($root.Values.initContainers | default list) }}
+{{- if eq $container.name "preflight" }}
+{{- fail "initContainers: the name preflight is the chart's (preflight.enabled): choose another" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The KEDA lag trigger's SASL mode and TLS switch: the values given, or with "auto" the nodes' own
+(config's CHRONOS_KAFKA__SECURITY_PROTOCOL and CHRONOS_KAFKA__SASL_MECHANISMS).
+*/}}
+{{- define "chronos.keda.sasl" -}}
+{{- $mode := .Values.autoscaling.keda.kafka.sasl -}}
+{{- if ne $mode "auto" -}}
+{{- $mode -}}
+{{- else -}}
+{{- $config := .Values.config | default dict -}}
+{{- $protocol := index $config "CHRONOS_KAFKA__SECURITY_PROTOCOL" | default "" | toString | upper -}}
+{{- if hasPrefix "SASL_" $protocol -}}
+{{- $mechanism := index $config "CHRONOS_KAFKA__SASL_MECHANISMS" | default (index $config "CHRONOS_KAFKA__SASL_MECHANISM") | default "GSSAPI" | toString | upper -}}
+{{- $modes := dict "PLAIN" "plaintext" "SCRAM-SHA-256" "scram_sha256" "SCRAM-SHA-512" "scram_sha512" -}}
+{{- if not (hasKey $modes $mechanism) -}}
+{{- fail (printf "autoscaling.keda.kafka.sasl=auto: the nodes' SASL mechanism %s (CHRONOS_KAFKA__SASL_MECHANISMS) has no KEDA mode the chart can configure: set autoscaling.keda.kafka.sasl and authenticationRef (a TriggerAuthentication of your own), or scale with autoscaling.keda.prometheus on sum(chronos_consumer_lag_messages) instead" $mechanism) -}}
+{{- end -}}
+{{- index $modes $mechanism -}}
+{{- else -}}
+none
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{- define "chronos.keda.tls" -}}
+{{- $mode := .Values.autoscaling.keda.kafka.tls -}}
+{{- if ne $mode "auto" -}}
+{{- $mode -}}
+{{- else -}}
+{{- $protocol := index (.Values.config | default dict) "CHRONOS_KAFKA__SECURITY_PROTOCOL" | default "" | toString | upper -}}
+{{- if has $protocol (list "SSL" "SASL_SSL") }}enable{{ else }}disable{{ end -}}
+{{- end -}}
 {{- end }}
 
 {{/*
