@@ -40,11 +40,18 @@ test: check system-deps
 # Debian binaries the suite runs: promtool (the alert rules' tests), headless Chromium with its
 # driver (the console's browser test), a PostgreSQL server built with OpenSSL (the embedded one
 # has none: the TLS tests; the broker serves TLS on its own listener) and the Java compiler (the
-# Java client test builds its producer and consumer against the broker's jars). Installed when
-# missing and we are root; otherwise those tests skip locally and fail in CI
-# (tests/support/services.py unavailable()).
-SYSTEM_BINARIES := promtool chromium chromedriver javac
-SYSTEM_PACKAGES := prometheus chromium chromium-driver postgresql-15 openjdk-17-jdk-headless
+# Java client test builds its producer and consumer against the broker's jars), and podman,
+# buildah, runc and debootstrap (the image test builds a Debian base and the Dockerfile's image,
+# and runs it: tests/deploy/test_image.py). Installed when missing and we are root; otherwise
+# `make test` stops at once naming them (the suite would fail on them: no test skips silently).
+SYSTEM_BINARIES := promtool chromium chromedriver javac podman buildah runc debootstrap
+SYSTEM_PACKAGES := prometheus chromium chromium-driver postgresql-15 openjdk-17-jdk-headless \
+                   podman buildah runc debootstrap
+# The producer recipes' toolchains (docs/recipes.md, tests/integration/test_recipes.py), as
+# binary:package, only the missing ones installed: a Node.js from elsewhere (NodeSource) brings
+# its own npm and conflicts with Debian's. Debian 12's Go is 1.19, which the Go recipe's go.mod
+# allows.
+RECIPE_TOOLS := go:golang-go node:nodejs npm:npm
 system-deps: kafka-deps
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgres(Debian)"; \
@@ -53,7 +60,19 @@ system-deps: kafka-deps
 	    echo "installing Debian packages for:$$missing"; \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES); \
 	  else \
-	    echo "missing:$$missing (apt-get install $(SYSTEM_PACKAGES))" >&2; \
+	    echo "missing:$$missing: the suite needs them (as root: apt-get install $(SYSTEM_PACKAGES))" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	@missing=""; packages=""; for t in $(RECIPE_TOOLS); do command -v $${t%%:*} >/dev/null || \
+	  { missing="$$missing $${t%%:*}"; packages="$$packages $${t#*:}"; }; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages for:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$packages; \
+	  else \
+	    echo "missing:$$missing: the suite needs them (as root: apt-get install$$packages)" >&2; \
+	    exit 1; \
 	  fi; \
 	fi
 
