@@ -38,9 +38,11 @@ COPY migrations ./migrations
 
 # All dependencies ship binary wheels (confluent-kafka, psycopg[binary]), so no compiler is needed
 # even here. Building the wheel first means the venv holds an ordinary install, not a link to /src.
-# A node needs the `node` extra (the database stack).
+# A node needs the `node` extra (the database stack); `--build-arg EXTRAS=node,msk` adds the AWS
+# MSK IAM token signer (CHRONOS_KAFKA_OAUTH_PROVIDER=aws-msk-iam).
+ARG EXTRAS=node
 RUN /opt/chronos/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/chronos/bin/pip install --only-binary=:all: "$(ls /wheels/*.whl)[node]" \
+ && /opt/chronos/bin/pip install --only-binary=:all: "$(ls /wheels/*.whl)[${EXTRAS}]" \
  && /opt/chronos/bin/chronos --help > /dev/null
 
 ############################################################################

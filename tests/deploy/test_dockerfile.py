@@ -318,3 +318,18 @@ def test_hadolint_is_clean() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_msk_iam_signer_is_one_build_argument_away(stages: list[list[Command]]) -> None:
+    """``--build-arg EXTRAS=node,msk`` installs the package extra that carries the module
+    ``CHRONOS_KAFKA_OAUTH_PROVIDER=aws-msk-iam`` imports."""
+    builder = stages[0]
+    args = [str(v) for c in commands(builder, "ARG") for v in c.value]
+    assert "EXTRAS=node" in args
+    assert any("[${EXTRAS}]" in " ".join(map(str, c.value)) for c in commands(builder, "RUN"))
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(d.startswith("aws-msk-iam-sasl-signer-python") for d in extras["msk"])
+    source = (REPO_ROOT / "chronos/kafka/config.py").read_text()
+    assert 'import_module("aws_msk_iam_sasl_signer")' in source
