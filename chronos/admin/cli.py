@@ -40,13 +40,18 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
 from chronos.admin.flow import cli as cli_flow
 from chronos.admin.messages.bulk_cli import reschedule_body, run_bulk
-from chronos.admin.messages.filter_flags import add_filter_flags, filter_params, narrowed
+from chronos.admin.messages.filter_flags import (
+    add_filter_flags,
+    filter_params,
+    narrowed,
+    timestamp,
+)
 from chronos.admin.output import pairs, table
 from chronos.config.flags import described, duration, seconds, signed_duration
 from chronos.config.settings import ADMIN_URL_ENV, OPTIONS_BY_NAME
@@ -143,17 +148,6 @@ def _error_text(raw: bytes) -> str:
 # ---------------------------------------------------------------------------------- parsing
 
 
-def _timestamp(raw: str) -> datetime:
-    """ISO-8601; without an offset it is UTC (as the message protocol's deadlines)."""
-    try:
-        value = datetime.fromisoformat(raw.strip().replace("z", "Z"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{raw!r} is not an ISO-8601 timestamp (e.g. 2030-01-02T03:04:05Z)"
-        ) from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _limit(raw: str) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= 1000:
         raise argparse.ArgumentTypeError(f"{raw!r} must be a whole number from 1 to 1000")
@@ -245,7 +239,7 @@ def add_parser(sub: Any) -> None:
     when = reschedule.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--at",
-        type=_timestamp,
+        type=timestamp,
         default=None,
         metavar="INSTANT",
         help="new deadline, ISO-8601 (no offset: UTC)",
