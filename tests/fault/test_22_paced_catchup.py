@@ -2,7 +2,8 @@
 all nodes are stopped, and a stream of ``STREAM`` msg/s due 2-5 s ahead keeps arriving; the nodes
 restart with ``CHRONOS_CATCHUP_RATE``.
 
-Pass: the overdue backlog fires at the catch-up rate ±10 % over the whole drain, and at most
+Pass: the overdue backlog (with the stream's records that came due while every node was away:
+intake stores and paces them too) fires at the catch-up rate ±10 % over the whole drain, and at most
 +25 % over any 5-s window (a node that starts before its peer's first heartbeat takes the whole
 rate until it reads the live nodes again, a second later); the stream sent once the nodes are
 back fires on time (p99 lateness ≤ 200 ms) while the backlog drains; lost 0. CI runs it scaled
@@ -81,7 +82,11 @@ def test_the_overdue_backlog_fires_at_the_catchup_rate_and_the_stream_on_time(
     stream = load.stop()
     report = cluster.check(expectations(backlog + stream), timeout=120, quiet=2.0)
 
-    fired = sorted(report.fired_at[m.track] for m in backlog if m.track in report.fired_at)
+    # The catch-up paces every message overdue by more than CHRONOS_CATCHUP_AFTER_MS, whether it
+    # was stored before the outage (the backlog) or read late from the input topic (the stream
+    # sent while every node was away): intake stores those too, and the claims pace them.
+    paced = backlog + [m for m in stream if (m.expectation.deadline_ms or 0) < back_ms]
+    fired = sorted(report.fired_at[m.track] for m in paced if m.track in report.fired_at)
     drain_s = (fired[-1] - fired[0]) / 1000 if len(fired) > 1 else 0.0
     overall = len(fired) / drain_s if drain_s else float("inf")
     windows = [
@@ -109,8 +114,8 @@ def test_the_overdue_backlog_fires_at_the_catchup_rate_and_the_stream_on_time(
     )
     assert report.lost == [] and report.misrouted == [], report.summary()
     assert report.duplicates == 0, report.summary()
-    assert len(fired) == backlog_size, report.summary()
-    assert 0.9 * rate <= overall <= 1.1 * rate, f"backlog fired at {overall:.0f} msg/s"
+    assert len(fired) == len(paced), report.summary()
+    assert 0.9 * rate <= overall <= 1.1 * rate, f"the overdue fired at {overall:.0f} msg/s"
     assert max(windows, default=0.0) <= 1.25 * rate, f"busiest {WINDOW_S} s: {max(windows)} msg/s"
     assert len(on_time) > stream_rate * 5, len(on_time)
     assert p99 <= 200, f"the stream's p99 lateness is {p99:.0f} ms while the backlog drains"

@@ -161,9 +161,13 @@ class RecordingStore:
         self._lock = threading.Lock()
 
     def enqueue(
-        self, messages: Any, advance_ms: int, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+        self,
+        messages: Any,
+        advance_ms: int,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        **flow: Any,
     ) -> list[Outcome]:
-        result = self._store.enqueue(messages, advance_ms, cancel_ttl_ms)
+        result = self._store.enqueue(messages, advance_ms, cancel_ttl_ms, **flow)
         with self._lock:
             for m, outcome in zip(messages, result, strict=True):
                 self.outcomes.setdefault(m.id, []).append(outcome)
