@@ -44,8 +44,6 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from confluent_kafka import KafkaError
-
 from chronos.cluster.leadership import Leadership
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
@@ -53,9 +51,10 @@ from chronos.errors import StoreError
 from chronos.firing.catchup import CatchupPacer
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.firing.limits import LimitWatch
+from chronos.firing.outcomes import DELETE_MAX_AGE, Outcomes
 from chronos.firing.pauses import PauseWatch
 from chronos.firing.tenant_share import TenantShare
-from chronos.kafka import Publisher, is_permanent
+from chronos.kafka import Publisher
 from chronos.observability import metrics
 from chronos.observability.dependencies import FLOW_CONTROL, KAFKA_WRITES
 from chronos.observability.logs import Throttle
@@ -66,18 +65,11 @@ from chronos.store import Claim, Store
 
 log = logging.getLogger(__name__)
 
-DELETE_BATCH = 2000
-DELETE_MAX_AGE = 0.02  # seconds a delivered row may wait for its batched delete
-DELETE_RETRY_DELAY = 0.5  # seconds before a failed delete is tried again
-
 WRITE_PROBE_ROWS = 10  # rows held at most while writes to Kafka fail
-# The longest back-off between claims while writes fail: the claims are probes of a few rows
-# then (WRITE_PROBE_ROWS), so the first to go through finds the broker back within this.
-WRITE_FAILURE_BACKOFF_MAX = 1.0
 WARM_TIMEOUT_S = 1.0  # the longest a warm-up step waits for the output topic's metadata
 
 
-class FiringLoop(Loop):
+class FiringLoop(Outcomes, Loop):
     name = "firing"
     cold_start = True  # warm once the producer is (see warm_up) and the first claim has run
 
@@ -331,169 +323,3 @@ class FiringLoop(Loop):
             elapsed = returned - started
             jitter = random.uniform(0, 0.1 * poll)
             self.next_claim_at = returned + max(0.0, poll - elapsed) + jitter
-
-    # -- phase 2: delete / release ------------------------------------------------------------
-
-    def finish(self, *, force: bool) -> None:
-        delivered, failed, expired = self.dispatcher.take_outcomes()
-        if delivered:
-            self.delivered_at = self.monotonic()
-            if KAFKA_WRITES.down:  # back: what came due meanwhile is claimed at once
-                self.next_claim_at = min(self.next_claim_at, self.delivered_at)
-            KAFKA_WRITES.succeeded()
-            # Lateness counted once delivery is confirmed, a batch at a time (dead letters
-            # are not fired messages).
-            metrics.LATENESS.observe_many([t.lateness for t in delivered if not t.dead_letter])
-            if not self.pending_delete:
-                self.pending_since = self.monotonic()
-            self.pending_delete.extend(delivered)
-        if self.pending_delete and (
-            force
-            or len(self.pending_delete) >= DELETE_BATCH
-            or self.monotonic() - self.pending_since >= DELETE_MAX_AGE
-        ):
-            self._delete_delivered()
-        if failed:
-            self._handle_failed(failed)
-        if expired:
-            # The failure detector never resets this node's own claims: give them back.
-            self._forget(expired)
-            log.warning(
-                "%d claims expired before firing (paused or slow?); giving them back",
-                len(expired),
-                extra={"event": "claim_expired"},
-            )
-            self._release([(t.row.id, t.row.readied_at) for t in expired], False, None)
-        if self.unreleased and not expired and not failed:
-            retry, self.unreleased = self.unreleased, []
-            for claims, failed_, errors in retry:
-                self._release(claims, failed_, errors)
-
-    def _release(self, claims: list[Claim], failed: bool, errors: list[str] | None) -> None:
-        """Give claims back; on a database error keep them to try again (no peer would)."""
-        try:
-            self.store.release(
-                self.node_id, claims, failed=failed, errors=errors, park_attempts=self.park_attempts
-            )
-        except StoreError as exc:
-            metrics.DATABASE_ERRORS.labels("release").inc()
-            log.log(
-                exc.log_level,
-                "release of %d claims failed: %s (tried again later)",
-                len(claims),
-                exc,
-                extra={"event": "database_error"},
-            )
-            self.unreleased.append((claims, failed, errors))
-
-    def _forget(self, timers: list[Timer]) -> None:
-        """These rows leave this node's hands (deleted, given back or left to the detector)."""
-        self.held_bytes -= sum(t.size for t in timers)
-        self.share.released(t.row.tenant for t in timers)
-
-    def _delete_delivered(self) -> None:
-        batch, self.pending_delete = self.pending_delete, []
-        fault_point("after_report")
-        claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
-        # Occurrences of series advance their rows to the next one in the same statement. A
-        # batch with any series passes its nexts even when none has a next occurrence: a series
-        # replaced by a reschedule while claimed is then given back, not deleted.
-        nexts = [t.next_deadline for t in batch] if any(t.row.recurrence for t in batch) else None
-        t0 = time.perf_counter()
-        try:
-            deleted = self.store.delete_fired(self.node_id, claims, nexts)
-        except StoreError as exc:
-            # The rows stay claimed by this process (no peer resets them while it lives): try
-            # the delete again a little later; if the node dies first, a peer resets them after
-            # the hold time and they fire again (a duplicate, never a loss).
-            metrics.DATABASE_ERRORS.labels("delete").inc()
-            log.log(
-                exc.log_level,
-                "delete of %d fired rows failed: %s (tried again later)",
-                len(batch),
-                exc,
-                extra={"event": "database_error"},
-            )
-            self.pending_delete = batch + self.pending_delete
-            self.pending_since = self.monotonic() + DELETE_RETRY_DELAY
-            return
-        self._forget(batch)  # only once: a failed delete keeps its rows held and tries again
-        metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
-        metrics.BATCH_SIZE.labels("delete").observe(len(batch))
-        gone = deleted
-        # Fired: delivered to its own topic and deleted by this node (not a dead letter, and
-        # not a row a peer had taken over: that one is counted where it is deleted).
-        fired = [t for t in batch if not t.dead_letter and t.row.id in gone]
-        metrics.FIRED.inc(len(fired))
-        if nexts is not None:
-            occurrences = [t for t in batch if t.row.recurrence and t.row.id in gone]
-            metrics.OCCURRENCES.inc(sum(1 for t in occurrences if not t.dead_letter))
-            metrics.SKIPPED_OCCURRENCES.inc(sum(t.skipped for t in occurrences))
-        self.tenant_metrics.observe_fired((t.row.tenant, t.lateness) for t in fired)
-        if len(deleted) != len(batch):
-            missing = [c[0] for c in claims if c[0] not in deleted]
-            metrics.FENCED_DELETES.inc(len(missing))
-            for message_id in missing[:20]:
-                log.warning(
-                    "fired message %s was no longer claimed by this node "
-                    "(a peer took it over after a suspected failure)",
-                    message_id,
-                    extra={"event": "fenced_delete", "message_id": message_id},
-                )
-
-    def _handle_failed(self, batch: list[tuple[Timer, KafkaError | None]]) -> None:
-        """Give failed rows back. Permanent refusals count as attempts; outages do not."""
-        metrics.PUBLISH_ERRORS.labels("output").inc(len(batch))
-        self._forget([t for t, _ in batch])
-        permanent = [(t, err) for t, err in batch if is_permanent(err)]
-        transient = [(t, err) for t, err in batch if not is_permanent(err)]
-        log.log(
-            self.publish_failures.level(),
-            "%d deliveries failed (%d permanent; first: %s); giving the rows back",
-            len(batch),
-            len(permanent),
-            batch[0][1],
-            extra={"event": "publish_failed"},
-        )
-        for items, failed in ((permanent, True), (transient, False)):
-            if not items:
-                continue
-            claims = [(t.row.id, t.row.readied_at) for t, _ in items]
-            self._release(claims, failed, [str(err)[:500] for _, err in items])
-        if transient and (
-            self.delivered_at is None
-            or self.monotonic() - self.delivered_at >= self.settings.delivery_timeout_ms / 1000
-        ):
-            # Nothing delivered for a whole delivery timeout: the writes fail, not a partition
-            # whose leader is moving while the others take records.
-            KAFKA_WRITES.failed(transient[0][1])
-            # The broker is unreachable or overloaded: back off before claiming again.
-            self.claim_backoff = min(WRITE_FAILURE_BACKOFF_MAX, max(0.2, self.claim_backoff * 2))
-            self.next_claim_at = self.monotonic() + self.claim_backoff
-
-    # -- shutdown -----------------------------------------------------------------------------
-
-    def drain(self) -> None:
-        """Stop claiming; give back unfired rows; wait for reports; delete what was delivered."""
-        unfired = self.dispatcher.take_unfired()
-        self._forget(unfired)
-        if unfired:
-            claims = [(t.row.id, t.row.readied_at) for t in unfired]
-            try:
-                self.store.release(self.node_id, claims, failed=False, errors=None)
-            except StoreError as exc:
-                log.warning("could not release %d unfired rows: %s", len(unfired), exc)
-        self.dispatcher.drain(self.settings.shutdown_timeout_ms / 1000 / 2)
-        self.finish(force=True)
-        try:
-            released = self.store.release_node(self.node_id, self.claims_since)
-        except StoreError as exc:
-            log.warning("could not release this node's remaining claims: %s", exc)
-            released = 0
-        metrics.IN_FLIGHT.set(0)
-        log.info(
-            "firing stopped: %d unfired rows given back, %d more claims released",
-            len(unfired),
-            released,
-            extra={"event": "firing_stopped"},
-        )
