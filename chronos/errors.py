@@ -31,16 +31,24 @@ class StoreError(ChronosError):
     logged once where it is seen (``chronos.observability.dependencies``), so the callers that
     retry log such errors at ``log_level`` (DEBUG) rather than once per attempt. ``refused`` is
     True when the role may not do it (a missing grant, a missing table: SQLSTATE class 42): a
-    configuration to fix, reported as such, not an outage to wait out silently.
+    configuration to fix, reported as such, not an outage to wait out silently. ``sqlstate`` is
+    the database's error code, when it gave one.
     """
 
     def __init__(
-        self, message: str, *, retryable: bool = True, outage: bool = False, refused: bool = False
+        self,
+        message: str,
+        *,
+        retryable: bool = True,
+        outage: bool = False,
+        refused: bool = False,
+        sqlstate: str | None = None,
     ):
         super().__init__(message)
         self.retryable = retryable or outage
         self.outage = outage
         self.refused = refused
+        self.sqlstate = sqlstate
 
     @property
     def log_level(self) -> int:

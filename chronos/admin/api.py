@@ -10,6 +10,8 @@ by default. Every write is logged with the token's name and the client's address
 JSON ``{"error": "..."}``.
 
 GET    /admin/v1/messages/{id}   a message's whole record (``?include_value=true`` adds its value)
+       and its history; once it ended (fired, cancelled, expired, dead-lettered, replaced), how
+       it ended and every record the history keeps of it (chronos.admin.history.api)
 DELETE /admin/v1/messages/{id}   cancel a message (204); a claimed one: 202, its firing in
        flight not stopped, nothing following it
 POST   /admin/v1/messages/{id}/requeue   requeue a parked message; 409 unless parked
@@ -20,6 +22,11 @@ GET    /admin/v1/messages        find messages by filter (chronos.admin.messages
        (deadline, id), cursor-paged and bounded by bytes; ``count=true`` adds how many match
 POST   /admin/v1/bulk/cancel     cancel every message a filter matches (chronos.admin.messages.bulk)
 POST   /admin/v1/bulk/reschedule move them: {"deadline"}, {"shift_ms"} or {"fire_now": true}
+POST   /admin/v1/bulk/delete-tenant  ``?tenant=T``: delete everything of a tenant, its waiting
+       messages and its history (``dry_run=true``: count them; chronos.admin.history.tenant)
+GET    /admin/v1/history/summary ended messages by tenant and outcome over a window
+       (``since``: an instant or a duration back, default 1h; ``until``; ``tenant``), with the
+       fired ones' lateness p50 and p99
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims, and the
@@ -54,6 +61,8 @@ from chronos.admin.access import Caller, Tokens
 from chronos.admin.audit import AdminAudit
 from chronos.admin.deadletters.api import DeadLetterEndpoints
 from chronos.admin.flow.api import LimitEndpoints, PauseEndpoints
+from chronos.admin.history.api import SUMMARY_PATH
+from chronos.admin.history.tenant import DELETE_TENANT_PATH, TenantDeletion
 from chronos.admin.messages.api import MESSAGES_PATH, MessageEndpoints
 from chronos.admin.messages.bulk import BulkActions
 from chronos.admin.messages.views import (
@@ -117,6 +126,7 @@ class AdminAPI:
         self.audit = AdminAudit(settings)  # CHRONOS_AUDIT_TOPIC: writes recorded by whom
         self.messages = MessageEndpoints(settings, store, self.audit)
         self.bulk = BulkActions(settings, store, self.messages.parked_at, self.audit)
+        self.tenant_deletion = TenantDeletion(settings, store, self.messages.parked_at, self.audit)
         self.pauses = PauseEndpoints(store, self.audit)
         self.limits = LimitEndpoints(store, self.audit)
         self.dead_letters = DeadLetterEndpoints(settings, self.audit)
@@ -183,7 +193,7 @@ class AdminAPI:
             )
             raise
         route, arg = self._route(path)
-        if method in WRITES and not (route == "bulk" and _dry_run(query)):
+        if method in WRITES and not (route in ("bulk", "delete-tenant") and _dry_run(query)):
             # A bulk dry run changes nothing: it counts, as the read-only token may.
             self._check_write(caller, method, path, client)
         who = f"the {caller.token_name} token from {client}"
@@ -204,6 +214,10 @@ class AdminAPI:
             raw = body() if callable(body) else body
             status, payload = self.bulk.run(arg, query, raw, who)
             return _json(status, payload)
+        if route == "delete-tenant":
+            self._allow(method, ("POST",))
+            raw = body() if callable(body) else body
+            return _json(*self.tenant_deletion.run(query, raw, who))
         if route == "dead-letters":
             self._allow(method, ("GET",))
             return _json(*self.dead_letters.browse(query))
@@ -236,6 +250,8 @@ class AdminAPI:
             return self._reply(*self.messages.stats(query))
         if route == "tenants":
             return self._reply(*self.messages.tenants(query))
+        if route == "history-summary":
+            return self._reply(*self.messages.history.summary(query))
         if route == "whoami":
             parse_query(query, frozenset())
             return _json(200, {"token": caller.token_name, "can_write": caller.can_write})
@@ -268,6 +284,8 @@ class AdminAPI:
             if slash and action == RESCHEDULE and segment:
                 return "reschedule", parse_message_id(segment)
             return "message", parse_message_id(rest)
+        if path == DELETE_TENANT_PATH:
+            return "delete-tenant", ""
         if path.startswith(BULK_PATH) and path[len(BULK_PATH) :] in BulkActions.ACTIONS:
             return "bulk", path[len(BULK_PATH) :]
         if path == DEAD_LETTERS_PATH:
@@ -282,6 +300,8 @@ class AdminAPI:
             return "tenants", ""
         if path == PREFIX + "/whoami":
             return "whoami", ""
+        if path == SUMMARY_PATH:
+            return "history-summary", ""
         if path == PREFIX + "/pauses":
             return "pauses", ""
         if path == PREFIX + "/limits":

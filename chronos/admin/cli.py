@@ -1,10 +1,13 @@
 """``chronos admin``: the admin API (``/admin/v1``, see chronos.admin.api) from the command line.
 
-chronos admin get ID            a message's whole record
+chronos admin get ID            a message's whole record; once it ended, how (the history)
 chronos admin list              messages by (deadline, id), filtered: --tenant, --topic,
-                                --id-prefix, --key/--key-prefix, --state, --from/--to,
+                                --id-prefix, --key/--key-prefix, --state (also fired,
+                                cancelled, expired, dead-lettered, replaced: the history's),
+                                --from/--to,
                                 --recurring/--no-recurring; --count, --limit, --cursor, --all
                                 (follow next_cursor to the end)
+chronos admin history summary   ended messages by tenant and outcome over --since (1h)
 chronos admin stats             counts by state, overdue, oldest and newest deadline
 chronos admin nodes             live nodes (and, with --include-dead, nodes holding claims)
 chronos admin tenants           the busiest tenants: waiting, overdue, claimed, parked (--limit)
@@ -45,8 +48,11 @@ from typing import Any, TextIO
 from urllib.parse import quote, urlencode, urlsplit
 
 from chronos.admin.flow import cli as cli_flow
+from chronos.admin.history import cli as cli_history
+from chronos.admin.history.cli import ENDED_COLUMNS
 from chronos.admin.messages.bulk_cli import reschedule_body, run_bulk
 from chronos.admin.messages.filter_flags import (
+    ENDED_STATES,
     add_filter_flags,
     filter_params,
     narrowed,
@@ -187,7 +193,7 @@ def add_parser(sub: Any) -> None:
     get.add_argument("--include-value", action="store_true", help="include the value (base64)")
 
     listing = commands.add_parser("list", parents=[common], help="find messages by filter")
-    add_filter_flags(listing)
+    add_filter_flags(listing, ended=True)
     listing.add_argument("--count", action="store_true", help="also count the matching messages")
     listing.add_argument(
         "--limit", type=_limit, default=100, help=described("page size, 1-1000", 100)
@@ -262,6 +268,7 @@ def add_parser(sub: Any) -> None:
     when.add_argument("--now", action="store_true", help="by filter: fire each now")
 
     cli_flow.add_parsers(commands, common)
+    cli_history.add_parsers(commands, common)
 
     from chronos.admin.deadletters import (
         cli as deadletters_cli,  # the dead-letter topic: straight to Kafka
@@ -325,10 +332,15 @@ def _emit(args: argparse.Namespace, out: TextIO, payload: Any, text: str) -> Non
 
 def _get(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     message = client.get(args.id, include_value=args.include_value)
-    shown = {k: v for k, v in message.items() if k != "headers"}
+    if message.get("ended"):  # no longer scheduled: how it ended, from the history
+        _emit(args, out, message, cli_history.ended_text(message, table))
+        return
+    earlier = cli_history.history_lines(message)
+    message_shown = {k: v for k, v in message.items() if k != "history"}
+    shown = {k: v for k, v in message_shown.items() if k != "headers"}
     shown["headers"] = ", ".join(h["name"] for h in message.get("headers", [])) or None
     shown["recurrence"] = _rule(message)
-    _emit(args, out, message, pairs(shown))
+    _emit(args, out, message, pairs(shown) + (f"\nended before:\n{earlier}" if earlier else ""))
 
 
 def _rule(message: Mapping[str, Any]) -> str | None:
@@ -349,7 +361,7 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
         return
     page = client.list(**params)
     cursor = page.get("next_cursor")
-    text = table([{**m, "rule": _rule(m)} for m in page["messages"]], MESSAGE_COLUMNS)
+    text = table([{**m, "rule": _rule(m)} for m in page["messages"]], _columns(args))
     if cursor:
         text += f"\nmore: --cursor {cursor}"
     if "count" in page:
@@ -362,6 +374,7 @@ def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: T
     on the node) in memory, however many messages there are. ``--json`` writes the same
     document a single page would, ``{"messages": [...], "next_cursor": null}``."""
     written = 0
+    columns = ENDED_COLUMNS if params.get("state") in ENDED_STATES else MESSAGE_COLUMNS
     if as_json:
         out.write('{"messages": [')
     while True:
@@ -371,9 +384,7 @@ def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: T
                 out.write(("," if written else "") + "\n  " + json.dumps(message))
             written += 1
         if not as_json and (page["messages"] or written == 0):
-            lines = table(
-                [{**m, "rule": _rule(m)} for m in page["messages"]], MESSAGE_COLUMNS
-            ).split("\n")
+            lines = table([{**m, "rule": _rule(m)} for m in page["messages"]], columns).split("\n")
             out.write("\n".join(lines if written == len(page["messages"]) else lines[1:]) + "\n")
         out.flush()
         params["cursor"] = page.get("next_cursor")
@@ -381,6 +392,11 @@ def _list_all(client: AdminClient, params: dict[str, Any], as_json: bool, out: T
             break
     if as_json:
         out.write('\n], "next_cursor": null}\n')
+
+
+def _columns(args: argparse.Namespace) -> tuple[str, ...]:
+    """The list's columns: an ended message's (from the history) or a waiting one's."""
+    return ENDED_COLUMNS if getattr(args, "state", None) in ENDED_STATES else MESSAGE_COLUMNS
 
 
 def _stats(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -456,4 +472,5 @@ ACTIONS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], None]] = 
     "requeue": _requeue,
     "reschedule": _reschedule,
     **cli_flow.actions(table),
+    **cli_history.actions(table),
 }

@@ -196,7 +196,8 @@ def listing_json() -> dict[str, Any]:
                 "env": o.env,
                 "flag": o.flag,
                 "group": o.group,
-                "default": "" if o.secret else o.default,
+                # JSON has no duration: one is written as its setting is (7d, 12h, 0).
+                "default": "" if o.secret else _plain(o.default),
                 "choices": list(o.choices) if o.choices is not None else None,
                 "secret": o.secret,
                 "help": o.help,
@@ -240,3 +241,8 @@ def signed_duration(raw: str) -> timedelta:
 def seconds(raw: str) -> float:
     """``duration`` in seconds, for a flag that waits (``--timeout``)."""
     return duration(raw).total_seconds()
+
+
+def _plain(value: Any) -> Any:
+    """A default as JSON holds it: a duration as its text (``7d``), anything else as is."""
+    return str(value) if isinstance(value, timedelta) else value

@@ -6,7 +6,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+
+from chronos.recurrence import parse_duration
 
 ENV_PREFIX = "CHRONOS_"
 # librdkafka properties pass through to the Kafka clients: CHRONOS_KAFKA__SECURITY_PROTOCOL sets
@@ -77,6 +80,27 @@ class Option:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+
+class Duration(timedelta):
+    """A duration setting's value: a ``timedelta`` written back as people write one (``7d``,
+    ``12h``, ``90m``, ``30s``, ``0``), so its default reads and parses as any other value."""
+
+    def __str__(self) -> str:
+        ms = self // timedelta(milliseconds=1)
+        if ms == 0:
+            return "0"
+        for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+            if ms % size == 0:
+                return f"{ms // size}{unit}"
+        return f"{ms}ms"
+
+
+def _duration(text: str) -> Duration:
+    """A duration in the one grammar of every duration (``chronos.recurrence.parse_duration``:
+    90, 1.5, 500ms, 30s, 5m, 2h, 1d, PT5M); 0 is allowed (off)."""
+    value = parse_duration(text)
+    return Duration(seconds=value.total_seconds())
 
 
 def _positive_int(text: str) -> int:

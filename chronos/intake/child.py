@@ -195,6 +195,7 @@ def main(argv: list[str]) -> int:
         statement_timeout_ms=config.effective_statement_timeout_ms,
         tcp_timeout_ms=config.database_tcp_timeout_ms,
         synchronous_commit=config.database_synchronous_commit,
+        history=bool(config.history_ttl),
     )
     metrics.RUNNING_STATEMENT_AGE.set_function(store.longest_running_s)
     metrics_relay.expose_process("intake")

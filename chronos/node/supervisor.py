@@ -99,6 +99,7 @@ class Node:
                 statement_timeout_ms=settings.effective_statement_timeout_ms,
                 tcp_timeout_ms=settings.database_tcp_timeout_ms,
                 synchronous_commit=settings.database_synchronous_commit,
+                history=bool(settings.history_ttl),
             )
         )
         if isinstance(self.store, PostgresStore):

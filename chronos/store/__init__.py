@@ -5,8 +5,20 @@ records and ``PostgresStore``."""
 from __future__ import annotations
 
 from chronos.store.batch import encode_batch
-from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.filters import (
+    BULK_BATCH,
+    OUTCOMES,
+    BulkBatch,
+    MessageCount,
+    MessageFilter,
+)
 from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Limit, Pause, PauseKind, PauseSet
+from chronos.store.history import (
+    EndedRecord,
+    Ending,
+    HistorySummary,
+    Maintenance,
+)
 from chronos.store.postgres.session import libpq_url, session_options
 from chronos.store.postgres.store import PostgresStore, statement_params
 from chronos.store.types import (
@@ -42,6 +54,7 @@ __all__ = [
     "FAIR_TENANTS_PER_CLAIM",
     "KNOWN_TENANTS_MEMORY",
     "LIST_QUERIES",
+    "OUTCOMES",
     "PAUSE_REFRESH_S",
     "UNBOUNDED_BYTES",
     "Advance",
@@ -51,7 +64,11 @@ __all__ = [
     "Catchup",
     "Claim",
     "ClaimedRow",
+    "EndedRecord",
+    "Ending",
+    "HistorySummary",
     "Limit",
+    "Maintenance",
     "MessageCount",
     "MessageFilter",
     "MessageRecord",

@@ -8,6 +8,9 @@ single-entry objects ``[{"name": "<base64 value>" | null}, ...]`` preserving ord
 from __future__ import annotations
 
 from sqlalchemy import (
+    DDL,
+    BigInteger,
+    Boolean,
     Column,
     DateTime,
     Double,
@@ -19,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    event,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -269,4 +273,130 @@ nodes = Table(
         nullable=True,
         comment="messages the node fired per second over its last heartbeat interval",
     ),
+    Column(
+        "fired_at",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="when the node last had a fired record delivered (DB clock; null: not yet)",
+    ),
 )
+
+# One row per ended message (fired, cancelled, expired, dead-lettered, replaced; a series: per
+# recorded occurrence), written by the statement that ends it, kept for CHRONOS_HISTORY_TTL.
+# Partitioned by day of ended_at (chronos_history_pYYYYMMDD, UTC days): the leader creates the
+# next days' partitions ahead and drops whole partitions past their TTL (never a DELETE of
+# rows: no vacuum churn). No primary key: a message fired twice (at-least-once) has two rows.
+history = Table(
+    "chronos_history",
+    metadata,
+    Column("id", String(128), nullable=False, comment="chronosMessageId of the ended message"),
+    Column("tenant", String(128), nullable=True, comment="its tenant ('': the default tenant)"),
+    Column(
+        "outcome",
+        String(16),
+        nullable=False,
+        comment="fired, cancelled, expired, dead-lettered or replaced",
+    ),
+    Column("deadline", DateTime(timezone=True), nullable=False, comment="the (occurrence's) due"),
+    Column(
+        "ended_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when it ended (DB clock): the partition key",
+    ),
+    Column("topic", String(249), nullable=True, comment="where it was published (fired, dlq)"),
+    Column("kafka_partition", Integer, nullable=True, comment="the record's partition"),
+    Column("kafka_offset", BigInteger, nullable=True, comment="the record's offset"),
+    Column("lateness_ms", Integer, nullable=True, comment="produced this late after its due"),
+    Column("node", UUID(as_uuid=False), nullable=True, comment="the node that ended it"),
+    Column("attempt", SmallInteger, nullable=True, comment="publish attempt that delivered it"),
+    Column("reason", String(500), nullable=True, comment="why (a reason code, a cancel's source)"),
+    Column("ended_by", String(255), nullable=True, comment="who ended it (admin token, kafka)"),
+    Column(
+        "next_deadline",
+        DateTime(timezone=True),
+        nullable=True,
+        comment="a series' next occurrence after this one (NULL: none, or not a series)",
+    ),
+    Column(
+        "recurring",
+        Boolean,
+        nullable=False,
+        server_default=text("false"),
+        comment="an occurrence of a series",
+    ),
+    postgresql_partition_by="RANGE (ended_at)",
+)
+# Admin get by id, and the id-prefix filter (text_pattern_ops: a prefix is a range).
+Index(
+    "chronos_history_id_idx",
+    history.c.id,
+    history.c.ended_at,
+    postgresql_ops={"id": "text_pattern_ops"},
+)
+# Admin list by outcome (and all outcomes), in the list's (deadline, id) order.
+Index("chronos_history_outcome_idx", history.c.outcome, history.c.deadline, history.c.id)
+# Admin list of one tenant, and a tenant's deletion.
+Index(
+    "chronos_history_tenant_idx",
+    history.c.tenant,
+    history.c.outcome,
+    history.c.deadline,
+    history.c.id,
+)
+# Summaries over a time window: rows arrive in ended_at order, so a BRIN index (a few pages per
+# partition) narrows a window to its block ranges at next to no cost per row.
+Index("chronos_history_ended_idx", history.c.ended_at, postgresql_using="brin")
+
+# The leader's maintenance of the history's partitions, as functions of the schema's owner
+# (SECURITY DEFINER): the nodes' role creates and drops the history's days without owning any
+# table (and no other table: a name is only ever chronos_history_pYYYYMMDD). A day is created as a
+# table of its own with its bounds as a CHECK constraint, then attached (the check spares the
+# attach a scan; ATTACH takes a lock of the parent that inserts never wait for); a drop takes the
+# parent's exclusive lock for a moment, so it waits at most 100 ms for it and is tried again at
+# the next round rather than hold the firing statements up.
+HISTORY_FUNCTIONS = (
+    """
+CREATE OR REPLACE FUNCTION chronos_history_create_partition(day date, ttl_ms bigint)
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = public, pg_temp SET lock_timeout = '1s' AS $$
+DECLARE
+    name text := 'chronos_history_p' || to_char(day, 'YYYYMMDD');
+    low timestamptz := day::timestamp AT TIME ZONE 'UTC';
+    high timestamptz := (day + 1)::timestamp AT TIME ZONE 'UTC';
+BEGIN
+    IF to_regclass(name) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('CREATE TABLE %I (LIKE chronos_history INCLUDING DEFAULTS, '
+                   'CONSTRAINT %I CHECK (ended_at >= %L AND ended_at < %L))',
+                   name, name || '_bounds', low, high);
+    EXECUTE format('COMMENT ON TABLE %I IS %L', name, 'chronos history ttl_ms=' || ttl_ms);
+    EXECUTE format('ALTER TABLE chronos_history ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                   name, low, high);
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', name, name || '_bounds');
+    RETURN true;
+END
+$$
+""",
+    """
+CREATE OR REPLACE FUNCTION chronos_history_drop_partition(name text)
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = public, pg_temp SET lock_timeout = '100ms' AS $$
+BEGIN
+    IF name !~ '^chronos_history_p[0-9]{8}$' OR to_regclass(name) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('DROP TABLE %I', name);
+    RETURN true;
+END
+$$
+""",
+)
+DROP_HISTORY_FUNCTIONS = (
+    "DROP FUNCTION IF EXISTS chronos_history_create_partition(date, bigint)",
+    "DROP FUNCTION IF EXISTS chronos_history_drop_partition(text)",
+)
+for _function in HISTORY_FUNCTIONS:  # DDL formats its text with %: the format's % doubled
+    event.listen(history, "after_create", DDL(_function.replace("%", "%%")))  # type: ignore[no-untyped-call]

@@ -224,7 +224,12 @@ def leader_plans(
             break
         held += [(r.id, r.readied_at) for r in rows]
     stuck = {"hold_ms": settings.hold_time_ms, "limit": 1000, "own_node": None, "own_since": None}
-    lapsed = {"window_ms": 10_000, "node_id": str(uuid.uuid4()), "limit": 1000}
+    lapsed = {
+        "window_ms": 10_000,
+        "node_id": str(uuid.uuid4()),
+        "limit": 1000,
+        "history": False,
+    }
     plans = [f"({len(held):,} rows claimed)"]
     for name, params in (("find_stuck", stuck), ("reset_lapsed_claims", lapsed)):
         statement: LiteralString = "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " + query(name)

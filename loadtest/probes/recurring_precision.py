@@ -49,11 +49,11 @@ class TimedStore(PostgresStore):
 
     timings: dict[str, list[float]]
 
-    def delete_fired(self, node_id, claims, nexts=None):  # type: ignore[no-untyped-def]
+    def delete_fired(self, node_id, claims, nexts=None, ends=None):  # type: ignore[no-untyped-def]
         kind = "advance_fired" if nexts and any(n is not None for n in nexts) else "delete_fired"
         t0 = time.perf_counter()
         try:
-            return super().delete_fired(node_id, claims, nexts)
+            return super().delete_fired(node_id, claims, nexts, ends)
         finally:
             self.timings.setdefault(kind, []).append(time.perf_counter() - t0)
 

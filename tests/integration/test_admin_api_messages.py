@@ -61,6 +61,7 @@ def test_get_message_shows_state_bytes_and_headers(api: Api) -> None:
         "value_size": 1000,
         "recurrence": None,
         "value_preview": {"hex": "00" * 1000, "truncated": False},
+        "history": [],  # it never ended before
     }
     status, body = api.get("/admin/v1/messages/m1?include_value=true")
     assert base64.b64decode(body["value"]) == b"\x00" * 1000

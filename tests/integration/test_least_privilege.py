@@ -31,6 +31,7 @@ NODE_GRANTS = (
     "GRANT USAGE ON SCHEMA public TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, chronos_cancels, "
     "chronos_tenants, chronos_pauses, chronos_limits TO {role}",
+    "GRANT SELECT, INSERT, DELETE ON chronos_history TO {role}",
 )
 
 

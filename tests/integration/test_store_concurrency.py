@@ -198,10 +198,11 @@ def _cancel_statement(via: str) -> tuple[str, dict[str, Any], Callable[[Any], bo
             "new_tenants": [],
             "output_topic": "",
             "catchup_after_ms": None,
+            "history": True,
         }
         return "enqueue_batch", params, lambda rows: rows == [(1, "cancel_claimed")]
     if via == "admin":
-        params = {"id": "s", "cancel_ttl_ms": ttl}
+        params = {"id": "s", "cancel_ttl_ms": ttl, "by": "admin", "history": True}
         return "cancel_message", params, lambda rows: rows == [(True, False)]
     params = MessageFilter(id_prefix="s").params() | {
         "after_deadline": None,
@@ -209,6 +210,8 @@ def _cancel_statement(via: str) -> tuple[str, dict[str, Any], Callable[[Any], bo
         "park_attempts": 10,
         "cancel_ttl_ms": ttl,
         "batch": 1_000,
+        "by": "admin",
+        "history": True,
     }
     return "bulk_cancel", params, lambda rows: rows[0][:3] == (0, 1, 1)  # done, claimed, picked
 

@@ -149,8 +149,8 @@ def test_repeated_batches_through_the_store_stay_fast(filled: tuple[str, Postgre
     ("name", "params"),
     [
         ("find_stuck", {"hold_ms": 0, "own_node": None, "own_since": None, "limit": 1000}),
-        ("release_node", {"since": None}),
-        ("reset_lapsed_claims", {"window_ms": 0, "limit": 1000}),
+        ("release_node", {"since": None, "history": True}),
+        ("reset_lapsed_claims", {"window_ms": 0, "limit": 1000, "history": True}),
     ],
 )
 def test_statements_reading_claimed_rows_read_an_index_of_claimed_rows(

@@ -51,7 +51,7 @@ CATALOG_QUERIES = {
         JOIN pg_class c ON c.oid = a.attrelid
         JOIN pg_namespace n ON n.oid = c.relnamespace
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-        WHERE n.nspname = 'public' AND c.relkind = 'r' AND a.attnum > 0
+        WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0
           AND NOT a.attisdropped AND c.relname <> 'alembic_version'
         ORDER BY 1, 2
     """,
@@ -73,7 +73,7 @@ CATALOG_QUERIES = {
         SELECT c.relname, obj_description(c.oid, 'pg_class')
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname <> 'alembic_version'
+        WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname <> 'alembic_version'
         ORDER BY 1
     """,
 }

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from chronos.admin.audit import AdminAudit
+from chronos.admin.history.api import HistoryEndpoints
 from chronos.admin.messages.filters import parse_list_params
 from chronos.admin.messages.views import (
     TENANT_WALK_LIMIT,
@@ -64,21 +65,29 @@ class MessageEndpoints:
         self.store = store
         self.audit = audit
         self.parked_at = park_after(settings)
+        self.history = HistoryEndpoints(store)
 
     def get(self, message_id: str, query: str) -> Reply:
         params = parse_query(query, frozenset({"include_value"}))
         include_value = parse_bool("include_value", params.get("include_value"))
         record = self.store.get_message(message_id, include_value=True)  # for the preview
         if record is None:
-            raise ApiError(404, f"message {message_id[:MAX_ID_LENGTH]!r} is not scheduled")
-        return (200, record_json(record, self.parked_at, include_value=include_value))
+            ended = self.history.get(message_id)  # no longer scheduled: how it ended
+            if ended is not None:
+                return ended
+            raise ApiError(
+                404, f"message {message_id[:MAX_ID_LENGTH]!r} is not scheduled, nor in the history"
+            )
+        body = record_json(record, self.parked_at, include_value=include_value)
+        body["history"] = self.history.history_of(message_id)  # earlier ends (a series' fires)
+        return (200, body)
 
     def cancel(self, message_id: str, query: str, who: str) -> Reply:
         """A waiting or parked message is deleted (204). A claimed one is cancelled as far as it
         can be (202): the store left its cancel marker and ended a series with the occurrence
         in flight, which is not stopped; logged and audited as a cancel all the same."""
         parse_query(query, frozenset())
-        outcome = self.store.cancel_message(message_id, self.settings.cancel_ttl_ms)
+        outcome = self.store.cancel_message(message_id, self.settings.cancel_ttl_ms, by=who)
         if outcome is CancelOutcome.NOT_FOUND:
             raise ApiError(404, f"message {message_id!r} is not scheduled")
         claimed = outcome is CancelOutcome.CLAIMED
@@ -143,10 +152,14 @@ class MessageEndpoints:
         )
         self.audit.message("rescheduled", message_id, who, deadline=record.deadline.timestamp())
         whole = self.store.get_message(message_id, include_value=True)  # as GET answers it
-        return (200, record_json(whole or record, self.parked_at, include_value=False))
+        body = record_json(whole or record, self.parked_at, include_value=False)
+        body["history"] = self.history.history_of(message_id)
+        return (200, body)
 
     def find(self, query: str) -> Reply:
         p = parse_list_params(query, self.settings.output_topic)
+        if p.where.ended:
+            return self.history.find(p)
         records = self.store.find_messages(
             p.where,
             park_attempts=self.parked_at,

@@ -143,6 +143,7 @@ class BulkActions:
                 park_attempts=self.parked_at,
                 after=after,
                 cancel_ttl_ms=self.settings.cancel_ttl_ms,
+                by=who,
             )
             cancelled, claimed, after = cancelled + batch.done, claimed + batch.claimed, batch.after
             if after is None or time.monotonic() - started > BULK_BUDGET_S:

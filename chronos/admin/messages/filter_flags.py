@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 STATES = ("waiting", "claimed", "parked")
+ENDED_STATES = ("fired", "cancelled", "expired", "dead-lettered", "replaced", "ended")
+"""The history's states, which ``list`` takes too (``ended``: any of them)."""
 FILTER_FLAGS = ("tenant", "topic", "id_prefix", "key", "key_prefix", "recurring")
 
 
@@ -22,11 +24,20 @@ def timestamp(raw: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def add_filter_flags(parser: argparse.ArgumentParser, *, state: bool = True) -> None:
-    """The filter flags (``--from``/``--to`` and ``--state`` included)."""
+def add_filter_flags(
+    parser: argparse.ArgumentParser, *, state: bool = True, ended: bool = False
+) -> None:
+    """The filter flags (``--from``/``--to`` and ``--state`` included; ``ended``: the state may
+    name the history's)."""
     group = parser.add_argument_group("filters (all must match)")
     if state:
-        group.add_argument("--state", choices=STATES, default=None, help="only this state")
+        group.add_argument(
+            "--state",
+            choices=(*STATES, *ENDED_STATES) if ended else STATES,
+            default=None,
+            help="only this state"
+            + (" (fired, cancelled, ...: ended messages, from the history)" if ended else ""),
+        )
     group.add_argument("--tenant", default=None, help="only this tenant ('' : the default one)")
     group.add_argument(
         "--topic",

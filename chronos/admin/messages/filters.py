@@ -23,6 +23,7 @@ from chronos.admin.params import (
 )
 from chronos.protocol import MAX_ID_LENGTH
 from chronos.store import MessageFilter
+from chronos.store.filters import ENDED_STATES
 
 MAX_KEY_BYTES = 1024  # a key filter longer than this is a 400
 MAX_KEY_TEXT = 256  # characters of a key given as text (at most 1,024 bytes of UTF-8)
@@ -68,12 +69,16 @@ class Resume:
     since: datetime | None
 
 
-def parse_filter(params: dict[str, str], output_topic: str) -> MessageFilter:
+def parse_filter(
+    params: dict[str, str], output_topic: str, *, ended: bool = False
+) -> MessageFilter:
     """The filter the query parameters name; ``topic`` equal to the configured output topic
-    also matches messages without a topic of their own (they go there)."""
+    also matches messages without a topic of their own (they go there). ``ended``: the state
+    may name the history's (fired, cancelled, expired, dead-lettered, replaced, ended)."""
     state = params.get("state")
-    if state is not None and state not in STATES:
-        raise ApiError(400, f"state: expected one of {', '.join(STATES)}")
+    states = (*STATES, *ENDED_STATES) if ended else STATES
+    if state is not None and state not in states:
+        raise ApiError(400, f"state: expected one of {', '.join(states)}")
     for name in ("tenant", "topic", "id_prefix"):
         value = params.get(name)
         if value is not None and not 0 < len(value) <= MAX_ID_LENGTH and name != "tenant":
@@ -128,7 +133,7 @@ def parse_list_params(query: str, output_topic: str = "") -> ListParams:
     params = parse_query(query, LIST_PARAMS)
     cursor = params.get("cursor")
     return ListParams(
-        where=parse_filter(params, output_topic),
+        where=parse_filter(params, output_topic, ended=True),
         limit=parse_limit(params.get("limit")),
         after=decode_cursor(cursor) if cursor is not None else None,
         count=parse_bool("count", params.get("count")),

@@ -24,6 +24,11 @@ class FindQueries:
     def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         raise NotImplementedError  # PostgresStore runs the named statement
 
+    def _recording_rows(
+        self, name: str, params: dict[str, Any], records: int
+    ) -> list[dict[str, Any]]:
+        raise NotImplementedError  # HistoryQueries: the statement, its history record too
+
     def find_messages(
         self,
         where: MessageFilter,
@@ -83,8 +88,9 @@ class FindQueries:
         after: tuple[datetime, str] | None = None,
         cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
         batch: int = BULK_BATCH,
+        by: str | None = None,
     ) -> BulkBatch:
-        rows = self._execute(
+        rows = self._recording_rows(
             "bulk_cancel",
             {
                 **where.params(),
@@ -92,7 +98,9 @@ class FindQueries:
                 "park_attempts": park_attempts,
                 "cancel_ttl_ms": cancel_ttl_ms,
                 "batch": batch,
+                "by": by,
             },
+            records=batch,
         )
         return _batch(rows[0], batch)
 

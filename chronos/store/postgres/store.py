@@ -25,9 +25,11 @@ from chronos.store.batch import (
     encoded_bytes,
 )
 from chronos.store.flow import Catchup, PauseSet
+from chronos.store.history import Ending
 from chronos.store.postgres.admin import AdminQueries
 from chronos.store.postgres.find import FindQueries
 from chronos.store.postgres.flow import FlowQueries
+from chronos.store.postgres.history import HistoryQueries, history_params
 from chronos.store.postgres.leadership import LeadershipQueries
 from chronos.store.postgres.session import SLOW_STATEMENT_S, PostgresSession
 from chronos.store.types import (
@@ -44,8 +46,11 @@ from chronos.store.types import (
 )
 
 
-class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQueries, FlowQueries):
-    """Postgres Store. Thread-safe: each thread gets its own connection (one per loop)."""
+class PostgresStore(
+    PostgresSession, HistoryQueries, AdminQueries, FindQueries, LeadershipQueries, FlowQueries
+):
+    """Postgres Store. Thread-safe: each thread gets its own connection (one per loop).
+    (``HistoryQueries`` before the other parts: its ``_recording_rows`` is the one they call.)"""
 
     def __init__(
         self,
@@ -57,8 +62,10 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
         statement_timeout_ms: int = 0,
         tcp_timeout_ms: int = 0,
         synchronous_commit: str = "",
+        history: bool = True,
     ):
-        """The session options are ``PostgresSession``'s."""
+        """The session options are ``PostgresSession``'s; ``history``: the statements that end
+        messages record them (CHRONOS_HISTORY_TTL not 0)."""
         super().__init__(
             url,
             connect_timeout=connect_timeout,
@@ -72,6 +79,7 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
         self._known_since = time.monotonic()  # forgotten every KNOWN_TENANTS_TTL_S (pruning)
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
+        self.history = history
 
     def _forget_known_tenants(self) -> None:
         self._known_tenants.clear()
@@ -105,7 +113,8 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
                 self._known_since = time.monotonic()
             new_tenants = {m.tenant for m in chunk if m.action is not Action.CANCEL}
             new_tenants -= self._known_tenants
-            rows, _ = self._execute_tuples(
+            # A cancel or a reschedule ends a waiting message: recorded in the same statement.
+            rows, _ = self._recording(
                 "enqueue_batch",
                 {
                     **encoded,
@@ -115,6 +124,7 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
                     "catchup_after_ms": catchup_after_ms,
                     "new_tenants": sorted(new_tenants),
                 },
+                records=sum(m.action is not Action.SCHEDULE for m in chunk),
             )
             if len(self._known_tenants) + len(new_tenants) > KNOWN_TENANTS_MEMORY:
                 self._known_tenants.clear()  # bounded memory: written again, as no-ops
@@ -208,22 +218,27 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
         return bool(self._execute("several_tenants", {})[0]["several"])
 
     def delete_fired(
-        self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
+        self,
+        node_id: str,
+        claims: Sequence[Claim],
+        nexts: Sequence[Advance] | None = None,
+        ends: Sequence[Ending | None] | None = None,
     ) -> set[str]:
         """Delete fired rows; a batch with occurrences of series (``nexts`` given, even with no
         next occurrence at all: a series replaced while claimed is given back, never deleted)
         runs ``advance_fired`` (delete or advance) instead, so a batch of one-shot messages
-        keeps the plain delete."""
+        keeps the plain delete. With the history on, the same statement records each row's
+        ``ends`` entry (None: no record; ``ends`` None: each one fired)."""
         if not claims:
             return set()
+        params = statement_params("delete_fired", node_id, claims, ends=ends, history=self.history)
         if nexts is not None:
             if len(nexts) != len(claims):
                 raise ValueError(f"{len(nexts)} next occurrences for {len(claims)} claims")
-            params = statement_params("delete_fired", node_id, claims) | {"nexts": list(nexts)}
-            rows, _ = self._execute_tuples("advance_fired", params)
+            params["nexts"] = list(nexts)
+            rows, _ = self._recording("advance_fired", params)
         else:
-            params = statement_params("delete_fired", node_id, claims)
-            rows, _ = self._execute_tuples("delete_fired", params)  # no dict per deleted row
+            rows, _ = self._recording("delete_fired", params)  # no dict per deleted row
         return {r[0] for r in rows}
 
     def release(
@@ -247,12 +262,13 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
             errors=errors,
             park_attempts=park_attempts,
         )
-        rows = self._execute("release_claims", params)
+        rows = self._recording_rows("release_claims", params, records=0)
         return {r["id"]: r["attempts"] for r in rows}
 
     def release_node(self, node_id: str, since: datetime | None = None) -> int:
         """Release the claims of ``node_id`` made at or after ``since`` (None: all)."""
-        return len(self._execute("release_node", {"node_id": node_id, "since": since}))
+        params = {"node_id": node_id, "since": since}
+        return len(self._recording_rows("release_node", params, records=0))
 
     def park_exhausted(self, park_attempts: int) -> int:
         """Park the unclaimed rows parked by their attempts alone (by a release that predates
@@ -277,7 +293,7 @@ class PostgresStore(PostgresSession, AdminQueries, FindQueries, LeadershipQuerie
     def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]:
         if not rows:
             return []
-        result = self._execute("reset_stuck", _reset_params(rows))
+        result = self._recording_rows("reset_stuck", _reset_params(rows), records=0)
         return [(r["id"], r["readied_by"]) for r in result]
 
 
@@ -299,14 +315,19 @@ def statement_params(
     failed: bool = False,
     errors: Sequence[str | None] | None = None,
     park_attempts: int | None = None,
+    ends: Sequence[Ending | None] | None = None,
+    history: bool = False,
 ) -> dict[str, Any]:
     """The parameters of a batch write on ``claims`` of ``node_id`` (``delete_fired``,
     ``release_claims`` or ``reset_stuck``), as the store sends them (the plan tests too): the
-    ids and each claim's fence as arrays, claim by claim (see delete_fired)."""
+    ids and each claim's fence as arrays, claim by claim (see delete_fired; with ``history``,
+    each claim's history record from ``ends``)."""
     ids = [c[0] for c in claims]
     readied_ats = [c[1] for c in claims]
     if name == "delete_fired":
-        return {"node_id": node_id, "ids": ids, "readied_ats": readied_ats}
+        return {"node_id": node_id, "ids": ids, "readied_ats": readied_ats} | history_params(
+            len(claims), ends, history
+        )
     if name == "release_claims":
         errs = list(errors) if errors is not None else [None] * len(claims)
         if len(errs) != len(claims):
@@ -318,6 +339,7 @@ def statement_params(
             "errors": errs,
             "failed": failed,
             "park_attempts": park_attempts,
+            "history": history,
         }
     if name == "reset_stuck":
         return _reset_params([StuckRow(i, node_id, at) for i, at in claims])
@@ -329,4 +351,5 @@ def _reset_params(rows: Sequence[StuckRow]) -> dict[str, Any]:
         "ids": [r.id for r in rows],
         "readied_ats": [r.readied_at for r in rows],
         "readied_bys": [r.readied_by for r in rows],
+        "history": False,  # the store sends its own (``_recording_rows``)
     }

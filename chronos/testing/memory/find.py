@@ -10,7 +10,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from chronos.store import DEFAULT_CANCEL_TTL_MS, MessageRecord
-from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
+from chronos.store.filters import (
+    BULK_BATCH,
+    BulkBatch,
+    MessageCount,
+    MessageFilter,
+    listed_bytes,
+)
+from chronos.store.history import Ending
 from chronos.testing.memory.rows import StoredRow
 
 
@@ -34,6 +41,20 @@ class InMemoryFind:
     @staticmethod
     def _record(row: StoredRow, include_value: bool) -> MessageRecord:
         raise NotImplementedError  # InMemoryAdmin's
+
+    def _ended(
+        self,
+        row: StoredRow,
+        now: datetime,
+        outcome: str,
+        *,
+        ending: Ending | None = None,
+        node: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        next_deadline: datetime | None = None,
+    ) -> None:
+        raise NotImplementedError  # InMemoryHistory's: the history record of an ended row
 
     def _matching(
         self,
@@ -73,7 +94,7 @@ class InMemoryFind:
             page: list[MessageRecord] = []
             running = 0
             for row in self._matching(where, park_attempts, after)[: max(0, limit)]:
-                size = len(row.key or b"") + sum(len(n) + len(v or b"") for n, v in row.headers)
+                size = listed_bytes(row.key, row.headers)
                 if max_bytes is not None and running >= max_bytes:
                     break  # the row that crossed the budget was the last one taken
                 running += size
@@ -98,6 +119,7 @@ class InMemoryFind:
         after: tuple[datetime, str] | None = None,
         cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
         batch: int = BULK_BATCH,
+        by: str | None = None,
     ) -> BulkBatch:
         with self._lock:
             now = self._statement("bulk_cancel")
@@ -110,6 +132,7 @@ class InMemoryFind:
                     claimed += 1
                 else:
                     del self._rows[row.id]
+                    self._ended(row, now, "cancelled", reason="admin", by=by)
                     done += 1
             return _batch(picked, batch, done, claimed, now)
 

@@ -44,14 +44,23 @@ from chronos.store import (
     Pause,
     PauseKind,
     PauseSet,
-    StuckRow,
     row_bytes,
+)
+from chronos.store.history import (
+    CANCELLED,
+    FIRED,
+    KAFKA_CANCEL,
+    REPLACED,
+    Ending,
+    ending_sequence,
 )
 from chronos.testing.clock import ManualClock
 from chronos.testing.kafka import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.testing.memory.admin import InMemoryAdmin
 from chronos.testing.memory.find import InMemoryFind
 from chronos.testing.memory.flow import InMemoryFlow
+from chronos.testing.memory.history import InMemoryHistory
+from chronos.testing.memory.recovery import InMemoryRecovery
 from chronos.testing.memory.rows import NodeRow, StoredRow, check_uuid, refused
 
 __all__ = [
@@ -70,8 +79,9 @@ _LAST_ERROR_LENGTH = 500  # chronos_messages.last_error is varchar(500)
 # ------------------------------------------------------------------------------------ store
 
 
-class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
-    """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock.
+class InMemoryStore(InMemoryHistory, InMemoryAdmin, InMemoryFind, InMemoryFlow, InMemoryRecovery):
+    """A ``Store`` held in a dict, with the semantics of the SQL and an injectable clock
+    (``InMemoryHistory`` first: its ``_ended`` is the one the other parts call).
 
     ``clock`` returns the "database" time (timezone-aware); every comparison the SQL makes with
     ``now()`` is made with it. ``monotonic`` is the claiming process's monotonic clock, stamped on
@@ -85,6 +95,8 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         self,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] | None = None,
+        *,
+        history: bool = True,
     ):
         if isinstance(clock, ManualClock):
             self.clock: Callable[[], datetime] = clock.now
@@ -98,6 +110,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
         self._pauses: dict[tuple[PauseKind, str], Pause] = {}  # chronos_pauses
         self._limits: dict[tuple[PauseKind, str], Limit] = {}  # chronos_limits
+        self.history, self._history, self._partitions, self.unrecorded = history, [], {}, 0
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
         self.fair_claims = 0  # claims run as claim_due_fair (a test convenience)
@@ -226,6 +239,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
                 row.end_claimed()  # a claimed series: that occurrence is its last
                 return Outcome.CANCEL_CLAIMED
             del self._rows[m.id]
+            self._ended(row, now, CANCELLED, reason="chronosAction: cancel", by=KAFKA_CANCEL)
             return Outcome.CANCELLED
         if m.id in blocked:
             return Outcome.BLOCKED
@@ -249,6 +263,8 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
                 # it back (enqueued after the claim, as clock_timestamp() is in the SQL).
                 fresh.readied_at, fresh.readied_by = row.readied_at, row.readied_by
                 fresh.enqueued_at = max(now, row.readied_at + timedelta(microseconds=1))
+            elif row is not None:
+                self._ended(row, now, REPLACED, reason="chronosAction: reschedule", by=KAFKA_CANCEL)
             self._rows[m.id] = fresh
             return Outcome.RESCHEDULED
         if m.deadline <= threshold and m.recurrence is None and m.id not in held:
@@ -339,20 +355,43 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         return row
 
     def delete_fired(
-        self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
+        self,
+        node_id: str,
+        claims: Sequence[Claim],
+        nexts: Sequence[Advance] | None = None,
+        ends: Sequence[Ending | None] | None = None,
     ) -> set[str]:
         if not claims:
             return set()
         advancing = nexts is not None  # a batch with series: advance_fired, even with no next
+        endings = ending_sequence(ends, len(claims))
         with self._lock:
             now = self._statement("advance_fired" if advancing else "delete_fired")
             node = check_uuid(node_id, "delete_fired")
             done: set[str] = set()
-            for claim, next_at in zip(claims, nexts or [None] * len(claims), strict=True):
+            for claim, next_at, end in zip(
+                claims, nexts or [None] * len(claims), endings, strict=True
+            ):
                 row = self._fenced(node, claim)
                 if row is None:
                     continue
                 done.add(claim[0])
+                advance = (  # the row advances to its next occurrence (not replaced nor cancelled)
+                    advancing
+                    and next_at is not None
+                    and row.recurrence is not None
+                    and self._cancels.get(row.id, now) <= now
+                    and not (row.readied_at is not None and row.enqueued_at > row.readied_at)
+                )
+                if end is not None:
+                    self._ended(
+                        row,
+                        now,
+                        FIRED,
+                        ending=end,
+                        node=node,
+                        next_deadline=next_at if advance else None,
+                    )
                 if not advancing:  # the plain delete of one-shot messages
                     del self._rows[claim[0]]
                     continue
@@ -420,63 +459,6 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
                 row.parked_at = now
             return len(rows)
 
-    def release_node(self, node_id: str, since: datetime | None = None) -> int:
-        with self._lock:
-            now = self._statement("release_node")
-            node = check_uuid(node_id, "release_node")
-            count = 0
-            for row in list(self._rows.values()):
-                if row.readied_by == node and (
-                    since is None or (row.readied_at is not None and row.readied_at >= since)
-                ):
-                    if self._cancel_wins(row, now):
-                        continue
-                    row.readied_at = None
-                    row.readied_by = None
-                    count += 1
-            return count
-
-    def find_stuck(
-        self, hold_ms: int, limit: int, own: tuple[str, datetime | None] | None = None
-    ) -> list[StuckRow]:
-        with self._lock:
-            now = self._statement("find_stuck")
-            cutoff = now - timedelta(milliseconds=hold_ms)
-
-            def own_claim(r: StoredRow) -> bool:
-                if own is None or r.readied_by != own[0] or r.readied_at is None:
-                    return False
-                return own[1] is None or r.readied_at >= own[1]
-
-            stuck = [
-                r
-                for r in self._rows.values()
-                if r.readied_at is not None and r.readied_at < cutoff and not own_claim(r)
-            ]
-            stuck.sort(key=lambda r: r.readied_at or now)
-            return [
-                StuckRow(r.id, r.readied_by or "", r.readied_at or now)
-                for r in stuck[: max(0, limit)]
-            ]
-
-    def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]:
-        if not rows:
-            return []
-        with self._lock:
-            now = self._statement("reset_stuck")
-            reset: list[tuple[str, str]] = []
-            for stuck in rows:
-                node = check_uuid(stuck.readied_by, "reset_stuck")
-                row = self._rows.get(stuck.id)
-                if row is None or row.readied_by != node or row.readied_at != stuck.readied_at:
-                    continue
-                if self._cancel_wins(row, now):
-                    continue
-                row.readied_at = None
-                row.readied_by = None
-                reset.append((row.id, node))
-            return reset
-
     def ping(self) -> datetime:
         with self._lock:
             return self._statement("ping")
@@ -487,6 +469,7 @@ class InMemoryStore(InMemoryAdmin, InMemoryFind, InMemoryFlow):
         if self._cancels.get(row.id, now) <= now:
             return False
         del self._rows[row.id]
+        self._ended(row, now, CANCELLED, reason="cancelled while claimed")
         return True
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from chronos.config.settings import OPTIONS, Option
@@ -20,6 +21,8 @@ def alternative(option: Option) -> tuple[str, Any]:
         return text, text
     if option.name in ("database_url", "migration_database_url"):
         return DB, DB
+    if isinstance(option.default, timedelta):  # a duration: any other one, in its grammar
+        return "3h", option.parse("3h")
     if isinstance(option.default, int):
         text = str(option.default + 7)
         return text, option.default + 7

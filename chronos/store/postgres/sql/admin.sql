@@ -300,14 +300,21 @@ ORDER BY deadline, id;
 -- the same cancel marker a Kafka cancel does (for `cancel_ttl_ms`): a schedule of the id arriving
 -- meanwhile is dropped, and a claimed message is deleted, not given back, when its claim ends (a
 -- claimed series fires that occurrence and ends: its rule is cleared, and a replacement of it
--- since the claim is void, as enqueue_batch's cancel does).
+-- since the claim is void, as enqueue_batch's cancel does). With `history`, a deleted message's
+-- history record says who cancelled it (`by`).
 WITH target AS (
     SELECT id, readied_at FROM chronos_messages WHERE id = %(id)s FOR UPDATE
 ), deleted AS (
     DELETE FROM chronos_messages m
     USING target t
     WHERE m.id = t.id AND t.readied_at IS NULL
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), recorded AS (
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'admin', left(%(by)s::text, 255),
+           recurrence IS NOT NULL
+    FROM deleted
+    WHERE %(history)s::boolean
 ), ended AS (
     UPDATE chronos_messages m
     SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)

@@ -392,7 +392,13 @@ WITH picked AS (
     DELETE FROM chronos_messages m
     USING target t
     WHERE m.id = t.id AND t.readied_at IS NULL
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), recorded AS (  -- with `history`: each deleted message's record, with who cancelled it (`by`)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'admin', left(%(by)s::text, 255),
+           recurrence IS NOT NULL
+    FROM deleted
+    WHERE %(history)s::boolean
 ), ended AS (
     UPDATE chronos_messages m
     SET recurrence = NULL, enqueued_at = least(m.enqueued_at, m.readied_at)

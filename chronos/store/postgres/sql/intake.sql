@@ -114,7 +114,26 @@ WITH headers AS (
     DELETE FROM chronos_messages m
     USING cancel_target t
     WHERE m.id = t.id AND t.readied_at IS NULL
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), replaced AS (
+    -- the waiting rows a reschedule replaces, as they were (the statement's snapshot)
+    SELECT m.id, m.tenant, m.deadline, m.recurrence
+    FROM chronos_messages m
+    WHERE %(history)s::boolean
+      AND m.id = ANY(ARRAY(SELECT id FROM batch WHERE action = 'r' AND NOT blocked))
+      AND m.readied_at IS NULL
+), recorded AS (
+    -- with `history`: the cancelled messages' records (by a Kafka record) and the replaced ones'
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'chronosAction: cancel', 'kafka',
+           recurrence IS NOT NULL
+    FROM cancelled
+    WHERE %(history)s::boolean
+    UNION ALL
+    SELECT r.id, coalesce(r.tenant, ''), 'replaced', r.deadline, 'chronosAction: reschedule',
+           'kafka', r.recurrence IS NOT NULL
+    FROM replaced r
+    WHERE EXISTS (SELECT 1 FROM rescheduled x WHERE x.id = r.id)
 ), ended AS (
     -- a series whose occurrence is claimed: that occurrence fires, none follows (its row ends
     -- as a one-shot message, and a replacement of it since the claim is void; a write on the

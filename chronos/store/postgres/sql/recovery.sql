@@ -43,7 +43,13 @@ WITH fence AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
+           recurrence IS NOT NULL
+    FROM cancelled
+    WHERE %(history)s::boolean
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
@@ -77,7 +83,13 @@ WITH lapsed AS (
     WHERE m.id = t.id
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
+           recurrence IS NOT NULL
+    FROM cancelled
+    WHERE %(history)s::boolean
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL

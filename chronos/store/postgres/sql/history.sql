@@ -1,0 +1,100 @@
+-- The history of ended messages: its partitions, a message's records, a filtered page, a summary.
+--
+-- Runtime SQL of Chronos, as named blocks (one file a subject, all loaded together). Each
+-- block starts with `-- name: <name>` and a one-line description. Parameters are psycopg
+-- placeholders (%(name)s; %(name)b: sent in binary, for the hot paths' arrays); no SQL is ever
+-- built by string formatting. The records themselves are written by the statements that end the
+-- messages (delete_fired, advance_fired, enqueue_batch, cancel_message, bulk_cancel).
+
+-- name: history_partitions
+-- The history's partitions (the leader's maintenance): each one's name and comment (the time to
+-- live it was created with), with the database clock.
+SELECT c.relname AS name, obj_description(c.oid, 'pg_class') AS comment, now() AS now
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass('chronos_history')
+ORDER BY c.relname;
+
+-- name: ended_message
+-- A message's history records, newest first (admin get of an ended message): the id index of
+-- each partition.
+SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
+       lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring
+FROM chronos_history
+WHERE id = %(id)s::text
+ORDER BY ended_at DESC
+LIMIT %(limit)s;
+
+-- name: find_ended
+-- Admin list of ended messages by filter (outcome, tenant, topic, id prefix, deadline range,
+-- recurring or not) after a (deadline, id) cursor, in (deadline, id, ended_at) order: one LIMIT-ed
+-- walk per outcome asked for (the outcome index, or the tenant index with a tenant: (tenant,
+-- outcome, deadline, id)), each a merge of the partitions' index scans, then merged. A page of
+-- `limit` rows reads about `limit` index entries per outcome, whatever the number of records.
+SELECT h.*
+FROM unnest(%(outcomes)s::text[]) AS o(outcome)
+CROSS JOIN LATERAL (
+    SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
+           lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring
+    FROM chronos_history
+    WHERE outcome = o.outcome
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(topic)s::text IS NULL OR topic = %(topic)s::text)
+      AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
+      AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+      AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+      AND (%(recurring)s::boolean IS NULL OR recurring = %(recurring)s::boolean)
+      AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+      AND (%(after_deadline)s::timestamptz IS NULL
+           OR deadline > %(after_deadline)s::timestamptz OR id > %(after_id)s::text)
+    ORDER BY deadline, id
+    LIMIT %(limit)s
+) h
+ORDER BY h.deadline, h.id, h.ended_at
+LIMIT %(limit)s;
+
+-- name: summarize_history
+-- Counts by tenant and outcome of the records that ended within [since, until), with the fired
+-- ones' lateness at the median and the 99th percentile (ms): the partitions of the window only,
+-- narrowed to its block ranges by the BRIN index on ended_at.
+SELECT coalesce(tenant, '') AS tenant, outcome, count(*) AS count,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY lateness_ms)
+           FILTER (WHERE outcome = 'fired') AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness_ms)
+           FILTER (WHERE outcome = 'fired') AS p99
+FROM chronos_history
+WHERE ended_at >= %(since)s::timestamptz
+  AND ended_at < coalesce(%(until)s::timestamptz, 'infinity')
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+GROUP BY 1, 2
+ORDER BY 1, 2
+LIMIT %(limit)s;
+
+-- name: count_tenant_history
+-- How many history records a tenant has, counted up to `limit` (a deletion's dry run): the
+-- tenant index of each partition.
+SELECT count(*) AS n
+FROM (SELECT 1 FROM chronos_history WHERE tenant = %(tenant)s::text LIMIT %(limit)s) t;
+
+-- name: delete_tenant_history
+-- One batch of a tenant's deletion: the records of up to `batch` of its messages (every record of
+-- each), found through the tenant index; returns how many records went.
+WITH gone AS (
+    DELETE FROM chronos_history
+    WHERE tenant = %(tenant)s::text
+      AND id = ANY(ARRAY(SELECT id FROM chronos_history
+                         WHERE tenant = %(tenant)s::text
+                         LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS n FROM gone;
+
+-- name: create_history_partition
+-- The leader's maintenance: create the history's partition of `day` (UTC) with its time to live,
+-- through the owner's function (false: it existed).
+SELECT chronos_history_create_partition(%(day)s::date, %(ttl_ms)s::bigint) AS created;
+
+-- name: drop_history_partition
+-- The leader's maintenance: drop a day's partition of the history whole, through the owner's
+-- function (false: no such partition).
+SELECT chronos_history_drop_partition(%(name)s::text) AS dropped;
