@@ -28,11 +28,26 @@ PROTOCOL_MISMATCH = "Kafka does not speak the configured protocol"
 """The start of each refusal's message: what Chronos promises to say, whatever the TLS library's
 or the broker's own words after it."""
 
+CERTIFICATE_UNTRUSTED = "no CA the client trusts signed the broker's certificate"
+CERTIFICATE_EXPIRED = "the broker's certificate has expired or is not valid yet"
+CERTIFICATE_OTHER_HOST = "the broker's certificate is for another host"
+CERTIFICATE_INVALID = "the broker's certificate is not valid"
+"""Why the broker's certificate is not trusted (``tls_reason``), after the TLS refusal: from
+OpenSSL's verification code, whatever its words."""
+_CERTIFICATE_REASONS = {
+    **dict.fromkeys((2, 18, 19, 20, 21, 27), CERTIFICATE_UNTRUSTED),  # X509_V_ERR_* codes
+    **dict.fromkeys((9, 10), CERTIFICATE_EXPIRED),
+    **dict.fromkeys((62, 63, 64), CERTIFICATE_OTHER_HOST),
+}
+
+# (pattern, operator's message, lines it takes): the first refusal whose pattern is found in as
+# many lines is named. Order matters: a TLS client on a plaintext listener fails its handshake.
 _REFUSALS = (
     (
         re.compile(r"SASL .*(failed|authentication)", re.I),
         f"{SASL_REFUSED} (CHRONOS_KAFKA__SASL_MECHANISMS, "
         "CHRONOS_KAFKA__SASL_USERNAME, CHRONOS_KAFKA__SASL_PASSWORD)",
+        1,
     ),
     (
         # TLS 1.3: the server checks the client's certificate after the handshake, and answers
@@ -41,36 +56,70 @@ _REFUSALS = (
         re.compile(r"alert (certificate required|unknown ca|bad certificate)", re.I),
         f"{CLIENT_CERTIFICATE_REFUSED} (CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, "
         "CHRONOS_KAFKA__SSL_KEY_LOCATION)",
+        1,
+    ),
+    (
+        # A TLS client on a plaintext listener: librdkafka asks.
+        re.compile(r"connecting to a PLAINTEXT broker listener", re.I),
+        f"{PROTOCOL_MISMATCH} (CHRONOS_KAFKA__SECURITY_PROTOCOL)",
+        1,
     ),
     (
         re.compile(r"SSL handshake failed|certificate verify failed|ssl\.\w+\.location", re.I),
         f"{TLS_HANDSHAKE_FAILED} (CHRONOS_KAFKA__SECURITY_PROTOCOL, "
         "CHRONOS_KAFKA__SSL_CA_LOCATION or CHRONOS_KAFKA__SSL_CA_PEM, "
         "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION, CHRONOS_KAFKA__SSL_KEY_LOCATION)",
+        1,
     ),
     (
-        re.compile(r"incorrect security\.protocol", re.I),
+        # A plaintext client on a TLS or SASL listener: the broker closes the connection at its
+        # first request. librdkafka before 2.x said "incorrect security.protocol"; later ones
+        # say only that (an INFO line), so it takes two connections closed alike, not one a
+        # broker shutting down may have closed.
+        re.compile(
+            r"incorrect security\.protocol"
+            r"|Disconnected: connection closed by peer.* in state APIVERSION_QUERY",
+            re.I,
+        ),
         f"{PROTOCOL_MISMATCH} (CHRONOS_KAFKA__SECURITY_PROTOCOL)",
+        2,
     ),
 )
 STARTUP_LOG = logging.getLogger("chronos.librdkafka.startup")
+# The start-up client's INFO lines reach the refusal parser (a connection closed at its first
+# request is one); they are shown only at the level librdkafka's lines are (_ShownAsLibrdkafka).
+STARTUP_LOG.setLevel(logging.INFO)
+
+
+class _ShownAsLibrdkafka(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return logging.getLogger("chronos.librdkafka").isEnabledFor(record.levelno)
+
+
+STARTUP_LOG.addFilter(_ShownAsLibrdkafka())
 STARTUP_LOG.addFilter(ThrottleFilter())
 
 
-class _Collector(logging.Handler):
+class _Collector(logging.Filter):
+    """Every line of the start-up client, for ``refusal``: a filter placed first, so it reads
+    them all, whatever the level shown and before the throttle (which lets one FAIL line a
+    minute through: a refusal after a first "connection refused" would wait for it)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[str] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
         self.lines.append(record.getMessage())
+        return True
 
 
 def tls_reason(config: dict[str, Any], timeout: float = 5.0) -> str | None:
-    """Why the first bootstrap server's certificate is not trusted, in OpenSSL's words
-    ("certificate has expired", "Hostname mismatch ..."): librdkafka says only "certificate
-    verify failed". One handshake with the client's CAs, as librdkafka verifies (host name
-    included); None if it succeeds, the server cannot be reached or the CAs cannot be read."""
+    """Why the first bootstrap server's certificate is not trusted: one of the CERTIFICATE_*
+    reasons, then OpenSSL's words ("certificate has expired", "Hostname mismatch ..."):
+    librdkafka says only "certificate verify failed". One handshake with the client's CAs, as
+    librdkafka verifies (host name included); None if it succeeds, the server cannot be
+    reached or the CAs cannot be read."""
     server = str(config.get("bootstrap.servers", "")).split(",")[0].strip()
     host, _, port = server.rpartition(":")
     if not host or not port.isdigit():
@@ -85,7 +134,8 @@ def tls_reason(config: dict[str, Any], timeout: float = 5.0) -> str | None:
         ):
             return None
     except ssl.SSLCertVerificationError as exc:
-        return str(exc.verify_message)
+        why = _CERTIFICATE_REASONS.get(exc.verify_code, CERTIFICATE_INVALID)
+        return f"{why}: {exc.verify_message}"
     except (OSError, ValueError):
         return None
 
@@ -107,10 +157,10 @@ def trust(config: dict[str, Any]) -> ssl.SSLContext:
 
 def refusal(lines: list[str]) -> str | None:
     """The security refusal among librdkafka's log lines, as an operator's message."""
-    for pattern, what in _REFUSALS:
-        for line in lines:
-            if pattern.search(line):
-                return f"{what}: {line.split(': ', 1)[-1][:300]}"
+    for pattern, what, times in _REFUSALS:
+        found = [line for line in lines if pattern.search(line)]
+        if len(found) >= times:
+            return f"{what}: {found[0].split(': ', 1)[-1][:300]}"
     return None
 
 
@@ -119,7 +169,7 @@ def reach_broker(settings: Settings, timeout: float = 15.0) -> tuple[AdminClient
     OpenSSL's reason) if the broker refuses the client's TLS or SASL settings;
     BrokerUnreachableError if it does not answer within ``timeout``."""
     collector = _Collector()
-    STARTUP_LOG.addHandler(collector)
+    STARTUP_LOG.filters.insert(0, collector)
     config: dict[str, Any] = {**_common(settings), "logger": STARTUP_LOG}
     admin = AdminClient(config)
     deadline = time.monotonic() + timeout
@@ -142,7 +192,7 @@ def reach_broker(settings: Settings, timeout: float = 15.0) -> tuple[AdminClient
                         f"(CHRONOS_KAFKA_BOOTSTRAP_SERVERS): {exc}"
                     ) from exc
     finally:
-        STARTUP_LOG.removeHandler(collector)
+        STARTUP_LOG.removeFilter(collector)
 
 
 def check_topics(settings: Settings, timeout: float = 15.0) -> None:

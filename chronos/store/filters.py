@@ -5,14 +5,34 @@ one), so a filter means the same on each."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from chronos.protocol import Headers, header_items
+
 KEY_INDEXED_BYTES = 64
 """The key index holds each key's first 64 bytes: an exact or prefix match is a range of it."""
 BULK_BATCH = 1_000  # rows one statement of a bulk action takes
+
+
+def listed_bytes(key: bytes | None, headers: Headers) -> int:
+    """What a row weighs in a page of the admin list or a find (``page_bytes``, against
+    ``max_bytes``): its key's bytes and its headers' stored document as text, as Postgres
+    renders the jsonb (``[{"name": "<base64>"}, {"other": null}]``, UTF-8): what the page
+    carries of it besides the value, which a page leaves out."""
+    items = header_items(headers)
+    text = 0 if items is None else len(json.dumps(items, ensure_ascii=False).encode())
+    return len(key or b"") + text
+
+
 FIND_STATES = ("waiting", "claimed", "parked")
+OUTCOMES = ("fired", "cancelled", "expired", "dead-lettered", "replaced")
+"""The states of an ended message (``chronos.store.history``), as ``--state`` names them."""
+ENDED = "ended"  # every outcome of the history
+ENDED_STATES = (ENDED, *OUTCOMES)
+"""The states of the history's records (``ended``: any of them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +55,20 @@ class MessageFilter:
     recurring: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.state not in (None, *FIND_STATES):
+        if self.state not in (None, *FIND_STATES, *ENDED_STATES):
             raise ValueError(f"unknown message state {self.state!r}")
+
+    @property
+    def ended(self) -> bool:
+        """The filter asks for the history of ended messages, not the waiting ones."""
+        return self.state in ENDED_STATES
+
+    @property
+    def outcomes(self) -> tuple[str, ...]:
+        """The history's outcomes the filter asks for (none: it asks for waiting messages)."""
+        if self.state == ENDED:
+            return OUTCOMES
+        return (self.state,) if self.state in OUTCOMES else ()
 
     @property
     def narrowed(self) -> bool:

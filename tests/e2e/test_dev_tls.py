@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from chronos.embedded.process import free_port
+from chronos.store.postgres.session import DATABASE_TLS_REQUIRED, connection_refusal
 from tests.e2e.test_cli_e2e import NodeProcess, chronos
 from tests.support.polling import eventually
 
@@ -72,10 +73,11 @@ def test_chronos_dev_tls_serves_nodes_and_the_cli_over_tls_only(
                 env[name] = value
         assert env.get("CHRONOS_KAFKA__SECURITY_PROTOCOL") == "SSL", lines
         assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" in env, lines
-        with pytest.raises(psycopg.OperationalError, match=r"no pg_hba\.conf entry"):
+        with pytest.raises(psycopg.OperationalError) as plaintext:
             psycopg.connect(
                 url.replace("sslmode=verify-full", "sslmode=disable"), connect_timeout=5
             )
+        assert connection_refusal(plaintext.value) == DATABASE_TLS_REQUIRED, plaintext.value
         plain = AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"})
         with pytest.raises(KafkaException):
             plain.list_topics(timeout=3)

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AclOperation
 
 from chronos.client import schedule
+from chronos.kafka.clients import DELIVERY_NOT_AUTHORIZED
 from chronos.protocol import DEAD_LETTER_REASON_HEADER
 from tests.e2e.test_cli_e2e import NodeProcess, chronos
 from tests.support import Topics
@@ -137,7 +138,7 @@ def test_a_record_routed_to_a_topic_its_user_may_not_write_is_dead_lettered_with
         assert timestamp - deadline_ms < DEAD_LETTERED_WITHIN_S * 1000
         assert value == b"refused"
         reason = headers.get(DEAD_LETTER_REASON_HEADER, b"").decode()
-        assert "TOPIC_AUTHORIZATION_FAILED" in reason or "not authorized" in reason.lower(), reason
+        assert DELIVERY_NOT_AUTHORIZED in reason, reason
         assert forbidden in reason, reason
     assert node.proc.poll() is None, node.output()
     assert "Traceback" not in node.output()

@@ -1,9 +1,11 @@
 """Scenario 1 — claim contention: 10,000 rows due at the same instant, three node processes.
 
 Pass: every message fired exactly once (no loss, no duplicate), none before
-``deadline - timing advance``, and afterwards the table is empty (no row left claimed). The
-nodes' own ``chronos_fired_messages_total`` must add up to exactly 10,000 (no row deleted twice)
-and at least two nodes must have fired some of them (the claims really contended).
+``deadline - timing advance``, the last within ``DRAIN_BOUND_MS`` of the deadline, and
+afterwards the table is empty (no row left claimed). The nodes' own
+``chronos_fired_messages_total`` must add up to exactly 10,000 (no row deleted twice) and at
+least two nodes must have fired some of them (the claims really contended). (There was no
+lateness bound: claims that contended by waiting on each other's locks for seconds passed.)
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from tests.support.cluster import Cluster
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COUNT = 10_000
+# The documented burst drain is 23,500 msg/s for one node (docs/figures.yml, burst_drain_rate);
+# here three nodes, Postgres, the broker and the checker share two cores: the burst must drain
+# at no less than a fifth of it.
+DRAIN_BOUND_MS = COUNT / (23_500 / 5) * 1000
 
 
 def test_ten_thousand_rows_due_at_once_on_three_nodes(
@@ -64,6 +70,7 @@ def test_ten_thousand_rows_due_at_once_on_three_nodes(
     assert report.early == {}, report.summary()
     assert report.duplicated == {}, report.summary()
     assert report.misrouted == [], report.summary()
+    assert report.late.max <= DRAIN_BOUND_MS, f"{report.summary()} (bound {DRAIN_BOUND_MS:.0f})"
     assert sum(fired) == COUNT, f"rows deleted per node: {fired}"
     assert sum(1 for f in fired if f) >= 2, f"no contention: fired per node {fired}"
     assert all(n.alive() for n in nodes)

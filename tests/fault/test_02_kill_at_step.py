@@ -13,13 +13,20 @@ Pass, for every point:
   - ``after_produce`` (handed to the producer, no report): at most the stranded rows;
   - ``after_report`` (delivered, not deleted): at most the stranded rows — and at least one,
     since the delivered batch is fired again (proof the kill hit the window);
-  - ``after_enqueue`` (batch committed to Postgres, offsets not stored): at most one consumed
-    batch (``consume_batch_size``), re-published when the peer replays the partition after
-    the rows already fired; the replay itself is idempotent on the id;
-* every stranded row is taken over when it is due: at its claim + hold time, or earlier when
-  the victim's last heartbeat + the liveness window comes first (the leader's fast takeover);
-  it fires again no earlier than that (no premature take-over) and no later than that +
-  failure-detection interval + poll interval (+ ``SLACK_MS`` for a shared, noisy CI machine);
+  - ``after_enqueue`` (batch committed to Postgres, offsets not stored): the stranded rows and
+    the records of the victim's partitions past the group's committed offset at its death
+    (``tests/fault/bounds.py``, ``in_flight``), re-published when the survivor reads them again
+    after the consumer session (20 s), once their messages fired; the replay itself is
+    idempotent on the id. (The bound was one consumed batch, tuned to 50: at the default 2,000
+    it would bound nothing.) So that this point strands claims too, the victim is made to
+    claim first: a first wave goes to the survivor's partitions only (the table is shared),
+    and the victim's first enqueue, of a second wave sent to its own partitions once it holds
+    claims, is its death;
+* every stranded row (there must be some, at every point) is taken over when it is due: at its
+  claim + hold time, or earlier when the victim's last heartbeat + the liveness window comes
+  first (the leader's fast takeover); it fires again no earlier than that (no premature
+  take-over) and no later than that + failure-detection interval + poll interval
+  (+ ``SLACK_MS`` for a shared, noisy CI machine);
 * the survivor stays up and the table ends empty.
 """
 
@@ -31,6 +38,7 @@ from datetime import datetime
 
 import pytest
 
+from tests.fault.bounds import committed_offsets, in_flight
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
@@ -44,7 +52,6 @@ from tests.support.cluster import Cluster
 pytestmark = pytest.mark.integration
 
 SLACK_MS = 1500
-BATCH = 50  # consume batch size: the in-flight batch of the intake step
 
 DESCRIPTION = {
     "after_claim": "SIGKILL after the claim commits",
@@ -58,7 +65,7 @@ DESCRIPTION = {
 def test_kill_at_step_boundary(
     point: str, make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics
 ) -> None:
-    cluster = make_cluster(consume_batch_size=BATCH)
+    cluster = make_cluster()
     survivor = cluster.start("survivor")
     victim = cluster.start("victim", env={"CHRONOS_FAULT_KILL_AT": f"{point}:1"})
     cluster.wait_ready([survivor, victim])
@@ -69,11 +76,29 @@ def test_kill_at_step_boundary(
     # 400 messages due over 2..6 s: both nodes consume (keys spread them over the partitions)
     # and both claim.
     messages = [due_in(2 + i / 100) for i in range(400)]
-    send(kafka_bootstrap, topics.input, messages)
+    where: dict[str, tuple[int, int, float]] = {}
+    if point != "after_enqueue":
+        send(kafka_bootstrap, topics.input, messages)
+    else:
+        mine = sorted(p for t, p in victim.assignment() if t == topics.input)
+        theirs = sorted(set(range(topics.partitions)) - set(mine))
+        for i, partition in enumerate(theirs):
+            send(kafka_bootstrap, topics.input, messages[i :: len(theirs)], partition=partition)
+        assert cluster.table.wait(lambda t: t.claimed(victim.node_id) > 0, timeout=15), (
+            "the victim claimed none of the survivor's rows"
+        )
+        second = [due_in(2 + i / 100) for i in range(100)]
+        for i, partition in enumerate(mine):
+            batch = second[i :: len(mine)]
+            offsets = send(kafka_bootstrap, topics.input, batch, partition=partition)
+            where.update({m.track: (p, o, 0.0) for m, (p, o) in zip(batch, offsets, strict=True)})
+        messages += second
 
     assert victim.wait_exit(30) == -9, f"the victim did not hit {point}:\n{victim.tail()}"
     killed_at = time.time()
     stranded: dict[str, datetime] = cluster.table.claims_of(victim.node_id)
+    committed = committed_offsets(cluster)  # the victim commits nothing more
+    replayed = in_flight(where, committed, range(topics.partitions), killed_at)
     last_beat: datetime = cluster.table.scalar(
         "SELECT heartbeat_at FROM chronos_nodes WHERE node_id = %s::uuid", (victim.node_id,)
     )
@@ -105,7 +130,7 @@ def test_kill_at_step_boundary(
         "after_claim": 0,
         "after_produce": len(stranded),
         "after_report": len(stranded),
-        "after_enqueue": BATCH + len(stranded),
+        "after_enqueue": len(stranded) + len(replayed),
     }[point]
     record_result(
         ScenarioResult.of(
@@ -128,8 +153,9 @@ def test_kill_at_step_boundary(
     )
     if point == "after_report":
         assert report.duplicates >= 1, "the kill did not hit a delivered, undeleted batch"
-    if point != "after_enqueue":
-        assert stranded, f"the victim held no claim when it died at {point}"
+    assert stranded, f"the victim held no claim when it died at {point}"
+    unexplained = {t for t in report.duplicated if t not in set(stranded) | replayed}
+    assert not unexplained, f"copies of rows neither stranded nor replayed: {unexplained}"
     assert set(last_copy) == set(stranded), "some stranded rows never fired"
     # When each stranded row became due for a takeover, in ms after its claim: the hold time,
     # or the victim's heartbeat lapsing (last heartbeat + window) if that came first.

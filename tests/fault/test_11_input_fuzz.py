@@ -16,16 +16,21 @@ these kinds, each with the outcome it must have:
 * a bad id (empty, 129+ characters, non-UTF-8, NUL) -> dead-lettered with a reason;
 * a Chronos header missing or repeated -> dead-lettered with a reason.
 
-After each batch, one well-formed message per partition is sent behind it. Pass, per example:
-every record has its outcome, every dead letter carries ``chronosDeadLetterReason``, the
-messages behind the batch fire (no partition stalled), the node is still up. Over the run the
-node's memory stays bounded (``MAX_RSS``).
+After each batch, one well-formed message per partition is sent behind it, due 0.5 s later.
+Pass, per example: every record has its outcome, every dead letter carries
+``chronosDeadLetterReason``, the messages behind the batch fire at most ``BEHIND_LATE_MS`` after
+their deadline (no partition stalled), the node is still up. Over the run the node's memory
+stays bounded (``MAX_RSS``).
 
 Separately, a record with a 1 MB header — bigger than the node's producer accepts
 (``message.max.bytes``, 1,000,000 by default) for any topic — sent as a future message, a
 lapsed one and a malformed one. Pass: no partition stalls (messages sent behind it, in a later
-batch, fire within 30 s: the recorded "recovery time"), the node stays up within ``MAX_RSS``,
-and the record is not lost: dead-lettered with a reason, or kept in the table (parked).
+batch and due 0.5 s later, fire at most ``BEHIND_LATE_MS`` after their deadline; their wait
+is the recorded "recovery time"), the node stays up within ``MAX_RSS``, and the record is not
+lost: dead-lettered with a reason, or kept in the table (parked).
+
+(The bound on the messages behind was "seen within 30 s": a partition that stalled for 29 s
+behind a bad record passed.)
 """
 
 from __future__ import annotations
@@ -41,12 +46,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER
+from tests.fault.bounds import lateness
 from tests.support import Topics
 from tests.support.checker import (
     TRACKING_HEADER,
     Expectation,
     LiveReader,
     Outgoing,
+    Report,
     ScenarioResult,
     analyse,
     new_track,
@@ -67,6 +74,10 @@ BIG_PRODUCER = {"message.max.bytes": 5_000_000}
 # keep the default, so the node must deal with a record it cannot relay whole.
 BIG_INPUT_TOPIC = {"max.message.bytes": "5000000"}
 EXAMPLES = int(os.environ.get("CHRONOS_TEST_FUZZ_EXAMPLES", "25"))
+# A record behind a bad one: the node's next poll (0.1 s) after its intake read it, and what a
+# batch of thousands of headers costs to read and store, + the margin of a shared machine. A
+# partition held up by a bad record (a retry, a delivery timeout: seconds) exceeds it.
+BEHIND_LATE_MS = 2000
 
 FIRE, WAIT, DEAD = "fire", "wait", "dead"
 NO_SURROGATES: Any = ("Cs",)
@@ -215,6 +226,16 @@ def sentinels(partitions: int) -> list[tuple[int, Outgoing]]:
     return [(p, scheduled(datetime.now(UTC) + timedelta(seconds=0.5))) for p in range(partitions)]
 
 
+def late_behind(report: Report, behind: list[tuple[int, Outgoing]]) -> dict[str, int]:
+    """The messages behind a batch that fired more than ``BEHIND_LATE_MS`` late (or never)."""
+    late = lateness(report, [m for _, m in behind])
+    return {
+        m.track: late.get(m.track, -1)
+        for _, m in behind
+        if late.get(m.track, BEHIND_LATE_MS + 1) > BEHIND_LATE_MS
+    }
+
+
 def send_batch(
     bootstrap: str, topic: str, records: list[Outgoing], behind: list[tuple[int, Outgoing]]
 ) -> None:
@@ -263,6 +284,8 @@ def test_fuzzed_input_is_fired_parked_or_dead_lettered_never_stalls(
         sent.update({m.track: m.expectation for _, m in behind})
         everything.update(sent)
         report = analyse(sent, live.snapshot(), advance_ms=cluster.overrides["timing_advance_ms"])
+        stalled = late_behind(report, behind)
+        assert not stalled, f"behind the batch, fired late (ms): {stalled}"
         waiting = [t for t, o in outcome.items() if o == WAIT]
         assert set(report.lost) == set(waiting), report.summary()
         assert report.misrouted == [] and report.early == {}, report.summary()
@@ -382,7 +405,9 @@ def test_one_megabyte_header_never_stalls_a_partition(
     result.lost += 0 if state in ("dead-lettered", "parked") else 1
     record_result(result)
     assert node.alive(), node.tail()
-    assert flowing and delay <= 30, f"records behind it waited {delay:.1f} s (stalled)"
+    assert flowing, f"records behind it not seen in 40 s (stalled): {report.summary()}"
+    stalled = late_behind(report, behind)
+    assert not stalled, f"records behind it fired late (ms, stalled?): {stalled}"
     assert rss < MAX_RSS, f"node RSS {rss / 2**20:.0f} MB"
     dropped = [e["message"][:200] for e in node.events("dropped")]
     assert state in ("dead-lettered", "parked"), (

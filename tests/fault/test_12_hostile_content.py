@@ -24,6 +24,7 @@ import pytest
 import chronos
 from chronos.protocol import decode_headers
 from chronos.store.postgres.sql import queries
+from tests.fault.bounds import ON_TIME_MS
 from tests.support import Topics
 from tests.support.checker import (
     Outgoing,
@@ -104,6 +105,7 @@ def test_injection_strings_are_stored_and_relayed_byte_exact(
     )
     assert report.lost == [] and report.misrouted == [], report.summary()
     assert report.duplicated == {} and report.early == {}, report.summary()
+    assert report.late.max <= ON_TIME_MS, report.summary()
     by_track = {o.track: o for o in report.observations}
     for message in soon:
         out = by_track[message.track]

@@ -31,6 +31,7 @@ from chronos.protocol import (
     MESSAGE_ID_HEADER,
     format_deadline,
 )
+from tests.fault.bounds import ON_TIME_MS
 from tests.support import Topics
 from tests.support.checker import (
     Observation,
@@ -137,6 +138,8 @@ def test_a_header_name_that_is_not_utf8_is_quarantined_never_crashes_a_node(
     assert node.alive() and node.pid == pid, f"the node crashed ({node.returncode}):\n{node.tail()}"
     assert not node.events("loop_died"), node.tail()
     assert report.lost == [] and report.early == {} and report.duplicated == {}, report.summary()
+    # The valid records are due 3 s after they are sent: probing a batch takes far less.
+    assert report.late.max <= ON_TIME_MS, report.summary()
     for label, (key, value, _headers) in poisons.items():
         observed = dead_letters.get(value)
         assert observed is not None, f"poison {label} not dead-lettered:\n{node.tail()}"

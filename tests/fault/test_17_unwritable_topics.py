@@ -99,7 +99,7 @@ def test_records_aimed_at_unwritable_topics_are_dead_lettered_and_hold_nothing_u
         )
     )
     assert report.lost == [] and report.misrouted == [], report.summary()
-    assert report.early == {}, report.summary()
+    assert report.early == {} and report.duplicated == {}, report.summary()
     for message in bad:
         reason = report.dead_lettered.get(message.track)
         assert reason, f"{message.headers[-1]}: dead-lettered without a reason"

@@ -4,6 +4,13 @@ deleted, confirmed or committed), so it must still end within ``CHRONOS_SHUTDOWN
 (intake's statement and delivery waits included) plus a small margin, never hang until the
 orchestrator's SIGKILL; and nothing is lost (what it held is fired by the peer once the
 dependency is back).
+
+Bounds besides (``tests/fault/bounds.py``): nothing early; no message later than the outage +
+the input failover (consumer session 20 s + 5 s: a node stopped while the broker is away cannot
+leave the group, so its partitions move when its session lapses) + the margin; copies only of
+rows claimed from the outage until a few seconds after it or of records past the group's
+committed offsets when it began (what the peer reads again), no more than those. (There was no
+lateness or duplicate bound.)
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from collections.abc import Callable
 import pytest
 
 from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
+from tests.fault import bounds
+from tests.fault.bounds import ClaimWatch, committed_offsets, copies_outside
 from tests.support import Topics
 from tests.support.checker import Load, ScenarioResult, expectations, record_result
 from tests.support.cluster import Cluster
@@ -39,15 +48,21 @@ def stop_during_outage(
     load = Load(kafka_bootstrap, topics.input, rate=50, delay=(1.0, 3.0)).start()
     time.sleep(3)
     bound = cluster.overrides["shutdown_timeout_ms"] / 1000 + MARGIN_S
-    stop()
-    try:
-        time.sleep(2)  # the nodes notice the outage
-        asked = time.monotonic()
-        leaving.send(signal.SIGTERM)
-        code = leaving.wait_exit(bound + 30)
-        took = time.monotonic() - asked
-    finally:
-        restart()
+    committed = committed_offsets(cluster)
+    with ClaimWatch(cluster.table) as watch:
+        stop()
+        down_at = time.monotonic()
+        try:
+            time.sleep(2)  # the nodes notice the outage
+            asked = time.monotonic()
+            leaving.send(signal.SIGTERM)
+            code = leaving.wait_exit(bound + 30)
+            took = time.monotonic() - asked
+        finally:
+            restart()
+        outage_s = time.monotonic() - down_at
+        back_at = time.time()
+        time.sleep(3)  # rows claimed as the dependency returns
     messages = load.stop(timeout=60)
     report = cluster.check(expectations(messages), timeout=90, quiet=3.0)
     record_result(
@@ -62,6 +77,13 @@ def stop_during_outage(
     assert staying.alive(), cluster.logs()
     assert report.lost == [] and report.misrouted == [], report.summary()
     assert report.early == {}, report.summary()
+    late_bound_ms = (outage_s + bounds.input_failover_s(staying.settings) + MARGIN_S) * 1000
+    assert report.late.max <= late_bound_ms, f"{report.summary()} (bound {late_bound_ms:.0f})"
+    partitions = range(topics.partitions)
+    allowed = watch.ids | bounds.in_flight(dict(load.acked), committed, partitions, back_at)
+    outside = copies_outside(report, allowed)
+    assert not outside, f"{len(outside)} copies of rows neither claimed nor past the commit"
+    assert report.duplicates <= len(allowed), report.summary()
 
 
 def test_sigterm_while_postgres_is_away_ends_within_the_shutdown_timeout(

@@ -96,6 +96,7 @@ def test_a_limited_tenant_fires_within_its_limit_on_two_nodes(
         )
     )
     assert report.lost == [] and report.misrouted == [], report.summary()
+    assert report.early == {} and report.duplicated == {}, report.summary()
     assert len(fired) == COUNT, report.summary()
     bound = LIMIT * WINDOW_MS / 1000 + max(LIMIT * BURST_S, 2)
     assert max(windows) <= bound, f"busiest 10 s: {max(windows)} messages (bound {bound})"

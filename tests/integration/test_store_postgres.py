@@ -29,11 +29,16 @@ from tests.support.store_contract import (
     msg,
     node,
 )
+from tests.support.store_contract.history import HistoryContract
 
 pytestmark = pytest.mark.integration
 
 
 class TestPostgresStore(StoreContract, ActionContract, TenantContract):
+    pass
+
+
+class TestPostgresHistory(HistoryContract):
     pass
 
 

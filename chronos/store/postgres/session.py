@@ -47,28 +47,51 @@ def session_options(url: str) -> str:
     return f"{own} {SESSION_SETTINGS}".strip()
 
 
+DATABASE_TLS_REQUIRED = "Postgres accepts only TLS connections from here (sslmode)"
+DATABASE_ACCESS_REFUSED = "Postgres refused the role or its password"
+DATABASE_MISSING = "the database or role does not exist"
+DATABASE_TLS_FAILED = "the TLS connection to Postgres failed (sslmode, sslrootcert, host name)"
+DATABASE_URL_INVALID = "the database URL is not valid"
+"""Why Postgres refused a connection, in Chronos's words: the start of the message of a
+connection that the operator must fix (CHRONOS_DATABASE_URL), whatever libpq's after it."""
+
 REFUSED_CONNECTION = (
-    "authentication failed",
-    "no pg_hba.conf entry",
-    "does not exist",
-    "permission denied",
-    "certificate verify failed",
-    "does not match host name",
-    "root certificate file",
-    "does not support ssl",
-    "certificate file",
-    "invalid connection option",
-    "invalid sslmode",
+    ("no encryption", DATABASE_TLS_REQUIRED),  # after "no pg_hba.conf entry ..."
+    ("authentication failed", DATABASE_ACCESS_REFUSED),
+    ("no pg_hba.conf entry", DATABASE_ACCESS_REFUSED),
+    ("permission denied", DATABASE_ACCESS_REFUSED),
+    ("does not exist", DATABASE_MISSING),
+    ("certificate verify failed", DATABASE_TLS_FAILED),
+    ("does not match host name", DATABASE_TLS_FAILED),
+    ("root certificate file", DATABASE_TLS_FAILED),
+    ("does not support ssl", DATABASE_TLS_FAILED),
+    ("certificate file", DATABASE_TLS_FAILED),
+    ("invalid connection option", DATABASE_URL_INVALID),
+    ("invalid sslmode", DATABASE_URL_INVALID),
 )
-"""Words of a failed connection that the operator must fix (credentials, database name, TLS):
-such a failure is not an outage. Anything else (refused, reset, timed out, the server starting
-or shutting down, a name that does not resolve yet) is one, and is waited for."""
+"""Words of a failed connection that the operator must fix (credentials, database name, TLS),
+and what Chronos calls each: such a failure is not an outage. Anything else (refused, reset,
+timed out, the server starting or shutting down, a name that does not resolve yet) is one, and
+is waited for. Checked in order: the first found names it."""
+
+STATEMENT_CANCELLED = (
+    "the statement was cancelled: it ran past CHRONOS_STATEMENT_TIMEOUT_MS, "
+    "or an operator cancelled it"
+)
+"""The start of a store error whose statement Postgres cancelled (SQLSTATE 57014)."""
+QUERY_CANCELED = "57014"
+
+
+def connection_refusal(exc: psycopg.Error) -> str | None:
+    """Why a failed connection attempt is the settings' fault (one of the DATABASE_* reasons);
+    None if it means the server is away."""
+    text = str(exc).lower()
+    return next((why for words, why in REFUSED_CONNECTION if words in text), None)
 
 
 def unreachable(exc: psycopg.Error) -> bool:
     """Whether a failed connection attempt means the server is away (not a setting's fault)."""
-    text = str(exc).lower()
-    return not any(words in text for words in REFUSED_CONNECTION)
+    return connection_refusal(exc) is None
 
 
 def libpq_url(url: str) -> str:
@@ -136,8 +159,9 @@ class PostgresSession:
             if any(self._session.values()):
                 conn.execute(query("configure_session"), self._session)
         except psycopg.Error as exc:
-            if not unreachable(exc):
-                raise StoreError(f"cannot connect to Postgres: {exc}") from exc
+            refused = connection_refusal(exc)
+            if refused is not None:
+                raise StoreError(f"cannot connect to Postgres: {refused}: {exc}") from exc
             POSTGRES.failed(exc)
             raise StoreError(f"cannot connect to Postgres: {exc}", outage=True) from exc
         conn.prepare_threshold = 0  # prepare every statement on first use
@@ -228,13 +252,19 @@ class PostgresSession:
         if lost:
             self._drop_connection(conn)
             POSTGRES.failed(exc)
-            return StoreError(f"{name} failed: {exc}", outage=True)
+            why = f"{STATEMENT_CANCELLED}: " if exc.sqlstate == QUERY_CANCELED else ""
+            return StoreError(f"{name} failed: {why}{exc}", outage=True)
         # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.
         # Class 54 (program limit exceeded: e.g. a batch over the JSON size limit) too.
         refused = (exc.sqlstate or "")[:2] in ("22", "23", "54")
         # Class 42: a missing grant or table; retried (a grant may come), but said as such.
         forbidden = (exc.sqlstate or "")[:2] == "42"
-        return StoreError(f"{name} failed: {exc}", retryable=not refused, refused=forbidden)
+        return StoreError(
+            f"{name} failed: {exc}",
+            retryable=not refused,
+            refused=forbidden,
+            sqlstate=exc.sqlstate,
+        )
 
     def _drop_connection(self, conn: psycopg.Connection[Any]) -> None:
         try:

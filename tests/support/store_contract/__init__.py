@@ -4,7 +4,8 @@
 manual clock: time moves only when the test says); ``tests/integration/test_store_postgres.py``
 runs the very same tests against ``PostgresStore`` on the real Postgres (real time: ``advance``
 sleeps). Deadlines sit seconds away from every boundary, so the real clock moving never changes
-an answer.
+an answer, except inside ``harness.frozen()``: there the clock stands still (on Postgres, one
+transaction and its now()), and a test puts rows exactly on a boundary.
 
 A store's test module subclasses the contracts it fulfils and provides a ``harness`` fixture
 (``harnesses.py`` has one harness per store): ``StoreContract`` (every part below),

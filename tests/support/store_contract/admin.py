@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from itertools import accumulate
 
 import pytest
 
-from chronos.store import CancelOutcome, RequeueOutcome, RescheduleOutcome
+from chronos.store import CancelOutcome, MessageFilter, RequeueOutcome, RescheduleOutcome
+from chronos.store.filters import listed_bytes
 from tests.support.store_contract.common import (
     FAR,
     HORIZON,
@@ -136,6 +138,45 @@ class AdminContract:
         assert [r.id for r in one] == ["b0"]  # one row at least, whatever its size
         unbounded = store.list_messages(state=state, park_attempts=5, limit=10)
         assert len(unbounded) == 10
+
+    @pytest.mark.parametrize("find", [False, True], ids=["list", "find"])
+    def test_a_page_counts_keys_and_headers_as_listed_bytes(
+        self, harness: Harness, find: bool
+    ) -> None:
+        """A page's byte budget counts each row as ``listed_bytes`` (key, headers as the stored
+        JSON's text): the same rows and ``page_bytes`` on every store, to the byte, whatever the
+        headers hold (repeats, non-ASCII names, characters JSON escapes, NULL values)."""
+        store = harness.store
+        base = harness.now() + timedelta(minutes=5)
+        headers: list[tuple[str, bytes | None]] = [
+            ("trace", b"t" * 40),
+            ("trace", b"\x00\xff" * 7),
+            ("naïve", b""),
+            ('quote"back\\slash\ttab', b"q"),
+            ("absent", None),
+        ]
+        rows = [
+            msg(f"l{i}", base + timedelta(seconds=i), key=b"k" * i, headers=headers)
+            for i in range(4)
+        ]
+        store.enqueue(rows, 0)
+        running = list(accumulate(listed_bytes(m.key, m.headers) for m in rows))
+
+        def page(max_bytes: int) -> list[tuple[str, int]]:
+            if find:
+                found = store.find_messages(
+                    MessageFilter(), park_attempts=5, limit=10, max_bytes=max_bytes
+                )
+            else:
+                found = store.list_messages(
+                    state="waiting", park_attempts=5, limit=10, max_bytes=max_bytes
+                )
+            return [(r.id, r.page_bytes) for r in found]
+
+        # Rows while the sum before them stays under the budget: the one that reaches it is the
+        # last (the caller's sign that there is more).
+        assert page(running[1]) == [("l0", running[0]), ("l1", running[1])]
+        assert page(running[1] + 1) == list(zip(["l0", "l1", "l2"], running, strict=False))
 
     @pytest.mark.parametrize("state", [None, "waiting", "parked", "claimed"])
     def test_every_listed_state_runs_with_a_byte_budget(

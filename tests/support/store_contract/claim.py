@@ -3,10 +3,12 @@ that failed too often are parked."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from chronos.store import row_bytes
 from tests.support.store_contract.common import (
     HORIZON,
     Harness,
@@ -59,6 +61,54 @@ class ClaimContract:
         one = store.claim(me, HORIZON, 10, 5, max_bytes=500, first_always=True)
         assert [r.id for r in one] == ["big2"]
         assert [r.id for r in store.claim(me, HORIZON, 10, 5)] == ["big3", "big4", "big5"]
+
+    @pytest.mark.parametrize("fair", [False, True], ids=["oldest-first", "fair"])
+    def test_claim_counts_headers_in_its_byte_budget_as_the_firing_loop_does(
+        self, harness: Harness, fair: bool
+    ) -> None:
+        """The budget counts each row as ``row_bytes`` does (key, value, each header's name and
+        value: what the firing loop holds), whatever form the store keeps headers in: the same
+        rows on every store, to the byte, in the plain and the fair claim (a tenant's rows)."""
+        store = harness.store
+        now = harness.now()
+        headers: list[tuple[str, bytes | None]] = [
+            ("trace", b"t" * 40),
+            ("trace", b"\x00\xff" * 7),  # repeated, not text
+            ("empty", b""),
+            ("absent", None),
+            ("naïve", b"e" * 5),  # not ASCII
+        ]
+        rows = [
+            msg(f"h{i}", now + timedelta(milliseconds=100 + i), key=b"k" * i, value=b"v" * 30)
+            for i in range(5)
+        ]
+        rows = [replace(m, headers=headers, tenant="acme") for m in rows]
+        store.enqueue(rows, 0)
+        sizes = [row_bytes(m.key, m.value, m.headers) for m in rows]
+        me = node()
+
+        def claim(max_bytes: int) -> list[str]:
+            return [r.id for r in store.claim(me, HORIZON, 10, 5, max_bytes=max_bytes, fair=fair)]
+
+        assert claim(sum(sizes[:3]) - 1) == ["h0", "h1"]  # one byte short of the third
+        assert claim(sizes[2]) == ["h2"]
+        assert claim(sum(sizes[3:])) == ["h3", "h4"]  # the budget is inclusive
+
+    def test_claim_horizon_is_inclusive_to_the_microsecond(self, harness: Harness) -> None:
+        store, me = harness.store, node()
+        with harness.frozen() as now:
+            edge = now + timedelta(milliseconds=HORIZON)
+            store.enqueue(
+                [
+                    msg("edge", edge),
+                    msg("beyond", edge + timedelta(microseconds=1)),
+                    msg("ms-beyond", edge + timedelta(milliseconds=1)),
+                ],
+                0,
+            )
+            assert [r.id for r in store.claim(me, HORIZON, 10, 5)] == ["edge"]
+        harness.advance(1)
+        assert [r.id for r in store.claim(me, HORIZON, 10, 5)] == ["beyond", "ms-beyond"]
 
     def test_claim_reports_the_time_left_and_stamps_the_claim(self, harness: Harness) -> None:
         store = harness.store

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -23,6 +24,11 @@ class Harness(Protocol):
 
     def advance(self, ms: int) -> None:
         """Let ``ms`` milliseconds pass for the store."""
+
+    def frozen(self) -> AbstractContextManager[datetime]:
+        """The store's clock stands still inside: every statement sees the instant returned (on
+        Postgres, the statements of this thread run in one transaction, whose now() it is), so
+        a test can put a row exactly on a boundary of a time comparison."""
 
 
 def node() -> str:

@@ -40,6 +40,15 @@ class EnqueueContract:
         assert store.enqueue([msg("soon", soon)], 10_000) == [Outcome.FIRE_NOW]
         assert store.enqueue([msg("soon", soon)], 0) == [Outcome.INSERTED]
 
+    def test_a_deadline_exactly_at_now_plus_the_advance_fires_now(self, harness: Harness) -> None:
+        store = harness.store
+        with harness.frozen() as now:
+            at = now + timedelta(milliseconds=50)
+            assert store.enqueue([msg("on", at)], 50) == [Outcome.FIRE_NOW]
+            later = at + timedelta(microseconds=1)
+            assert store.enqueue([msg("after", later)], 50) == [Outcome.INSERTED]
+        assert store.get_message("on") is None
+
     def test_lapsed_message_with_a_scheduled_id_is_ignored(self, harness: Harness) -> None:
         store = harness.store
         store.enqueue([msg("x", harness.now() + timedelta(minutes=5))], 0)

@@ -4,6 +4,8 @@ tenant column as a release before tenants (or any writer) would have left it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 
 import psycopg
@@ -25,22 +27,47 @@ class MemoryHarness:
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)
 
+    @contextmanager
+    def frozen(self) -> Iterator[datetime]:
+        yield self.clock.now()  # the manual clock moves only when told
+
     def set_tenant(self, message_id: str, tenant: str | None) -> None:
         self.store.set_tenant(message_id, tenant)
 
 
+class FreezableStore(PostgresStore):
+    """``PostgresStore`` whose statements can share one transaction, and so one now()."""
+
+    @contextmanager
+    def frozen(self) -> Iterator[datetime]:
+        """Run this thread's statements in one transaction (committed at the end, rolled back
+        on an error): Postgres gives each statement the transaction's start as now()."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield self.ping()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
 class PostgresHarness:
-    """``PostgresStore`` on a real database: the database clock, which only real time moves."""
+    """``PostgresStore`` on a real database: the database clock, which only real time moves
+    (``frozen``: one transaction, one now())."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.store = PostgresStore(url)
+        self.store = FreezableStore(url)
 
     def now(self) -> datetime:
         return self.store.ping()
 
     def advance(self, ms: int) -> None:
         time.sleep(ms / 1000)  # the database clock cannot be moved: let the time pass
+
+    def frozen(self) -> AbstractContextManager[datetime]:
+        return self.store.frozen()
 
     def set_tenant(self, message_id: str, tenant: str | None) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:

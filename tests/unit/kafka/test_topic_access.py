@@ -82,3 +82,57 @@ def test_a_refused_client_certificate_is_named_whichever_alert_the_broker_s_jdk_
         said = refusal([line]) or ""
         assert said.startswith(CLIENT_CERTIFICATE_REFUSED), said
         assert "CHRONOS_KAFKA__SSL_CERTIFICATE_LOCATION" in said, said
+
+
+def test_a_connection_closed_at_its_first_request_twice_is_a_protocol_mismatch() -> None:
+    """librdkafka 2.x says only that the broker closed the connection during ApiVersion (what a
+    TLS listener does to a plaintext client): twice is the configured protocol, once may be a
+    broker shutting down."""
+    from chronos.kafka.startup import PROTOCOL_MISMATCH, refusal
+
+    line = (
+        "FAIL [rdkafka#producer-3] [thrd:b:9093/bootstrap]: b:9093/bootstrap: Disconnected: "
+        "connection closed by peer: receive 0 after POLLIN (after 6ms in state APIVERSION_QUERY)"
+    )
+    assert refusal([line]) is None
+    said = refusal([line, line.replace("6ms", "3ms")]) or ""
+    assert said.startswith(PROTOCOL_MISMATCH), said
+    assert "CHRONOS_KAFKA__SECURITY_PROTOCOL" in said, said
+
+
+def test_start_up_reads_a_refusal_that_follows_a_refused_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start-up client's log is throttled (one FAIL line a minute is shown): the refusal
+    parser still reads every line, so a TLS refusal after a first "connection refused" (the
+    broker was still starting) is named at once, not once the throttle lets a FAIL through."""
+    import logging
+
+    from confluent_kafka import KafkaException
+
+    from chronos.errors import ConfigError
+    from chronos.kafka import startup
+
+    lines = [
+        "FAIL [rdkafka#producer-1] [thrd:b:9093/bootstrap]: b:9093/bootstrap: Connect to "
+        "ipv4#127.0.0.1:9093 failed: Connection refused (after 0ms in state CONNECT)",
+        "FAIL [rdkafka#producer-1] [thrd:ssl://b:9093/bootstrap]: ssl://b:9093/bootstrap: SSL "
+        "handshake failed: error:0A000086:SSL routines::certificate verify failed",
+    ]
+
+    class Admin:
+        def __init__(self, config: dict[str, Any]) -> None:
+            self.log: logging.Logger = config["logger"]
+
+        def list_topics(self, timeout: float) -> None:
+            raise KafkaException("no metadata")
+
+        def poll(self, timeout: float) -> None:
+            if lines:
+                self.log.error(lines.pop(0))
+
+    monkeypatch.setattr(startup, "AdminClient", Admin)
+    monkeypatch.setattr(startup, "tls_reason", lambda config: None)
+    with pytest.raises(ConfigError) as raised:
+        startup.reach_broker(settings(), timeout=5.0)
+    assert str(raised.value).startswith(startup.TLS_HANDSHAKE_FAILED), raised.value

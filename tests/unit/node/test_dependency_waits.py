@@ -14,7 +14,15 @@ from chronos.errors import ConfigError, StoreError
 from chronos.node.http import Health
 from chronos.node.supervisor import Node
 from chronos.runtime.loop import Loop
-from chronos.store.postgres.session import unreachable
+from chronos.store.postgres.session import (
+    DATABASE_ACCESS_REFUSED,
+    DATABASE_MISSING,
+    DATABASE_TLS_FAILED,
+    DATABASE_TLS_REQUIRED,
+    DATABASE_URL_INVALID,
+    connection_refusal,
+    unreachable,
+)
 from chronos.testing import FakeConsumer, FakePublisher, InMemoryStore
 from tests.unit.helpers import settings
 
@@ -107,6 +115,22 @@ def test_a_failed_connection_is_an_outage_unless_a_setting_is_wrong(
     message: str, away: bool
 ) -> None:
     assert unreachable(psycopg.OperationalError(message)) is away
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ('FATAL:  password authentication failed for user "x"', DATABASE_ACCESS_REFUSED),
+        ('FATAL:  no pg_hba.conf entry for host "h", SSL encryption', DATABASE_ACCESS_REFUSED),
+        ('FATAL:  no pg_hba.conf entry for host "h", no encryption', DATABASE_TLS_REQUIRED),
+        ('FATAL:  database "nope" does not exist', DATABASE_MISSING),
+        ("SSL error: certificate verify failed", DATABASE_TLS_FAILED),
+        ('server certificate for "a" does not match host name "b"', DATABASE_TLS_FAILED),
+        ('invalid sslmode value: "sure"', DATABASE_URL_INVALID),
+    ],
+)  # fmt: skip
+def test_a_refused_connection_is_named_in_chronos_s_words(message: str, reason: str) -> None:
+    assert connection_refusal(psycopg.OperationalError(f"connection failed: {message}")) == reason
 
 
 def test_start_up_waits_for_a_topic_this_node_may_not_use_yet(

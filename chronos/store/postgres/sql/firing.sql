@@ -9,11 +9,13 @@
 -- name: claim_due
 -- Phase 1: claim up to `limit` rows due within `horizon_ms` (advance + lookahead), oldest first,
 -- skipping rows another node is claiming and parked rows, and stopping before the rows' bytes
--- (key + value + stored headers) pass `max_bytes` (the first row is taken whatever its size when
--- `first_always`); return them with the time left until each deadline on the database clock,
--- measured as late as possible (clock_timestamp(), not the statement start) so timers anchored
--- on arrival of the result never fire early and lose little precision. Walks the ready index
--- (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
+-- pass `max_bytes` (the first row is taken whatever its size when `first_always`). A row's bytes
+-- are what the firing loop holds of it, as chronos.store.row_bytes counts them: key, value, and
+-- each header's name (in characters) and raw value, not the stored JSON's size (a row without
+-- headers skips the header walk). Return them with the time left until each deadline on the
+-- database clock, measured as late as possible (clock_timestamp(), not the statement start) so
+-- timers anchored on arrival of the result never fire early and lose little precision. Walks the
+-- ready index (unclaimed, not parked): parked rows at the head of the deadline order cost nothing.
 -- `attempts < park_attempts` skips the rows a previous release parked by their attempts alone
 -- (parked_at NULL). (octet_length of a bytea reads its length word, not the value.)
 -- The claim is stamped now(), or the row's enqueued_at if later: a statement that began before a
@@ -34,7 +36,10 @@
 WITH on_time AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
-           + coalesce(pg_column_size(message_headers), 0) AS size
+           + CASE WHEN message_headers IS NULL THEN 0 ELSE (
+                 SELECT coalesce(sum(length(h ->> 'key')
+                            + coalesce(octet_length(decode(h ->> 'value', 'base64')), 0)), 0)::int
+                 FROM jsonb_path_query(message_headers, '$[*].keyvalue()') AS h) END AS size
     FROM chronos_messages
     WHERE readied_at IS NULL
       AND parked_at IS NULL
@@ -52,7 +57,10 @@ WITH on_time AS (
 ), overdue AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
-           + coalesce(pg_column_size(message_headers), 0) AS size
+           + CASE WHEN message_headers IS NULL THEN 0 ELSE (
+                 SELECT coalesce(sum(length(h ->> 'key')
+                            + coalesce(octet_length(decode(h ->> 'value', 'base64')), 0)), 0)::int
+                 FROM jsonb_path_query(message_headers, '$[*].keyvalue()') AS h) END AS size
     FROM chronos_messages
     WHERE readied_at IS NULL
       AND parked_at IS NULL
@@ -150,7 +158,10 @@ WITH visit AS (
         SELECT m.id, m.deadline,
                coalesce(octet_length(m.message_key), 0)
                + coalesce(octet_length(m.message_value), 0)
-               + coalesce(pg_column_size(m.message_headers), 0) AS size
+               + CASE WHEN m.message_headers IS NULL THEN 0 ELSE (
+                     SELECT coalesce(sum(length(h ->> 'key') + coalesce(
+                                octet_length(decode(h ->> 'value', 'base64')), 0)), 0)::int
+                     FROM jsonb_path_query(m.message_headers, '$[*].keyvalue()') AS h) END AS size
         FROM chronos_messages m
         WHERE m.tenant = t.tenant
           AND coalesce(m.readied_at, m.parked_at) IS NULL
@@ -166,7 +177,10 @@ WITH visit AS (
 ), rest AS (
     SELECT id, deadline,
            coalesce(octet_length(message_key), 0) + coalesce(octet_length(message_value), 0)
-           + coalesce(pg_column_size(message_headers), 0) AS size
+           + CASE WHEN message_headers IS NULL THEN 0 ELSE (
+                 SELECT coalesce(sum(length(h ->> 'key')
+                            + coalesce(octet_length(decode(h ->> 'value', 'base64')), 0)), 0)::int
+                 FROM jsonb_path_query(message_headers, '$[*].keyvalue()') AS h) END AS size
     FROM chronos_messages
     WHERE readied_at IS NULL
       AND parked_at IS NULL
@@ -227,9 +241,16 @@ SELECT count(*) > 1 AS several FROM (SELECT 1 FROM chronos_tenants LIMIT 2) t;
 -- the server builds once from the input arrays (no join with the input list, which a generic plan
 -- turns into ids x rows comparisons), and the rows are locked in id order (two batch writes on
 -- overlapping rows cannot deadlock). `ids`, `readied_ats`: binary arrays, claim by claim.
+-- With `history`, the same statement writes each deleted row's history record (chronos_history:
+-- no round trip of its own), read by the claim's position (the fence's second entry) from binary
+-- arrays claim by claim, all of fixed width (a subscript is O(1)): `outcome_ix` (1-based into
+-- `outcome_names`; NULL: no record), `topic_ix` (into `topic_names`), `partitions`, `offsets`
+-- (the delivered record), `lateness` (ms) and `reason_ix` (into `reason_names`); the few distinct
+-- names are sent once. Without history the arrays are empty and nothing is read.
 WITH fence AS (
-    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at)) AS claims
-    FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[]) AS f(id, readied_at)
+    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.pos)) AS claims
+    FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[]) WITH ORDINALITY
+         AS f(id, readied_at, pos)
 ), target AS (
     SELECT m.id
     FROM chronos_messages m
@@ -238,10 +259,25 @@ WITH fence AS (
       AND m.readied_at = ((SELECT claims FROM fence) -> m.id ->> 0)::timestamptz
     ORDER BY m.id
     FOR UPDATE
+), gone AS (
+    DELETE FROM chronos_messages m
+    WHERE m.id = ANY(ARRAY(SELECT id FROM target))
+    RETURNING m.id, m.tenant, m.deadline, m.attempts, m.recurrence,
+              CASE WHEN %(history)s::boolean
+                   THEN ((SELECT claims FROM fence) -> m.id ->> 1)::int END AS pos
+), recorded AS (
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, topic, kafka_partition,
+                                 kafka_offset, lateness_ms, node, attempt, reason, recurring)
+    SELECT g.id, coalesce(g.tenant, ''),
+           (%(outcome_names)s::text[])[(%(outcome_ix)b::int2[])[g.pos]], g.deadline,
+           (%(topic_names)s::text[])[(%(topic_ix)b::int2[])[g.pos]],
+           (%(partitions)b::int4[])[g.pos], (%(offsets)b::int8[])[g.pos],
+           (%(lateness)b::int4[])[g.pos], %(node_id)s::uuid, least(g.attempts + 1, 32767),
+           (%(reason_names)s::text[])[(%(reason_ix)b::int2[])[g.pos]], g.recurrence IS NOT NULL
+    FROM gone g
+    WHERE %(history)s::boolean AND (%(outcome_ix)b::int2[])[g.pos] IS NOT NULL
 )
-DELETE FROM chronos_messages m
-WHERE m.id = ANY(ARRAY(SELECT id FROM target))
-RETURNING m.id;
+SELECT id FROM gone;
 
 -- name: advance_fired
 -- Phase 2 of a batch holding occurrences of series ("delete or advance"; the firing loop runs it
@@ -254,13 +290,17 @@ RETURNING m.id;
 -- A row cancelled while claimed (a live cancel marker) is deleted, replaced or not: the cancel
 -- wins, as in release_claims, reset_stuck and release_node.
 -- Same fence, index use and lock order as delete_fired; `ids`, `readied_ats`, `nexts`: binary
--- arrays, claim by claim. Returns the ids deleted, advanced or given back.
+-- arrays, claim by claim. Returns the ids deleted, advanced or given back. With `history`, each
+-- occurrence given an outcome writes its record as delete_fired does (a series' record names the
+-- occurrence it advanced to).
 WITH fence AS (
-    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.next)) AS claims
+    SELECT jsonb_object_agg(f.id, jsonb_build_array(f.readied_at, f.next, f.pos)) AS claims
     FROM unnest(%(ids)b::text[], %(readied_ats)b::timestamptz[], %(nexts)b::timestamptz[])
-         AS f(id, readied_at, next)
+         WITH ORDINALITY AS f(id, readied_at, next, pos)
 ), target AS (
-    SELECT m.id,
+    SELECT m.id, m.tenant, m.deadline, m.attempts, m.recurrence,
+           m.enqueued_at > m.readied_at AS replaced,
+           ((SELECT claims FROM fence) -> m.id ->> 2)::int AS pos,
            NOT EXISTS (SELECT 1 FROM chronos_cancels c
                        WHERE c.id = m.id AND c.expires_at > now())
            AND (m.enqueued_at > m.readied_at  -- replaced
@@ -285,6 +325,20 @@ WITH fence AS (
     DELETE FROM chronos_messages m
     WHERE m.id = ANY(ARRAY(SELECT id FROM target WHERE NOT kept))
     RETURNING m.id
+), recorded AS (
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, topic, kafka_partition,
+                                 kafka_offset, lateness_ms, node, attempt, reason, recurring,
+                                 next_deadline)
+    SELECT t.id, coalesce(t.tenant, ''),
+           (%(outcome_names)s::text[])[(%(outcome_ix)b::int2[])[t.pos]], t.deadline,
+           (%(topic_names)s::text[])[(%(topic_ix)b::int2[])[t.pos]],
+           (%(partitions)b::int4[])[t.pos], (%(offsets)b::int8[])[t.pos],
+           (%(lateness)b::int4[])[t.pos], %(node_id)s::uuid, least(t.attempts + 1, 32767),
+           (%(reason_names)s::text[])[(%(reason_ix)b::int2[])[t.pos]], t.recurrence IS NOT NULL,
+           CASE WHEN t.kept AND NOT t.replaced
+                THEN ((SELECT claims FROM fence) -> t.id ->> 1)::timestamptz END
+    FROM target t
+    WHERE %(history)s::boolean AND (%(outcome_ix)b::int2[])[t.pos] IS NOT NULL
 )
 SELECT id FROM advanced
 UNION ALL
@@ -315,7 +369,13 @@ WITH fence AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
+           recurrence IS NOT NULL
+    FROM cancelled
+    WHERE %(history)s::boolean
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL,
@@ -360,7 +420,13 @@ WITH target AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
+           recurrence IS NOT NULL
+    FROM cancelled
+    WHERE %(history)s::boolean
 )
 UPDATE chronos_messages m
 SET readied_at = NULL, readied_by = NULL
