@@ -15,6 +15,8 @@ A thread started by the node (not one of the three loops: it never touches a mes
   counted exactly while the planner's estimate is below ``EXACT_COUNT_BELOW`` (100k), the
   estimate above. They describe the shared table: the leader reports them and the other nodes
   report 0, so aggregate them with ``max()``, not ``sum()``;
+* the history's partitions, created ahead and dropped past their time to live
+  (``chronos.cluster.history``);
 * with the backlog gauges, the per-tenant overdue gauges of the ``tenant_metrics_top`` tenants
   with the most overdue rows (``chronos.observability.tenants``), from one bounded statement (see
   the
@@ -31,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 
 from chronos import __version__
+from chronos.cluster.history import HistoryKeeper
 from chronos.cluster.leadership import Leadership
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
@@ -40,6 +43,12 @@ from chronos.observability.tenants import TenantGauges
 from chronos.store import COUNT_LIMIT, EXACT_COUNT_BELOW, Backlog, Store, TenantBacklogs
 
 log = logging.getLogger(__name__)
+
+
+def delivered_ago() -> float | None:
+    """Seconds since this node last had a fired record delivered (None: not yet)."""
+    at = next((s.value for f in metrics.DELIVERED_AT.collect() for s in f.samples), 0.0)
+    return None if at <= 0 else max(0.0, time.time() - at)
 
 
 def fired_total() -> float:
@@ -72,6 +81,7 @@ class Monitor:
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         backlog_interval: float = BACKLOG_INTERVAL_S,
         fired: Callable[[], float] = fired_total,
+        delivered: Callable[[], float | None] = delivered_ago,
     ):
         self.settings = settings
         self.store = store
@@ -89,7 +99,9 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self._warned_at: dict[str, float] = {}
         self._fired = fired
+        self._delivered = delivered
         self._fired_samples: deque[tuple[float, float]] = deque()  # (monotonic, fired)
+        self.history = HistoryKeeper(store, settings.history_ttl)  # the leader keeps it
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -117,6 +129,7 @@ class Monitor:
         self.beat()
         if not self.elect():
             self._next_maintenance = 0.0  # at once on becoming the leader
+            self.history.next_at = 0.0
             return
         if now >= self._next_maintenance:
             self.refresh_backlog()
@@ -126,6 +139,7 @@ class Monitor:
         if now >= self._next_prune:
             self.prune_tenants()
             self._next_prune = now + TENANT_PRUNE_INTERVAL_S
+        self.history.tick(now)
 
     # -- the work ------------------------------------------------------------------------------
 
@@ -139,6 +153,7 @@ class Monitor:
                 hostname=self.hostname,
                 version=__version__,
                 fired_per_second=self.fire_rate(sent_at),
+                fired_ago_s=self._delivered(),
             )
         except StoreError as exc:
             self.leadership.unanswered(sent_at)  # a stall, as this node sees it, until one works
@@ -173,6 +188,7 @@ class Monitor:
         if was_leader and not leads:
             clear_backlog()  # only the leader reports the shared table
             self.tenant_gauges.clear()
+            self.history.lost_leadership()
         return leads
 
     def refresh_backlog(self) -> Backlog | None:

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chronos.config.values import (
+    Duration,
     Option,
     Secret,
     _batch_size,
+    _duration,
     _niceness,
     _non_empty,
     _non_negative_int,
@@ -104,7 +106,7 @@ class Settings:
     )
     group_protocol: str = setting(
         "classic",
-        "consumer-group protocol: classic (cooperative-sticky assignment, 6 s session "
+        "consumer-group protocol: classic (cooperative-sticky assignment, 20 s session "
         "timeout) or consumer (the broker-driven protocol of KIP-848, where the broker "
         "supports it)",
         str.lower,
@@ -128,8 +130,10 @@ class Settings:
         group="timing",
     )
     hold_time_ms: int = setting(
-        5000,
-        "how long a node may hold a claimed message before peers take it over",
+        20000,
+        "how long a node may hold a claimed message before peers take it over (a node seen "
+        "dead is taken over after the liveness window instead; above lookahead + delivery "
+        "timeout + poll interval)",
         _positive_int,
         group="timing",
     )
@@ -160,8 +164,11 @@ class Settings:
         group="timing",
     )
     delivery_timeout_ms: int = setting(
-        3000,
-        "how long the producer may try to deliver one record (must leave room in the hold time)",
+        15000,
+        "how long the producer may try to deliver one record: above the write stall of a "
+        "broker's death (Kafka fences a dead broker after 9 s by default, more when it was the "
+        "controller too), so a record is delivered once when writes flow again instead of "
+        "timing out and firing again (must leave room in the hold time)",
         _positive_int,
         group="kafka",
     )
@@ -203,6 +210,16 @@ class Settings:
         "reschedule arriving later (another partition, a producer retry, a replay) is dropped",
         _positive_int,
         group="flow",
+    )
+    history_ttl: Duration = setting(  # noqa: RUF009
+        Duration(days=7),
+        "how long the history keeps each ended message (fired, cancelled, expired, "
+        "dead-lettered, replaced: `chronos admin get`, `list --state fired`...), in days' "
+        "partitions the leader drops whole once past it (0: no history). A change applies to "
+        "the partitions created after it (today's and the next two exist ahead)",
+        _duration,
+        group="postgres",
+        metavar="DURATION",
     )
     allowed_topics: str = setting(
         "",

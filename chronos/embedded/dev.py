@@ -54,9 +54,6 @@ NODE_COMMAND = launcher.NODE_COMMAND
 """How ``chronos dev`` starts a node; ``run_dev(node_command=...)`` overrides it."""
 
 
-DEV_SESSION_TIMEOUT_MS = "6000"
-"""A node that vanishes leaves the group after this long: seconds, not the default 45 s."""
-
 _READY_TIMEOUT_S = 60.0
 
 
@@ -132,24 +129,38 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+TANSU_SESSION_TIMEOUT_MS = "6000"
+"""tansu makes a group join wait about half the consumer's session: with Chronos's 20 s a node
+would wait 10 s for its partitions. tansu runs one broker (no broker dies under it), so the short
+session costs nothing there."""
+
+
 def node_settings(
-    settings: chronos_settings.Settings, database_url: str, bootstrap: str, index: int, base: int
+    settings: chronos_settings.Settings,
+    database_url: str,
+    bootstrap: str,
+    index: int,
+    base: int,
+    *,
+    broker: str = "kafka",
 ) -> chronos_settings.Settings:
     """The settings of node ``index``: the stack's services, its own port and a fresh node id;
     and, unless a relay header is set, each fired record's scheduled instant relayed under
-    ``chronosScheduledFor``, where ``chronos tail`` reads it to show each record's lateness."""
+    ``chronosScheduledFor``, where ``chronos tail`` reads it to show each record's lateness.
+    On tansu, unless the user chose one, a short consumer session (``TANSU_SESSION_TIMEOUT_MS``).
+    """
     if not settings.relay_id_header and not settings.relay_deadline_header:
         settings = settings.replace(relay_deadline_header=RELAYED_INSTANT_HEADER)
     consumer = dict(settings.consumer_properties)
-    if "session.timeout.ms" not in consumer and settings.group_protocol == "classic":
-        consumer["session.timeout.ms"] = DEV_SESSION_TIMEOUT_MS
+    if broker == "tansu" and settings.group_protocol == "classic":
+        consumer.setdefault("session.timeout.ms", TANSU_SESSION_TIMEOUT_MS)
+        settings = settings.replace(consumer_properties=consumer)
     return validate(
         settings.replace(
             database_url=chronos_settings.Secret(database_url),
             kafka_bootstrap_servers=bootstrap,
             http_port=base + index,
             node_id=str(uuid.uuid4()),
-            consumer_properties=consumer,
         )
     )
 
@@ -376,7 +387,7 @@ def run_dev(
                 flush=True,
             )
             per_node = [
-                node_settings(settings, url, bootstrap, i, args.http_port_base)
+                node_settings(settings, url, bootstrap, i, args.http_port_base, broker=args.broker)
                 for i in range(args.nodes)
             ]
             nodes.extend(_spawn_node(i, command, s) for i, s in enumerate(per_node))

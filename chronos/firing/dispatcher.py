@@ -53,6 +53,7 @@ class Timer:
     skipped: int = 0  # missed occurrences of a series this fire skips (chronosMissed: latest)
     estimated: bool = False  # ``skipped`` is partly estimated (more than were counted)
     held_until: float = 0.0  # monotonic: past it a peer may have taken the claim over (see add)
+    position: tuple[int, int] | None = None  # the delivered record's (partition, offset)
 
 
 Entry = tuple[float, int, Timer]
@@ -80,6 +81,9 @@ class Dispatcher:
         self.cond = threading.Condition()
         self.timers: list[Entry] = []  # a heap, guarded by cond
         self.in_flight = 0  # produced, report pending (dispatcher thread only)
+        # When the deliveries last made progress (monotonic): a record delivered, or the first
+        # record produced while none was in flight. Read by the firing loop (stalled_for).
+        self.progress_at = self.monotonic()
         self.delivered: list[Timer] = []  # guarded by cond
         self.failed: list[tuple[Timer, KafkaError | None]] = []  # guarded by cond
         self.expired: list[Timer] = []  # guarded by cond
@@ -140,6 +144,13 @@ class Dispatcher:
                 push(timers, entry)
             self.cond.notify()
         return total
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds for which records have been in flight without one being delivered (0 while
+        nothing is in flight). Read from the loop thread: a benign race on two numbers."""
+        if self.in_flight <= 0:
+            return 0.0
+        return max(0.0, now - self.progress_at)
 
     def held(self) -> int:
         with self.cond:
@@ -286,6 +297,8 @@ class Dispatcher:
             headers = dead_letter_headers(row.headers, reason, source, timer.reason, scheduled)
             topic = self.settings.dead_letter_topic
             timer.dead_letter = True
+        if self.in_flight == 0:
+            self.progress_at = self.monotonic()
         self.in_flight += 1
         self.publisher.produce(topic, row.key, row.value, headers, partial(self._report, timer))
 
@@ -338,6 +351,9 @@ class Dispatcher:
     def _report(self, timer: Timer, err: KafkaError | None) -> None:
         """A delivery report (served by the publisher's poll, on the thread that polls)."""
         self.in_flight -= 1
+        if err is None:
+            self.progress_at = self.monotonic()
+            timer.position = self.publisher.position  # for its history record
         with self.cond:
             if err is None:
                 self.delivered.append(timer)

@@ -49,6 +49,7 @@ from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.firing.catchup import CatchupPacer
+from chronos.firing.cutoff import CutOffWatch
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.firing.limits import LimitWatch
 from chronos.firing.outcomes import DELETE_MAX_AGE, Outcomes
@@ -94,6 +95,7 @@ class FiringLoop(Outcomes, Loop):
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
         self.park_attempts = park_after(settings)  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
+        self.cutoff = CutOffWatch(self.node_id, store, self.dispatcher)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
@@ -148,6 +150,8 @@ class FiringLoop(Outcomes, Loop):
                 self.give_back_paused()
             if now >= self.next_claim_at or self.share.freed():
                 self.claim(now)
+            if self.cutoff.check(now):  # cut off alone: what it holds goes back to its peers
+                self.give_back_unfired("this node is cut off from Kafka")
         self.finish(force=False)
 
     def warm_up(self) -> None:
@@ -175,6 +179,21 @@ class FiringLoop(Outcomes, Loop):
             )
             self._release([(t.row.id, t.row.readied_at) for t in paused], False, None)
 
+    def give_back_unfired(self, why: str) -> None:
+        """Give back every row claimed ahead and not yet produced (produced ones come back as
+        their deliveries fail)."""
+        unfired = self.dispatcher.take_unfired()
+        self._forget(unfired)
+        metrics.IN_FLIGHT.set(self.dispatcher.held())
+        if unfired:
+            log.warning(
+                "%d claims given back unfired: %s",
+                len(unfired),
+                why,
+                extra={"event": "claims_given_back", "count": len(unfired)},
+            )
+            self._release([(t.row.id, t.row.readied_at) for t in unfired], False, None)
+
     # -- the fence ----------------------------------------------------------------------------
 
     def fence(self, now: float) -> None:
@@ -191,6 +210,7 @@ class FiringLoop(Outcomes, Loop):
             )
         self.next_claim_at = now + self.settings.poll_interval_ms / 1000
         unfired = self.dispatcher.take_unfired()
+        self._forget(unfired)  # out of its hands: their bytes no longer count against the budget
         metrics.IN_FLIGHT.set(self.dispatcher.held())
         if unfired:
             log.warning(

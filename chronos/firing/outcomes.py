@@ -15,8 +15,9 @@ from confluent_kafka import KafkaError
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.firing.dispatcher import Dispatcher, Timer
+from chronos.firing.history import endings
 from chronos.firing.tenant_share import TenantShare
-from chronos.kafka import is_permanent
+from chronos.kafka import delivery_error, is_permanent
 from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA_WRITES
 from chronos.observability.logs import Throttle
@@ -62,6 +63,7 @@ class Outcomes:
         delivered, failed, expired = self.dispatcher.take_outcomes()
         if delivered:
             self.delivered_at = self.monotonic()
+            metrics.DELIVERED_AT.set_to_current_time()  # the heartbeat says it (fired_at)
             if KAFKA_WRITES.down:  # back: what came due meanwhile is claimed at once
                 self.next_claim_at = min(self.next_claim_at, self.delivered_at)
             KAFKA_WRITES.succeeded()
@@ -123,9 +125,10 @@ class Outcomes:
         # batch with any series passes its nexts even when none has a next occurrence: a series
         # replaced by a reschedule while claimed is then given back, not deleted.
         nexts = [t.next_deadline for t in batch] if any(t.row.recurrence for t in batch) else None
+        ends = endings(batch, self.settings)  # their history, written by the same statement
         t0 = time.perf_counter()
         try:
-            deleted = self.store.delete_fired(self.node_id, claims, nexts)
+            deleted = self.store.delete_fired(self.node_id, claims, nexts, ends)
         except StoreError as exc:
             # The rows stay claimed by this process (no peer resets them while it lives): try
             # the delete again a little later; if the node dies first, a peer resets them after
@@ -183,7 +186,7 @@ class Outcomes:
             if not items:
                 continue
             claims = [(t.row.id, t.row.readied_at) for t, _ in items]
-            self._release(claims, failed, [str(err)[:500] for _, err in items])
+            self._release(claims, failed, [delivery_error(err)[:500] for _, err in items])
         if transient and (
             self.delivered_at is None
             or self.monotonic() - self.delivered_at >= self.settings.delivery_timeout_ms / 1000

@@ -57,6 +57,11 @@ class Publisher(Protocol):
 
     def warm(self, topic: str, timeout: float) -> bool: ...
 
+    def replace(self, cause: str) -> None:
+        """Replace the producer (safe from another thread: done by the next produce or poll);
+        the records it holds fail with a purge error, so their callers give them back."""
+        ...
+
     def __len__(self) -> int: ...
 
 
@@ -101,7 +106,7 @@ class KafkaPublisher:
         # Delivery callbacks of the current producer whose report has not been served yet.
         self._pending: dict[int, DeliveryCallback] = {}
         self._token = 0
-        self._broken: KafkaError | None = None
+        self._broken: KafkaError | str | None = None  # the cause of a replacement to come
         self.replacements = 0
         # Deliveries failing for this long without a success between them: a stuck producer
         # (e.g. an idempotent producer whose broker lost its state) is replaced too. The clock
@@ -127,7 +132,9 @@ class KafkaPublisher:
         self._failing_since = None
         self.replacements += 1
         log.warning(
-            "producer failed for good (%s); replaced it",
+            "producer failed for good (%s); replaced it"
+            if isinstance(cause, KafkaError)
+            else "producer replaced: %s",
             cause,
             extra={"event": "producer_replaced"},
         )
@@ -213,6 +220,9 @@ class KafkaPublisher:
                 # wait for the broker just the same).
                 self._broken = err
         on_delivery(err)
+
+    def replace(self, cause: str) -> None:
+        self._broken = cause  # an assignment: the polling thread replaces it at its next call
 
     def poll(self, timeout: float) -> int:
         self._renew_if_broken()
@@ -304,3 +314,36 @@ _PERMANENT_CODES = {
 
 def is_permanent(err: KafkaError | None) -> bool:
     return err is not None and err.code() in _PERMANENT_CODES
+
+
+DELIVERY_TIMED_OUT = "not delivered within CHRONOS_DELIVERY_TIMEOUT_MS"
+DELIVERY_NOT_AUTHORIZED = "this node may not write the topic"
+DELIVERY_TOPIC_MISSING = "the topic does not exist"
+DELIVERY_TOO_LARGE = "the record is larger than the broker or topic accepts"
+DELIVERY_REFUSED = "the broker refused the record"
+DELIVERY_FAILED = "the delivery failed"
+"""Why a delivery failed, in Chronos's words: the start of a row's last error (the admin API
+shows it) and of a publish_failed dead letter's reason, whatever librdkafka's words after it."""
+_DELIVERY_REASONS = {
+    getattr(KafkaError, name): why
+    for names, why in (
+        (("_MSG_TIMED_OUT", "_TIMED_OUT", "REQUEST_TIMED_OUT"), DELIVERY_TIMED_OUT),
+        (("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"), DELIVERY_NOT_AUTHORIZED),
+        (("UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "TOPIC_EXCEPTION"), DELIVERY_TOPIC_MISSING),
+        (
+            ("MSG_SIZE_TOO_LARGE", "_MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE"),
+            DELIVERY_TOO_LARGE,
+        ),
+        (("INVALID_RECORD", "CORRUPT_MESSAGE", "_INVALID_ARG"), DELIVERY_REFUSED),
+    )
+    for name in names
+    if hasattr(KafkaError, name)
+}
+
+
+def delivery_error(err: KafkaError | None) -> str:
+    """A failed delivery as a row's last error: one of the DELIVERY_* reasons, then the
+    client's error (its code and words)."""
+    if err is None:
+        return DELIVERY_FAILED
+    return f"{_DELIVERY_REASONS.get(err.code(), DELIVERY_FAILED)}: {err}"

@@ -240,17 +240,30 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
     return conf
 
 
-# A dead node's input partitions move to a survivor after the session timeout (librdkafka's
-# default, 45 s, silenced a dead node's input for a minute); the cooperative assignor lets
-# survivors keep consuming their own partitions while the group rebalances.
-SESSION_TIMEOUT_MS = 6000  # the smallest a Kafka broker accepts by default
+# A dead node's input partitions move to a survivor after the session timeout; the cooperative
+# assignor lets survivors keep consuming their own partitions while the group rebalances. The
+# session outlasts the group coordinator's move when its broker dies: at Kafka's default fencing
+# (broker.session.timeout.ms 9 s) the coordinator answered again 11.6 s after a kill -9 of the
+# broker that was also the active controller (the election first), and a broker that is only a
+# follower of the offsets topic holds every offset commit - and the heartbeats queued behind it
+# on the same connection - until it is fenced. A shorter session ends meanwhile: every node
+# loses its whole assignment, waits out a rebalance (the fencing again) and replays what the
+# group had not committed (copies of messages that had fired). Kafka's own default is 45 s; a
+# cluster that fences faster can take a shorter one (CHRONOS_CONSUMER__SESSION_TIMEOUT_MS).
+SESSION_TIMEOUT_MS = 20000
 HEARTBEAT_INTERVAL_MS = 1500
+# librdkafka asks which broker coordinates the group every 10 minutes, every minute while the one
+# it knows is down: a consumer whose coordinator's broker died went on asking the dead broker's
+# address (the metadata names it until it is fenced) and then waited up to a minute to ask
+# again, its session ending meanwhile (20.2 s after a kill, the coordinator having moved at
+# +12 s). Every 5 s instead: every 0.5 s while the coordinator is down (one small request).
+COORDINATOR_QUERY_INTERVAL_MS = 5000
 
 
 def failover_config(settings: Settings) -> dict[str, Any]:
     """Consumer-group settings for fast failover; any of them can be overridden by a
     pass-through property (CHRONOS_CONSUMER__SESSION_TIMEOUT_MS=...)."""
-    conf: dict[str, Any] = {}
+    conf: dict[str, Any] = {"coordinator.query.interval.ms": COORDINATOR_QUERY_INTERVAL_MS}
     if settings.group_protocol == "consumer":
         # KIP-848: the broker owns the session timeout, heartbeats and assignment.
         conf["group.protocol"] = "consumer"

@@ -104,6 +104,21 @@ FENCED_DELETES = Counter(
     "chronos_fenced_deletes_total",
     "Fired messages whose row was no longer claimed by this node at delete time",
 )
+HISTORY_UNRECORDED = Counter(
+    "chronos_history_unrecorded_total",
+    "Ended messages whose history record could not be written (no partition for the day, a "
+    "missing grant): they ended all the same, without a record",
+)
+HISTORY_MAINTENANCE_FAILURES = Counter(
+    "chronos_history_maintenance_failures_total",
+    "History partitions the leader could not create or drop (tried again at its next round)",
+    ["action"],
+)
+HISTORY_PARTITIONS = Gauge(
+    "chronos_history_partitions",
+    "Daily partitions of the history, as the leader's last maintenance left them (0 on the "
+    "other nodes; aggregate with max())",
+)
 LATENESS_BUCKETS = (
     -0.1,
     -0.05,
@@ -195,6 +210,15 @@ LEADER = Gauge(
     "chronos_leader",
     "1 on the leader (lowest live node id: it runs the failure detection and the backlog "
     "statistics), 0 elsewhere",
+)
+DELIVERED_AT = Gauge(
+    "chronos_firing_delivered_timestamp_seconds",
+    "When this node last had a fired record delivered (Unix time; 0: not yet)",
+)
+CUT_OFF = Counter(
+    "chronos_firing_cut_off_total",
+    "Times this node found its writes to Kafka stalled while a peer's were delivered, and gave "
+    "its claims back for its peers to fire",
 )
 HEARTBEAT_UPDATED = Gauge(
     "chronos_heartbeat_last_success_timestamp_seconds",

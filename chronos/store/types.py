@@ -13,6 +13,7 @@ from typing import NamedTuple, Protocol
 from chronos.protocol import Headers, ScheduledMessage
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
 from chronos.store.flow import Catchup, Limit, Pause, PauseKind, PauseSet
+from chronos.store.history import Ending, HistoryStore
 
 
 class Outcome(Enum):
@@ -71,7 +72,9 @@ KNOWN_TENANTS_TTL_S = 30.0  # ... and it forgets them this often (the leader pru
 
 
 def row_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
-    """What a claimed row weighs in memory, as the firing loop's byte budget counts it."""
+    """What a claimed row weighs in memory, as the firing loop's byte budget counts it, and as
+    every store's claim counts it against ``max_bytes`` (the claim SQL reads the same from the
+    stored headers: names in characters, values decoded)."""
     size = len(key or b"") + len(value or b"")
     for name, v in headers:  # a loop, not sum() over a generator: half the cost per row
         size += len(name) + len(v or b"")
@@ -239,7 +242,7 @@ LIST_QUERIES = {  # the states list_messages takes (None: all) and the statement
 }
 
 
-class Store(Protocol):
+class Store(HistoryStore, Protocol):
     def enqueue(
         self,
         messages: Sequence[ScheduledMessage],
@@ -300,14 +303,20 @@ class Store(Protocol):
         ...
 
     def delete_fired(
-        self, node_id: str, claims: Sequence[Claim], nexts: Sequence[Advance] | None = None
+        self,
+        node_id: str,
+        claims: Sequence[Claim],
+        nexts: Sequence[Advance] | None = None,
+        ends: Sequence[Ending | None] | None = None,
     ) -> set[str]:
         """Delete the fired claims' rows ("delete or advance": a claim whose ``nexts`` entry is
         an instant advances its series' row to it instead); returns the ids done. A batch
         holding any occurrence of a series passes ``nexts`` (None for a claim with no next
         occurrence): only then is a row replaced by a reschedule while claimed given back (a
         new message) rather than deleted, and a live cancel deletes it. Without ``nexts`` it is
-        the plain delete of one-shot messages (a claimed one is never replaced)."""
+        the plain delete of one-shot messages (a claimed one is never replaced). With the
+        history on, each claim done is recorded as its ``ends`` entry says (None: not
+        recorded; ``ends`` None: fired), in the same statement."""
         ...
 
     def release(
@@ -371,10 +380,15 @@ class Store(Protocol):
         ...
 
     def cancel_message(
-        self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+        self,
+        message_id: str,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        *,
+        by: str | None = None,
     ) -> CancelOutcome:
         """Cancel a waiting or parked message (a claimed one may be firing: CLAIMED). Leaves a
-        cancel marker for ``cancel_ttl_ms`` whatever the outcome, as a Kafka cancel does."""
+        cancel marker for ``cancel_ttl_ms`` whatever the outcome, as a Kafka cancel does. The
+        history record of a deleted one says it was cancelled ``by`` whom."""
         ...
 
     def find_messages(
@@ -405,6 +419,7 @@ class Store(Protocol):
         after: tuple[datetime, str] | None = None,
         cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
         batch: int = BULK_BATCH,
+        by: str | None = None,
     ) -> BulkBatch:
         """One statement: up to ``batch`` matching rows after the cursor are cancelled as
         ``cancel_message`` cancels one (unclaimed: deleted; claimed: a series ends with the
@@ -447,7 +462,11 @@ class Store(Protocol):
         hostname: str | None = None,
         version: str | None = None,
         fired_per_second: float | None = None,
-    ) -> None: ...
+        fired_ago_s: float | None = None,
+    ) -> None:
+        """Write the node's heartbeat: now (database clock), its fire rate, and when it last had
+        a record delivered, ``fired_ago_s`` seconds ago (None: not yet)."""
+        ...
 
     def register_node(
         self, node_id: str, live_s: float, *, hostname: str | None, version: str | None
@@ -469,6 +488,11 @@ class Store(Protocol):
     # chronos.store.postgres.leadership) -------------
 
     def elect_leader(self, window_ms: int) -> str | None: ...
+
+    def peers_delivering(self, node_id: str, within_ms: int) -> int:
+        """How many other nodes had a record delivered within the last ``within_ms`` (database
+        clock), as their heartbeats said (``fired_ago_s``)."""
+        ...
 
     def reset_lapsed_claims(
         self, window_ms: int, node_id: str, limit: int

@@ -86,6 +86,7 @@ class FakePublisher:
         self._offsets: dict[str, int] = {}
         self.warm_ok = True  # what ``warm`` answers (False: the broker does not answer yet)
         self.warmed: list[str] = []  # the topics ``warm`` was asked about
+        self.replaced: list[str] = []  # the causes ``replace`` was given
 
     # -- test controls ---------------------------------------------------------------------------
 
@@ -190,6 +191,17 @@ class FakePublisher:
     def warm(self, topic: str, timeout: float) -> bool:
         self.warmed.append(topic)
         return self.warm_ok
+
+    def replace(self, cause: str) -> None:
+        """As the real publisher: every record not yet decided fails (purged), reported by the
+        next poll; the causes are kept in ``replaced``."""
+        with self._cond:
+            self.replaced.append(cause)
+            for record in self.records:
+                if record.status == PENDING:
+                    record.status = FAILED
+                    record.error = KafkaError(KafkaError._PURGE_INFLIGHT)
+            self._cond.notify_all()
 
     def __len__(self) -> int:
         with self._cond:

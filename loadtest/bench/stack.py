@@ -21,7 +21,6 @@ from loadtest.bench.results.load import Preload
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 90.0
-SESSION_TIMEOUT_MS = "6000"
 MB = 1024 * 1024
 TEST_HOOK_PREFIXES = ("CHRONOS_TEST_", "CHRONOS_DEV_", "CHRONOS_FAULT_")
 BROKER_SETTINGS = {"log.segment.delete.delay.ms": "1000"}
@@ -314,9 +313,8 @@ class Stack:
     def start_nodes(self, count: int, topics: Topics, log_dir: Path) -> list[NodeProcess]:
         from chronos.config import settings as chronos_settings
         from chronos.embedded import free_port
-        from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS, node_settings
+        from chronos.embedded.dev import node_settings
 
-        assert DEV_SESSION_TIMEOUT_MS == SESSION_TIMEOUT_MS
         base = self.node_settings(topics)
         for index in range(count):
             # node_settings gives node `index` the port base + index and a fresh node id.

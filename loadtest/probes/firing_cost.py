@@ -94,6 +94,9 @@ class AckingPublisher:
     def warm(self, topic: str, timeout: float) -> bool:
         return True
 
+    def replace(self, cause: str) -> None:
+        """Never cut off: acknowledges everything."""
+
     def __len__(self) -> int:
         return len(self._pending)
 

@@ -1,34 +1,38 @@
-"""Scenario 21 — a broker of a three-node Apache Kafka cluster goes away while 1,000 msg/s flow.
+"""Scenario 21 — a broker of a three-node Apache Kafka cluster goes away while messages flow.
 
+Everything runs at the defaults users run: the brokers at Kafka's production defaults (a dead
+broker fenced after ``broker.session.timeout.ms`` 9 s, groups formed after a 3 s delay), the
+Chronos nodes at Chronos's (delivery timeout, hold time, consumer session: ``SHIPPED_TIMINGS``).
 The topics have 3 replicas and ``min.insync.replicas`` 2; two Chronos nodes run; the load sends
-1,000 messages a second, each due 2 to 10 s after it is sent. The fault comes after ``WARMUP_S``;
-a stopped node stays down ``DOWN_S`` (``CHRONOS_TEST_OUTAGE_S``, default 15 s; 120 s for the
-long variant), then starts again, and the load runs until its replicas are back in sync.
+``CI_RATE`` messages a second (1,000 in the full-size runs), each due 2 to 10 s after it is sent.
 
 * **leader killed**: kill -9 of the node leading the most partitions of the input and output
-  topics (their leadership moves once the controller fences it, ``broker.session.timeout.ms``).
-* **controller killed**: kill -9 of the active controller (the KRaft quorum leader).
-* **rolling restart**: every node in turn stopped cleanly (SIGTERM) and started again, the next
+  topics; on the suite's fresh cluster it is the active controller and the group coordinator too
+  (recorded). Its partitions have no leader until the controller fences it, and every ``acks=all``
+  write to a partition it replicates — with 3 replicas on 3 brokers, every partition, the
+  offsets topic included — waits until then: Kafka's contract, for every client. Chronos rides
+  the stall: a record produced into it is delivered once when writes flow (the delivery timeout
+  outlasts the fencing, so nothing times out, is claimed again and leaves a copy); a node never
+  declares itself cut off while its peers stall too (``chronos.firing.cutoff``); the consumer
+  session outlasts the coordinator's move, so no node loses its input partitions.
+* **controller killed** (full size): kill -9 of the active controller.
+* **rolling restart**: every broker in turn stopped cleanly (SIGTERM) and started again, the next
   one only once every replica is back in sync — what a managed Kafka's patching does.
-
+* **fast fencing** (full size): the leader's kill on a cluster that fences in 2 s
+  (``BROKER_FAILOVER``): what the broker side can shorten (docs/reliability.md, "A broker lost").
 * **quorum of replicas lost**: two of three nodes killed for ``CHRONOS_TEST_OUTAGE_S`` (20 s by
   default): every write fails; a wave of messages due during and after it waits in the table
   (not deleted, parked or dead-lettered), ``/health/ready`` says ``writes failing``, liveness
   holds; once one node returns, everything fires, what came due meanwhile within
   ``RECOVERY_BOUND_S``.
 
-The leader's kill also runs at ``CI_RATE`` msg/s with the broker down ``CI_DOWN_S``, in every
-suite; the full-size kills and the rolling restart (two minutes at 1,000 msg/s) run with
-``CHRONOS_TEST_BROKER_FAILOVER=1``. The cluster fails over fast (``BROKER_FAILOVER``: the
-operator's settings), the nodes' consumer session outlasts the coordinator's move
-(``CONSUMER_SESSION_MS``) and, for the kills and the restart, their delivery timeout outlasts the
-write stall (``RIDE_THE_STALL``): the user's settings for such a cluster.
-
-Pass (the first three): lost 0, nothing early, duplicates at most the rows claimed when the
-fault struck (rows produced but not yet acknowledged, taken over and produced again), no
-Chronos node restarts,
-``/health/live`` answers 200 at every probe; lateness: max ≤ ``MAX_LATE_S`` and p99 ≤
-``P99_LATE_S`` (kills), p99 ≤ ``ROLLING_P99_LATE_S`` over the whole rolling restart.
+Pass (kills and restart): lost 0, nothing early, duplicates at most the rows claimed when the
+fault struck, no Chronos node restarts, ``/health/live`` answers 200 at every probe, no node
+loses its input partitions; lateness: the messages Chronos had read before the fault are
+produced on time (p99 ≤ ``READ_P99_LATE_S``: their records' timestamps; consumers see them once
+the in-sync set shrinks), p99 ≤ ``STALL_S`` and every message within the write stall plus a
+few seconds (max ≤ ``MAX_LATE_S``). The suite runs the leader's kill at ``CI_RATE``; the rolling
+restart (2.5 minutes), the controller's kill and the full-size runs run with ``make test-long``.
 """
 
 from __future__ import annotations
@@ -47,13 +51,13 @@ from typing import Any, cast
 
 import pytest
 
-from chronos.config.settings import OPTIONS_BY_NAME
 from chronos.embedded.kafka.cluster import EmbeddedKafkaCluster
 from tests.fault.test_16_dependency_outages import LivenessProbe, warnings_since
 from tests.support.brokers import (
     active_controller,
     busiest_leader,
     cluster_digest,
+    leaders,
     node_index,
     replicated_topics,
     wait_in_sync,
@@ -67,86 +71,72 @@ from tests.support.checker import (
     scheduled,
     send,
 )
-from tests.support.cluster import FAST_TIMINGS, Cluster, NodeProcess
+from tests.support.cluster import SHIPPED_TIMINGS, Cluster, NodeProcess
 
 # Timings of a three-broker cluster under a fault, on two cores: nothing else runs meanwhile.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 RATE = 1000
+CI_RATE = 500  # the suite's variants
 DELAY = (2.0, 10.0)
 WARMUP_S = 12.0  # the first messages (due 2-10 s ahead) are firing when the fault strikes
-DOWN_S = float(os.environ.get("CHRONOS_TEST_OUTAGE_S", "15"))
+DOWN_S = float(os.environ.get("CHRONOS_TEST_OUTAGE_S", "15"))  # past the fencing: it matters
 TAIL_S = 3.0
-# The full-size kills and the rolling restart take one to two minutes each at 1,000 msg/s: they
-# run when asked for (docs/reliability.md, "A broker lost", gives their figures); the small
-# leader's kill and the quorum scenario run in every suite.
+# The full-size runs take one to two minutes each at 1,000 msg/s: they run when asked for
+# (``make test-long``; docs/reliability.md, "A broker lost", gives their figures).
 UNDER_LOAD = pytest.mark.skipif(
     os.environ.get("CHRONOS_TEST_BROKER_FAILOVER", "") != "1",
     reason="CHRONOS_TEST_BROKER_FAILOVER=1 runs it: a full-size broker scenario (1-2 minutes); "
-    "the suite runs the small leader's kill",
+    "the suite runs the leader's kill at CI_RATE",
 )
-CI_RATE = 250  # the suite's variant of the leader's kill
-CI_DOWN_S = 5.0
-MAX_LATE_S = 10.0
-P99_LATE_S = 2.0
-ROLLING_P99_LATE_S = 1.0
-# Until the controller fences a dead broker (broker.session.timeout.ms, 9 s by default, counted
-# from the active controller's own start when the controller died with it) every acks=all write
-# to a partition it replicates waits, and so does every group coordinator's answer: a cluster
-# meant to lose a broker without a lateness spike elects a controller and fences sooner. These
-# are the cluster operator's settings (docs/reliability.md says what the defaults give).
+# Kafka's production defaults the embedded cluster does not already run at (it fences at
+# Kafka's defaults): groups wait 3 s for more members before they first form.
+KAFKA_DEFAULTS = {"group.initial.rebalance.delay.ms": "3000"}
+# The write stall of a broker's kill -9 at those defaults: fenced 9 s after its last heartbeat
+# (broker.session.timeout.ms), counted from the new controller's start when it was the
+# controller too: the quorum notices after controller.quorum.fetch.timeout.ms (2 s) and elects
+# within a randomized election timeout (1-2 s at controller.quorum.election.timeout.ms 1 s).
+STALL_S = 9.0 + 2.0 + 2.0
+MAX_LATE_S = STALL_S + 4.0  # then read, claimed and fired: a few seconds
+READ_P99_LATE_S = 1.0
+# A cluster meant to lose a broker without a lateness spike elects a controller and fences
+# sooner: the cluster operator's settings (docs/reliability.md), proven by the fast-fencing run.
 BROKER_FAILOVER = {
     "broker.session.timeout.ms": "2000",
     "broker.heartbeat.interval.ms": "500",
     "controller.quorum.fetch.timeout.ms": "1000",
     "controller.quorum.election.timeout.ms": "500",
 }
-# The nodes' consumer session outlasts the coordinator's move (controller election + fencing +
-# loading the group, measured up to 6.1 s on the cluster above): a session that ends first
-# rejoins the group as new members, the group waits out the old ones (another session), and a
-# partition that changes hands meanwhile is read again from the group's last commit — copies of
-# messages that had fired. The price: a dead Chronos node's input moves after 10 s, not 6.
-CONSUMER_SESSION_MS = "10000"
-# The production defaults of every timing the fault suite usually shortens (logs stay JSON).
-DEFAULTS: dict[str, Any] = {
-    name: OPTIONS_BY_NAME[name].default for name in FAST_TIMINGS if name != "log_format"
-}
-# The kills and the rolling restart: the delivery timeout outlasts the cluster's write stall (a
-# broker that is also the active controller: election + fencing, 3.5-4 s measured on the cluster
-# above), so a record produced in the stall is delivered once it ends, by the idempotent
-# producer's own retries, instead of timing out, firing again later and leaving a copy; the hold
-# time stays above lookahead + delivery timeout, as start-up requires. The user's choice for
-# such a cluster (docs/reliability.md, "A broker lost"); the quorum scenario keeps the defaults.
-RIDE_THE_STALL: dict[str, Any] = {"delivery_timeout_ms": 6000, "hold_time_ms": 8000}
+FAST_STALL_S = 2.0 + 1.5  # fenced ~2 s after its death, 3.5-4 s with an election
+DEFAULTS: dict[str, Any] = dict(SHIPPED_TIMINGS)
+
+
+def _cluster(extra: dict[str, str], factory: pytest.TempPathFactory) -> EmbeddedKafkaCluster:
+    cluster = EmbeddedKafkaCluster(3, log_dir=factory.mktemp("brokers"), extra=extra)
+    cluster.start(timeout=180)
+    return cluster
 
 
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafkaCluster]:
-    cluster = EmbeddedKafkaCluster(
-        3, log_dir=tmp_path_factory.mktemp("brokers"), extra=BROKER_FAILOVER
-    )
-    cluster.start(timeout=180)
+    cluster = _cluster(KAFKA_DEFAULTS, tmp_path_factory)
     yield cluster
     cluster.stop()
 
 
-@pytest.fixture
-def chronos(
-    brokers: EmbeddedKafkaCluster,
-    migrated_database_url: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
+@pytest.fixture(scope="module")
+def fast_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafkaCluster]:
+    cluster = _cluster({**KAFKA_DEFAULTS, **BROKER_FAILOVER}, tmp_path_factory)
+    yield cluster
+    cluster.stop()
+
+
+def _chronos(
+    brokers: EmbeddedKafkaCluster, database_url: str, path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
     """Two Chronos nodes on the three brokers; afterwards every broker runs and is in sync."""
     topics = replicated_topics(brokers.bootstrap, request.node.name)
-    cluster = Cluster(
-        migrated_database_url,
-        brokers.bootstrap,
-        topics,
-        tmp_path / "cluster",
-        consumer_properties={"session.timeout.ms": CONSUMER_SESSION_MS},
-        **{**DEFAULTS, **(RIDE_THE_STALL if request.node.get_closest_marker("ride") else {})},
-    )
+    cluster = Cluster(database_url, brokers.bootstrap, topics, path / "cluster", **DEFAULTS)
     yield cluster
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:
@@ -157,6 +147,26 @@ def chronos(
         if not node.running:
             brokers.start_node(index)
     wait_in_sync(brokers.bootstrap)
+
+
+@pytest.fixture
+def chronos(
+    brokers: EmbeddedKafkaCluster,
+    migrated_database_url: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Cluster]:
+    yield from _chronos(brokers, migrated_database_url, tmp_path, request)
+
+
+@pytest.fixture
+def fast_chronos(
+    fast_brokers: EmbeddedKafkaCluster,
+    migrated_database_url: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Cluster]:
+    yield from _chronos(fast_brokers, migrated_database_url, tmp_path, request)
 
 
 def under_load(
@@ -184,13 +194,30 @@ def under_load(
         fault()
         time.sleep(TAIL_S)
     messages = load.stop(timeout=60)
-    report = cluster.check(expectations(messages), timeout=120, quiet=3.0)
+    sent = expectations(messages)
+    report = cluster.check(sent, timeout=120, quiet=3.0)
+    # Read before the fault: their input record was written a second before it at least, so
+    # intake had them in the table when it struck; due after it.
+    read = [
+        report.fired_at[t] - d
+        for t, (_, _, acked_at) in load.acked.items()
+        if acked_at <= struck - 1.0
+        and t in report.fired_at
+        and (d := sent[t].deadline_ms) is not None
+        and d >= struck * 1000
+    ]
+    read.sort()
     facts: dict[str, object] = {
         "claimed_at_fault": claimed,
         "fault_s": round(time.time() - struck - TAIL_S, 1),
         "liveness_probes": probe.probes,
         "liveness_failures": probe.failures[:3],
         "restarted": [n.name for n in nodes if not n.alive() or pids[n.name] != n.pid],
+        "partitions_lost": len(cluster.events("partitions_lost")),
+        "read_before_fault": len(read),
+        "read_late_p99_s": round(read[max(0, math.ceil(0.99 * len(read)) - 1)] / 1000, 2)
+        if read
+        else None,
         "late_p99_s": round(report.late.p99 / 1000, 2),
         "late_max_s": round(report.late.max / 1000, 2),
         # not recorded: what a failed check's message shows of the nodes and the brokers
@@ -199,7 +226,16 @@ def under_load(
     return report, facts
 
 
-def check(name: str, fault: str, report: Report, facts: dict[str, object], p99_s: float) -> None:
+def check(
+    name: str,
+    fault: str,
+    report: Report,
+    facts: dict[str, object],
+    *,
+    p99_s: float,
+    max_s: float,
+    read_p99_s: float | None = READ_P99_LATE_S,
+) -> None:
     diagnosis = facts.pop("diagnosis", [])
     record_result(ScenarioResult.of(name, fault, report, report.late.max / 1000, **facts))
     said = f"{report.summary()}; {facts}; since the fault:\n" + "\n".join(
@@ -207,11 +243,16 @@ def check(name: str, fault: str, report: Report, facts: dict[str, object], p99_s
     )
     assert facts["restarted"] == [], f"Chronos nodes restarted: {said}"
     assert facts["liveness_failures"] == [], f"liveness failed: {said}"
+    assert facts["partitions_lost"] == 0, f"a node lost its input partitions: {said}"
     assert report.lost == [] and report.misrouted == [], said
     assert report.early == {}, said
     assert report.duplicates <= int(str(facts["claimed_at_fault"])), f"copies: {said}"
+    if read_p99_s is not None:
+        assert facts["read_before_fault"], said
+        read_p99 = cast(float, facts["read_late_p99_s"])
+        assert read_p99 <= read_p99_s, f"p99 lateness of what was read before: {said}"
     assert report.late.p99 <= p99_s * 1000, f"p99 lateness: {said}"
-    assert report.late.max <= MAX_LATE_S * 1000, f"max lateness: {said}"
+    assert report.late.max <= max_s * 1000, f"max lateness: {said}"
 
 
 def kill_and_return(
@@ -228,69 +269,97 @@ def kill_and_return(
     return fault
 
 
-@pytest.mark.ride
-def test_leader_killed_ci_size(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
-    """The suite's variant: the same kill and bounds at CI_RATE, the broker down CI_DOWN_S. On
-    the suite's fresh cluster the busiest leader is the active controller too: its kill stalls
-    every write for the election and the fencing, which the delivery timeout outlasts."""
-    node_id, led = busiest_leader(brokers.bootstrap, [chronos.topics.input, chronos.topics.output])
-    report, facts = under_load(
-        chronos, brokers, kill_and_return(brokers, node_id, CI_DOWN_S), CI_RATE
-    )
+def roles(brokers: EmbeddedKafkaCluster, node_id: int, topics: list[str]) -> dict[str, object]:
+    """What the node to be killed is besides a leader: the controller, its partitions."""
+    led = sum(1 for leader in leaders(brokers.bootstrap, topics).values() if leader == node_id)
+    return {"killed_node": node_id, "led": led, "controller": active_controller(brokers) == node_id}
+
+
+def kill_leader(cluster: Cluster, brokers: EmbeddedKafkaCluster, name: str, rate: float) -> None:
+    topics = [cluster.topics.input, cluster.topics.output]
+    node_id, _ = busiest_leader(brokers.bootstrap, topics)
+    facts_before = roles(brokers, node_id, topics)
+    report, facts = under_load(cluster, brokers, kill_and_return(brokers, node_id), rate)
     check(
-        "21-broker-leader-killed-ci",
-        f"kill -9 of the broker leading {led} of 6 partitions, down {CI_DOWN_S:.0f} s, "
-        f"{CI_RATE} msg/s",
+        name,
+        f"kill -9 of the broker leading {facts_before['led']} of 6 partitions "
+        f"(controller: {facts_before['controller']}), down {DOWN_S:.0f} s, {rate:.0f} msg/s, "
+        "Kafka's and Chronos's defaults",
         report,
-        {**facts, "killed_node": node_id},
-        P99_LATE_S,
+        {**facts, **facts_before},
+        p99_s=STALL_S,
+        max_s=MAX_LATE_S,
     )
 
 
-@UNDER_LOAD
-@pytest.mark.ride
-def test_leader_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
-    node_id, led = busiest_leader(brokers.bootstrap, [chronos.topics.input, chronos.topics.output])
-    report, facts = under_load(chronos, brokers, kill_and_return(brokers, node_id))
-    check(
-        "21-broker-leader-killed",
-        f"kill -9 of the broker leading {led} of 6 partitions, down {DOWN_S:.0f} s, 1,000 msg/s",
-        report,
-        {**facts, "killed_node": node_id},
-        P99_LATE_S,
-    )
-
-
-@UNDER_LOAD
-@pytest.mark.ride
-def test_controller_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
-    node_id = active_controller(brokers)
-    report, facts = under_load(chronos, brokers, kill_and_return(brokers, node_id))
-    check(
-        "21-broker-controller-killed",
-        f"kill -9 of the active controller, down {DOWN_S:.0f} s, 1,000 msg/s",
-        report,
-        {**facts, "killed_node": node_id},
-        P99_LATE_S,
-    )
-
-
-@UNDER_LOAD
-@pytest.mark.ride
-def test_rolling_restart(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
-    def roll() -> None:
+def roll(brokers: EmbeddedKafkaCluster) -> Callable[[], None]:
+    def fault() -> None:
         for index in range(len(brokers.nodes)):
             brokers.stop_node(index)
             brokers.start_node(index)
             wait_in_sync(brokers.bootstrap)
 
-    report, facts = under_load(chronos, brokers, roll)
+    return fault
+
+
+def test_leader_killed_at_the_defaults(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
+    """The suite's variant: the kill at CI_RATE, at every default."""
+    kill_leader(chronos, brokers, "21-broker-leader-killed-ci", CI_RATE)
+
+
+@UNDER_LOAD
+def test_leader_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
+    kill_leader(chronos, brokers, "21-broker-leader-killed", RATE)
+
+
+@UNDER_LOAD
+def test_controller_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
+    node_id = active_controller(brokers)
+    report, facts = under_load(chronos, brokers, kill_and_return(brokers, node_id))
+    check(
+        "21-broker-controller-killed",
+        f"kill -9 of the active controller, down {DOWN_S:.0f} s, 1,000 msg/s, the defaults",
+        report,
+        {**facts, "killed_node": node_id},
+        p99_s=STALL_S,
+        max_s=MAX_LATE_S,
+    )
+
+
+@UNDER_LOAD
+def test_rolling_restart(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
+    """Each broker stopped cleanly in turn: leadership moves first, but a node that is the
+    active controller too (combined mode, as here) was fenced only when its session timed out
+    (9 s) in the runs at the defaults, a stall like a kill's for the messages due then."""
+    report, facts = under_load(chronos, brokers, roll(brokers), CI_RATE)
     check(
         "21-broker-rolling-restart",
-        "each of 3 brokers SIGTERMed and restarted in turn, 1,000 msg/s",
+        f"each of 3 brokers SIGTERMed and restarted in turn, {CI_RATE} msg/s, the defaults",
         report,
         facts,
-        ROLLING_P99_LATE_S,
+        p99_s=STALL_S,
+        max_s=MAX_LATE_S,
+    )
+
+
+@UNDER_LOAD
+def test_leader_killed_on_a_cluster_that_fences_fast(
+    fast_brokers: EmbeddedKafkaCluster, fast_chronos: Cluster
+) -> None:
+    """What the broker side can shorten: the same kill on a cluster that fences in 2 s (and
+    elects a controller in 0.5 s): the stall, and so the lateness, shrink with it."""
+    topics = [fast_chronos.topics.input, fast_chronos.topics.output]
+    node_id, _ = busiest_leader(fast_brokers.bootstrap, topics)
+    facts_before = roles(fast_brokers, node_id, topics)
+    report, facts = under_load(fast_chronos, fast_brokers, kill_and_return(fast_brokers, node_id))
+    check(
+        "21-broker-leader-killed-fast-fencing",
+        f"kill -9 of the broker leading {facts_before['led']} of 6 partitions on a cluster "
+        f"fencing in 2 s, down {DOWN_S:.0f} s, 1,000 msg/s",
+        report,
+        {**facts, **facts_before},
+        p99_s=FAST_STALL_S,
+        max_s=FAST_STALL_S + 4.0,
     )
 
 

@@ -15,7 +15,6 @@ from confluent_kafka import Consumer, Message
 from confluent_kafka.admin import AdminClient
 
 from chronos.embedded import create_topics
-from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 
 TEST_PARTITIONS = 3
@@ -104,13 +103,18 @@ def delete_topics(bootstrap: str, topics: Topics, timeout: float = 5.0) -> None:
             future.result(timeout=timeout)
 
 
+TEST_CONSUMER_SESSION_MS = 6000
+"""The session of the suite's own consumers (readers of the output topics, not Chronos nodes):
+a test's reader that dies leaves its group in seconds."""
+
+
 def consumer_config(bootstrap: str, group_id: str | None = None, **extra: Any) -> dict[str, Any]:
     """A consumer that reads from the beginning and joins its group quickly."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group_id or f"chronos-test-{uuid.uuid4().hex[:8]}",
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": int(DEV_SESSION_TIMEOUT_MS),
+        "session.timeout.ms": TEST_CONSUMER_SESSION_MS,
         "enable.auto.commit": False,
     }
     config.update(extra)

@@ -6,7 +6,6 @@ from typing import Any
 
 from chronos.config.settings import Secret, Settings, load
 from chronos.config.validation import validate
-from chronos.embedded.dev import DEV_SESSION_TIMEOUT_MS
 from tests.support.kafka import Topics
 
 
@@ -23,11 +22,6 @@ def make_settings(database_url: str, bootstrap: str, topics: Topics, **overrides
         "dead_letter_topic": topics.dead_letter,
         "consumer_group": f"{topics.input}-group",
         "http_port": 0,
-        "consumer_properties": {"session.timeout.ms": DEV_SESSION_TIMEOUT_MS},
     }
     values.update(overrides)
-    if values.get("group_protocol") == "consumer":  # the broker owns the session timeout
-        values["consumer_properties"] = {
-            k: v for k, v in values["consumer_properties"].items() if k != "session.timeout.ms"
-        }
     return validate(load(environ={}, **values))

@@ -121,7 +121,7 @@ def test_producer_property_flag_breaking_at_least_once_exits_2_naming_it(
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["--statement-timeout-ms", "6000"], "CHRONOS_STATEMENT_TIMEOUT_MS"),
+        (["--statement-timeout-ms", "20000"], "CHRONOS_STATEMENT_TIMEOUT_MS"),
         (["--liveness-timeout-ms", "6000"], "CHRONOS_LIVENESS_TIMEOUT_MS"),
         (["--migration-database-url", "mysql://x"], "--migration-database-url"),
         (["--database-synchronous-commit", "always"], "--database-synchronous-commit"),

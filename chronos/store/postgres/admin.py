@@ -148,10 +148,23 @@ class AdminQueries:
         )
         return [message_record(r) for r in rows]
 
+    def _recording_rows(
+        self, name: str, params: dict[str, Any], records: int
+    ) -> list[dict[str, Any]]:
+        raise NotImplementedError  # HistoryQueries: the statement, its history record too
+
     def cancel_message(
-        self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+        self,
+        message_id: str,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        *,
+        by: str | None = None,
     ) -> CancelOutcome:
-        rows = self._execute("cancel_message", {"id": message_id, "cancel_ttl_ms": cancel_ttl_ms})
+        rows = self._recording_rows(
+            "cancel_message",
+            {"id": message_id, "cancel_ttl_ms": cancel_ttl_ms, "by": by},
+            records=1,
+        )
         if not rows:
             return CancelOutcome.NOT_FOUND
         return CancelOutcome.CANCELLED if rows[0]["deleted"] else CancelOutcome.CLAIMED
@@ -202,6 +215,7 @@ class AdminQueries:
         hostname: str | None = None,
         version: str | None = None,
         fired_per_second: float | None = None,
+        fired_ago_s: float | None = None,
     ) -> None:
         self._execute(
             "heartbeat",
@@ -211,6 +225,7 @@ class AdminQueries:
                 "hostname": hostname,
                 "version": version,
                 "fired_per_second": fired_per_second,
+                "fired_ago_s": fired_ago_s,
             },
         )
 

@@ -26,6 +26,8 @@ from chronos.store import (
     TenantBacklog,
     TenantBacklogs,
 )
+from chronos.store.filters import listed_bytes
+from chronos.store.history import Ending
 from chronos.testing.memory.rows import NodeRow, StoredRow, check_uuid
 
 
@@ -193,15 +195,33 @@ class InMemoryAdmin:
             page: list[MessageRecord] = []
             running = 0
             for row in chosen[: max(0, limit)]:
-                size = len(row.key or b"") + sum(len(n) + len(v or b"") for n, v in row.headers)
+                size = listed_bytes(row.key, row.headers)
                 if max_bytes is not None and running >= max_bytes:
                     break  # the row that crossed the budget was the last one taken
                 running += size
                 page.append(dataclasses.replace(self._record(row, False), page_bytes=running))
             return page
 
+    def _ended(
+        self,
+        row: StoredRow,
+        now: datetime,
+        outcome: str,
+        *,
+        ending: Ending | None = None,
+        node: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        next_deadline: datetime | None = None,
+    ) -> None:
+        raise NotImplementedError  # InMemoryHistory's: the history record of an ended row
+
     def cancel_message(
-        self, message_id: str, cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS
+        self,
+        message_id: str,
+        cancel_ttl_ms: int = DEFAULT_CANCEL_TTL_MS,
+        *,
+        by: str | None = None,
     ) -> CancelOutcome:
         with self._lock:
             now = self._statement("cancel_message")
@@ -213,6 +233,7 @@ class InMemoryAdmin:
                 row.end_claimed()  # a claimed series: that occurrence is its last
                 return CancelOutcome.CLAIMED
             del self._rows[message_id]
+            self._ended(row, now, "cancelled", reason="admin", by=by)
             return CancelOutcome.CANCELLED
 
     def requeue_message(self, message_id: str, park_attempts: int) -> RequeueOutcome:
@@ -259,6 +280,7 @@ class InMemoryAdmin:
         hostname: str | None = None,
         version: str | None = None,
         fired_per_second: float | None = None,
+        fired_ago_s: float | None = None,
     ) -> None:
         with self._lock:
             now = self._statement("heartbeat")
@@ -270,6 +292,7 @@ class InMemoryAdmin:
                 hostname=hostname,
                 version=version,
                 fired_per_second=fired_per_second,
+                fired_at=None if fired_ago_s is None else now - timedelta(seconds=fired_ago_s),
             )
 
     def register_node(
@@ -350,6 +373,17 @@ class InMemoryAdmin:
             now = self._statement("elect_leader")
             cutoff = now - timedelta(milliseconds=window_ms)
             return lowest_id([n for n, row in self._nodes.items() if row.heartbeat_at > cutoff])
+
+    def peers_delivering(self, node_id: str, within_ms: int) -> int:
+        with self._lock:
+            now = self._statement("peers_delivering")
+            me = check_uuid(node_id, "peers_delivering")
+            cutoff = now - timedelta(milliseconds=within_ms)
+            return sum(
+                1
+                for n, row in self._nodes.items()
+                if n != me and row.fired_at is not None and row.fired_at > cutoff
+            )
 
     def reset_lapsed_claims(
         self, window_ms: int, node_id: str, limit: int

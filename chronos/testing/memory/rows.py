@@ -55,6 +55,7 @@ class NodeRow:
     hostname: str | None
     version: str | None
     fired_per_second: float | None = None
+    fired_at: datetime | None = None  # when the node last had a record delivered
 
 
 def refused(message: str) -> StoreError:

@@ -34,6 +34,20 @@ class RecoveryContract:
         assert own == {r.id for r in before_start + theirs}
         assert {s.id for s in store.find_stuck(200, 10, (me, None))} == {r.id for r in theirs}
 
+    def test_a_claim_exactly_the_hold_time_old_is_not_stuck(self, harness: Harness) -> None:
+        """The sweep's comparison is strict: a claim as old as the hold time is still its owner's;
+        any older and it is stuck. (Hold time 0: the one age a frozen database clock can put a
+        claim at exactly.)"""
+        store, dead = harness.store, node()
+        with harness.frozen() as now:
+            store.enqueue([msg("h", now + timedelta(milliseconds=100))], 0)
+            (row,) = store.claim(dead, HORIZON, 1, 5)
+            assert row.readied_at == now
+            assert store.find_stuck(0, 10) == []
+        harness.advance(1)
+        assert [s.id for s in store.find_stuck(0, 10)] == ["h"]
+        assert store.find_stuck(60_000, 10) == []
+
     def test_only_claims_older_than_the_hold_time_are_stuck(self, harness: Harness) -> None:
         store = harness.store
         dead = node()
@@ -107,6 +121,29 @@ class RecoveryContract:
         store.heartbeat(quiet, fired_per_second=3.25)
         rates = {n.node_id: n.fired_per_second for n in store.list_nodes(10.0)}
         assert rates == {fast: 0.0, quiet: 3.25}
+
+    def test_peers_delivering_are_other_nodes_that_had_a_record_delivered_lately(
+        self, harness: Harness
+    ) -> None:
+        """A node whose deliveries stall asks whether its peers deliver: other nodes (never
+        itself) whose heartbeat said they had a record delivered within the window (on the
+        database clock: the beat's now() less how long ago the node said it was)."""
+        store = harness.store
+        me, firing, idle, silent = node(), node(), node(), node()
+        store.heartbeat(me, fired_ago_s=0.0)
+        store.heartbeat(idle)  # nothing delivered yet
+        store.heartbeat(silent, fired_per_second=5.0)  # a release that does not say when
+        assert store.peers_delivering(me, 1000) == 0
+        store.heartbeat(firing, fired_ago_s=0.5)
+        assert store.peers_delivering(me, 1000) == 1
+        assert store.peers_delivering(me, 400) == 0  # delivered 0.5 s ago: not within 0.4 s
+        assert store.peers_delivering(firing, 1000) == 1  # me, not itself
+        harness.advance(600)
+        assert store.peers_delivering(me, 1000) == 0  # 1.1 s ago now
+        store.heartbeat(firing, fired_ago_s=0.2)  # beating, delivering again
+        assert store.peers_delivering(me, 1000) == 1
+        store.heartbeat(firing, fired_ago_s=3.0)  # beating, its last delivery long ago
+        assert store.peers_delivering(me, 1000) == 0
 
     def test_claims_of_a_node_whose_heartbeat_lapsed_are_taken_over(self, harness: Harness) -> None:
         store = harness.store

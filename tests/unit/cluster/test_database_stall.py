@@ -152,7 +152,7 @@ def test_after_a_stall_a_silent_peer_is_taken_over_a_window_after_it_not_at_once
 
 def test_after_a_stall_a_peers_claims_are_judged_a_hold_time_after_it() -> None:
     hold = 6000
-    c = Leader(hold_time_ms=hold)
+    c = Leader(hold_time_ms=hold, delivery_timeout_ms=3000)
     c.stall(hold + 2000)  # the peer claimed as it began: its claims are 8 s old
     assert c.recovery.run_once() == 0  # its delete may be on its way
     c.beat_until(hold - 1, peer=True)

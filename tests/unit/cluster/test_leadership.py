@@ -127,7 +127,7 @@ def test_only_the_leader_sweeps() -> None:
     dead = str(uuid.uuid4())
     c.store.enqueue([msg(f"m{i}", c.clock.now() + timedelta(hours=1)) for i in range(3)], 0)
     c.store.claim(dead, 4_000_000, 10, 10)
-    c.clock.advance(10_000)  # far past the hold time
+    c.clock.advance(25_000)  # past the hold time (20 s by default)
     c.tick(low, high)
     assert c.recovery[high].run_once() == 0
     assert len(c.store.claimed()) == 3
@@ -189,6 +189,7 @@ class SlowHeartbeatStore(InMemoryStore):
         hostname: str | None = None,
         version: str | None = None,
         fired_per_second: float | None = None,
+        fired_ago_s: float | None = None,
     ) -> None:
         self.manual.advance(self.delay_ms)
         super().heartbeat(
@@ -197,6 +198,7 @@ class SlowHeartbeatStore(InMemoryStore):
             hostname=hostname,
             version=version,
             fired_per_second=fired_per_second,
+            fired_ago_s=fired_ago_s,
         )
 
 
@@ -243,6 +245,7 @@ def test_past_its_lease_the_firing_loop_fires_nothing_and_gives_back_what_it_hol
     with caplog.at_level(logging.WARNING, logger="chronos.firing.loop"):
         f.tick(1)  # the lease ends
     assert f.store.claimed() == []  # given back
+    assert f.loop.held_bytes == 0  # and out of the byte budget (it once kept them: a leak)
     events = {getattr(r, "event", None): r for r in caplog.records}
     assert {"lease_lapsed", "claim_expired"} <= set(events)
     assert events["claim_expired"].getMessage().startswith("1 claims expired before firing")

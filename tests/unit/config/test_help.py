@@ -9,6 +9,7 @@ import argparse
 import json
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_server_commands_show_their_own_settings(capsys: pytest.CaptureFixture[s
     for name in cli.RUN_SHOWN:
         assert ("--" + name.replace("_", "-")) in run, name
     assert "--log-format {text,json}" in run  # the allowed values, not LOG_FORMAT
-    assert "(default: 5000; env CHRONOS_HOLD_TIME_MS)" in " ".join(run.split())
+    assert "(default: 20000; env CHRONOS_HOLD_TIME_MS)" in " ".join(run.split())
     for group in ("Kafka", "Postgres", "timing", "flow", "admin API and HTTP", "observability"):
         assert f"\n{group} settings:" in run, group
     migrate = help_of(["migrate", "--help"], capsys)
@@ -141,7 +142,8 @@ def test_the_settings_listing_as_json(capsys: pytest.CaptureFixture[str]) -> Non
     for option in OPTIONS:
         entry = by_env[option.env]
         assert entry["flag"] == option.flag and entry["group"] in flags.GROUPS
-        assert entry["default"] == option.default and entry["help"] == option.help
+        default = str(option.default) if isinstance(option.default, timedelta) else option.default
+        assert entry["default"] == default and entry["help"] == option.help
         assert entry["choices"] == (list(option.choices) if option.choices else None)
     assert [p["env_prefix"] for p in listed["passthrough"]] == list(
         KAFKA_PASSTHROUGH_PREFIXES.values()

@@ -56,7 +56,12 @@ def test_every_option_has_an_env_var_and_a_flag_named_after_it() -> None:
 def test_the_design_knobs_exist_with_their_defaults() -> None:
     defaults = _valid()
     assert defaults.timing_advance_ms == 50
-    assert defaults.hold_time_ms == 5000
+    # Above lookahead + delivery timeout (15 s: a broker's death at Kafka's default fencing is
+    # ridden out, not timed out) + poll interval; a dead node is taken over after the liveness
+    # window, not the hold time.
+    assert defaults.hold_time_ms == 20000
+    assert defaults.delivery_timeout_ms == 15000
+    assert defaults.liveness_window_ms == 5000
     assert defaults.poll_interval_ms == 100
     assert defaults.failure_detection_interval_ms == 500
     for name in ("database_url", "kafka_bootstrap_servers", "input_topic", "output_topic"):

@@ -51,7 +51,9 @@ def test_node_settings_give_each_node_its_port_id_and_the_stack() -> None:
     assert all(n.kafka_bootstrap_servers == "h:2" for n in nodes)
     assert nodes[0].database_url.reveal() == "postgresql://u@h:1/d"
     env = settings.as_environment(nodes[0])
-    assert env["CHRONOS_CONSUMER__SESSION_TIMEOUT_MS"] == dev.DEV_SESSION_TIMEOUT_MS
+    # The consumer session is Chronos's own default (one that outlasts a broker's death at
+    # Kafka's default fencing), not a shorter one of the development stack's.
+    assert "CHRONOS_CONSUMER__SESSION_TIMEOUT_MS" not in env
     assert env["CHRONOS_HTTP_PORT"] == "8080"
 
 
@@ -172,3 +174,22 @@ def test_node_settings_relay_the_scheduled_instant_for_tail() -> None:
     assert dev.node_settings(chosen, url, "h:2", 0, 8080).relay_deadline_header == "firedFor"
     with_id = settings.load(environ={"CHRONOS_RELAY_ID_HEADER": "mid"})
     assert dev.node_settings(with_id, url, "h:2", 0, 8080).relay_deadline_header == ""
+
+
+def test_node_settings_on_tansu_shorten_the_session_unless_the_user_chose_one() -> None:
+    """tansu makes a join wait half the session: 10 s at Chronos's 20 s; one broker, no death to
+    outlast, so its nodes get the short one."""
+    base = settings.load(environ={})
+
+    node = dev.node_settings(base, "postgresql://u@h:1/d", "h:2", 0, 8080, broker="tansu")
+    chosen = dev.node_settings(
+        settings.load(environ={"CHRONOS_CONSUMER__SESSION_TIMEOUT_MS": "10000"}),
+        "postgresql://u@h:1/d",
+        "h:2",
+        0,
+        8080,
+        broker="tansu",
+    )
+
+    assert node.consumer_properties["session.timeout.ms"] == dev.TANSU_SESSION_TIMEOUT_MS
+    assert chosen.consumer_properties["session.timeout.ms"] == "10000"

@@ -208,6 +208,10 @@ def test_the_broker_settings_suit_a_small_machine(tmp_path: Path) -> None:
     assert props["offsets.topic.replication.factor"] == "1"
     assert props["offsets.topic.num.partitions"] == "1"
     assert props["group.initial.rebalance.delay.ms"] == "0"
+    # A dead broker is fenced at Kafka's defaults (9 s, heartbeats every 2 s), as users' clusters
+    # do: `chronos dev --brokers 3` and the suite show what a broker's death costs there.
+    assert "broker.session.timeout.ms" not in props
+    assert "broker.heartbeat.interval.ms" not in props
     assert props["log.dirs"] == str(tmp_path / "data")
     assert any(o.startswith("-Xmx") for o in kafka_config.JVM_OPTIONS)
 

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from chronos.firing.loop import FiringLoop
 from chronos.kafka import is_permanent
+from chronos.kafka.clients import DELIVERY_TIMED_OUT
 from chronos.protocol import DEAD_LETTER_REASON_HEADER, DEAD_LETTER_SOURCE_HEADER
 from chronos.store import ClaimedRow, Outcome
 from chronos.testing import FakePublisher, InMemoryStore, ManualClock, unfenced
@@ -89,7 +90,7 @@ def test_transient_failure_gives_the_row_back_without_counting_an_attempt() -> N
     row = f.store.get("t")
     assert row is not None
     assert (row.readied_at, row.attempts) == (None, 0)
-    assert row.last_error is not None and "timed out" in row.last_error.lower()
+    assert row.last_error is not None and row.last_error.startswith(DELIVERY_TIMED_OUT)
     f.publisher.auto = True
     f.run_for(2000, step_ms=10)  # claiming backs off a little, then it is fired again
     assert [r.status for r in f.publisher.records] == ["failed", "delivered"]

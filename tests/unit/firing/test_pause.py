@@ -56,7 +56,9 @@ def test_a_paused_tenant_waits_and_fires_on_resume_while_others_fire() -> None:
 
 
 def test_a_message_claimed_ahead_is_given_back_when_its_topic_is_paused() -> None:
-    firing = Firing.create(dead_letter_topic=DLT, lookahead_ms=3000, hold_time_ms=10_000)
+    firing = Firing.create(
+        dead_letter_topic=DLT, lookahead_ms=3000, hold_time_ms=10_000, delivery_timeout_ms=3000
+    )
     firing.store.enqueue([_msg("t1", firing, 2500, topic="t"), _msg("o1", firing, 2500)], 0)
     firing.run_for(300, step_ms=5)
     assert {r.id for r in firing.store.claimed()} == {"t1", "o1"}  # claimed ahead

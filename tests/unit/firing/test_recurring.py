@@ -283,8 +283,8 @@ def test_a_claimed_batch_of_series_a_year_behind_is_timed_well_within_the_hold_t
 
 
 def test_once_a_batch_spent_its_counting_budget_its_series_estimate_their_skips() -> None:
-    config = settings()
-    # Every look at the clock is 0.3 s later: the budget (2% of the 5 s hold time) is spent
+    config = settings(hold_time_ms=5000, delivery_timeout_ms=3000)
+    # Every look at the clock is 0.3 s later: the budget (2% of a 5 s hold time) is spent
     # after the first series.
     ticks = itertools.count(start=0.0, step=0.3)
     dispatcher = Dispatcher(

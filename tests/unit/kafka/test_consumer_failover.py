@@ -1,5 +1,6 @@
-"""Consumer-group defaults for fast input failover (a dead node once silenced its input for a
-minute at librdkafka's 45 s session timeout)."""
+"""Consumer-group defaults: a dead node's input moves within the session (20 s, against
+librdkafka's 45 s), a session that outlasts the group coordinator's move when a broker dies at
+Kafka's default fencing (9 s, and the election when it was the controller too)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from chronos.kafka import consumer_config
 from tests.unit.helpers import settings
 
 
-def test_defaults_move_a_dead_nodes_partitions_in_seconds() -> None:
+def test_defaults_outlast_a_brokers_fencing_and_move_a_dead_nodes_partitions_in_seconds() -> None:
     conf = consumer_config(settings())
-    assert conf["session.timeout.ms"] == 6000
+    assert 9000 + 5000 <= conf["session.timeout.ms"] <= 20000
     assert conf["heartbeat.interval.ms"] * 3 <= conf["session.timeout.ms"]
     assert conf["partition.assignment.strategy"] == "cooperative-sticky"
     assert "group.instance.id" not in conf
     assert "group.protocol" not in conf
+    # While the coordinator is down librdkafka asks for the new one every tenth of this: well
+    # within the session (it waited a minute by default, and the session ended first).
+    assert conf["coordinator.query.interval.ms"] / 10 <= 1000
 
 
 def test_every_default_can_be_overridden_by_a_pass_through_property() -> None:

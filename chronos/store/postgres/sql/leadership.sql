@@ -8,14 +8,16 @@
 
 -- name: heartbeat
 -- A node announces it is alive (insert on its first beat, then move heartbeat_at to now()),
--- with its fire rate over its last heartbeat interval (null: none to report).
+-- with its fire rate over its last heartbeat interval (null: none to report) and when it last
+-- had a record delivered, `fired_ago_s` seconds before now() (null: not yet).
 INSERT INTO chronos_nodes (node_id, started_at, heartbeat_at, hostname, version,
-                           fired_per_second)
+                           fired_per_second, fired_at)
 VALUES (%(node_id)s::uuid, coalesce(%(started_at)s::timestamptz, now()), now(),
-        %(hostname)s, %(version)s, %(fired_per_second)s::double precision)
+        %(hostname)s, %(version)s, %(fired_per_second)s::double precision,
+        now() - make_interval(secs => %(fired_ago_s)s::double precision))
 ON CONFLICT (node_id) DO UPDATE
 SET heartbeat_at = now(), hostname = EXCLUDED.hostname, version = EXCLUDED.version,
-    fired_per_second = EXCLUDED.fired_per_second;
+    fired_per_second = EXCLUDED.fired_per_second, fired_at = EXCLUDED.fired_at;
 
 -- name: register_node
 -- A node process starts: take its node id unless a live node holds it (heartbeat within
@@ -90,3 +92,12 @@ FROM chronos_nodes
 WHERE heartbeat_at > now() - make_interval(secs => %(window_ms)s / 1000.0)
 ORDER BY node_id
 LIMIT 1;
+
+-- name: peers_delivering
+-- How many other nodes had a record delivered within the last `within_ms` (database clock, as
+-- their heartbeats said). A node whose own deliveries stall asks: its peers delivering mean it
+-- alone is cut off from Kafka; none delivering, the cluster's writes stall (a broker's death).
+SELECT count(*)::int AS peers
+FROM chronos_nodes
+WHERE node_id <> %(node_id)s::uuid
+  AND fired_at > now() - make_interval(secs => %(within_ms)s / 1000.0);
