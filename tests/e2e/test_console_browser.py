@@ -124,7 +124,14 @@ def test_console_finds_a_message_and_cancels_it(
         wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "waiting"), "3"))
         browser.save_screenshot(str(ARTIFACTS / "console-cancelled.png"))
 
-        # Looking it up again: the API's 404, shown in the page.
+        # Looking it up again: the history says how it ended (cancelled, through the API).
+        browser.find_element(By.ID, "lookup").click()
+        wait.until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "message-summary"), "cancel")
+        )
+        # An id never scheduled: the API's 404, shown in the page.
+        browser.find_element(By.ID, "lookup-id").clear()
+        browser.find_element(By.ID, "lookup-id").send_keys(f"never-{uuid.uuid4().hex[:8]}")
         browser.find_element(By.ID, "lookup").click()
         wait.until(
             expected_conditions.text_to_be_present_in_element((By.ID, "message-note"), "404")

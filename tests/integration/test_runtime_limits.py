@@ -51,6 +51,7 @@ def test_one_megabyte_values_never_make_a_node_hold_more_than_its_byte_budget(
         topics,
         max_in_flight_bytes=budget,
         lookahead_ms=20000,  # every row is claimable at once: only the budget holds claims back
+        delivery_timeout_ms=3000,  # with lookahead and poll below the hold time
         hold_time_ms=30000,
     )
     store = PostgresStore(migrated_database_url)

@@ -30,7 +30,11 @@ def _run(bootstrap: str, out: Path, *extra: str) -> subprocess.CompletedProcess[
     )
 
 
+# Its relay fires from a thread of this process at deadline - 50 ms and the lateness bounds are
+# the relay's own: a busy machine (the other worker's broker scenario, a Spark job) starved it
+# past them twice in CI (p50 1.1 s). It runs with the machine to itself.
 @pytest.mark.integration
+@pytest.mark.exclusive
 def test_run_with_echo_relay(lt_broker: str, spark: Any, tmp_path: Path) -> None:
     ensure_topics(lt_broker, TOPICS, create_partitions=3)
     relay = EchoRelay(
