@@ -20,7 +20,14 @@ Pass (both):
   ``MAX_WARNINGS`` WARNING-or-worse lines in all while it lasts (not two a second per loop);
   ``chronos_dependency_up{dependency=...}`` reads 0 during the outage and 1 after;
 * lost 0, nothing early, and what came due during the outage fires within
-  ``RECOVERY_BOUND_S`` of the return;
+  ``RECOVERY_BOUND_S`` of the return; the broker frozen longer than the consumer session,
+  within ``input_failover_s`` (``tests/fault/bounds.py``): every node's session ended during
+  the freeze and the nodes join again as new members, and the resumed broker first reads the
+  heartbeats queued in its sockets during the freeze, so the members they name (the abandoned
+  ones) are expired only a session later: the classic group protocol's join waits for them
+  (measured: every node's JoinGroup answered 20.0 s after it was sent, one session; in other
+  runs the broker expired them at once and the late node was assigned a second after the
+  return);
 * copies: Postgres away, at most the rows claimed when it went; the broker frozen, only of rows
   claimed while it was (what was produced into it is appended when it resumes, after the rows
   were given back; ``tests/fault/bounds.py``, ``ClaimWatch``), no more copies than those rows.
@@ -44,7 +51,7 @@ from typing import Any
 import pytest
 
 from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
-from tests.fault.bounds import ClaimWatch, copies_outside
+from tests.fault.bounds import ClaimWatch, copies_outside, input_failover_s, session_s
 from tests.support import Topics
 from tests.support.checker import Load, Report, ScenarioResult, expectations, record_result
 from tests.support.cluster import Cluster, NodeProcess
@@ -192,7 +199,9 @@ def run_outage(
     )
 
 
-def check_outage(name: str, fault: str, out: Outcome, cluster: Cluster) -> None:
+def check_outage(
+    name: str, fault: str, out: Outcome, cluster: Cluster, recovery_bound_s: float
+) -> None:
     report = out.report
     record_result(
         ScenarioResult.of(
@@ -232,8 +241,9 @@ def check_outage(name: str, fault: str, out: Outcome, cluster: Cluster) -> None:
     assert all(v == 1 for v in out.gauges_up.values()), f"gauge after: {out.gauges_up}"
     assert report.lost == [] and report.misrouted == [], report.summary()
     assert report.early == {}, report.summary()
-    assert out.recovery is not None and out.recovery <= RECOVERY_BOUND_S, (
-        f"what came due during the outage fired {out.recovery} s after the return"
+    assert out.recovery is not None and out.recovery <= recovery_bound_s, (
+        f"what came due during the outage fired {out.recovery} s after the return "
+        f"(bound {recovery_bound_s:.1f} s)"
     )
 
 
@@ -257,6 +267,7 @@ def test_postgres_away_longer_than_the_liveness_timeout(
         f"Postgres stopped {OUTAGE_S:.0f} s (> liveness timeout), a node started meanwhile",
         info,
         cluster,
+        RECOVERY_BOUND_S,
     )
     assert info.report.duplicates <= info.claimed, info.report.summary()
 
@@ -268,6 +279,9 @@ def test_broker_frozen_longer_than_the_liveness_timeout(
     embedded_broker: EmbeddedKafka,
 ) -> None:
     cluster = make_cluster()
+    bound = RECOVERY_BOUND_S  # a freeze shorter than the session keeps every member
+    if session_s(cluster.settings()) < OUTAGE_S:
+        bound = max(bound, input_failover_s(cluster.settings()))
     pid = embedded_broker.pid
     assert pid is not None
     info = run_outage(
@@ -283,6 +297,7 @@ def test_broker_frozen_longer_than_the_liveness_timeout(
         f"broker SIGSTOPped {OUTAGE_S:.0f} s (> liveness timeout), a node started meanwhile",
         info,
         cluster,
+        bound,
     )
     outside = copies_outside(info.report, info.claimed_during)
     assert not outside, f"{len(outside)} copies of rows not claimed while the broker was frozen"
