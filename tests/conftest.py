@@ -19,10 +19,15 @@ from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
 from tests.support.machine import machine_share
 from tests.support.tls import SecuredBroker, pki_or_skip, secured_broker
+from tests.support.worker_time import WorkerTime
 
 # ------------------------------------------------------------------------------- workers
 
 FAULT_GROUP = "fault"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(WorkerTime(), "chronos-worker-time")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

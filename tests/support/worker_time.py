@@ -1,0 +1,37 @@
+"""The suite's time per worker and tier, printed at the end of a run: the fault scenarios share
+one worker (``tests/conftest.py``), so that worker's total is the suite's floor, and an
+``exclusive`` test costs its time on both. Without it a full run's only timing is the slowest
+thirty tests, which cannot tell which worker bounds the wall clock."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+
+class WorkerTime:
+    def __init__(self) -> None:
+        # worker -> tier -> seconds (setup + call + teardown)
+        self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node: Any = getattr(report, "node", None)  # the xdist worker that ran it, if any
+        worker = str(getattr(getattr(node, "gateway", None), "id", "main"))
+        tier = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"
+        self.seconds[worker][tier] += report.duration
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.seconds:
+            return
+        terminalreporter.section("time per worker")
+        for worker, tiers in sorted(self.seconds.items()):
+            parts = ", ".join(f"{t} {s:.0f} s" for t, s in sorted(tiers.items(), key=_slowest))
+            terminalreporter.write_line(f"{worker}: {sum(tiers.values()):.0f} s ({parts})")
+
+
+def _slowest(item: tuple[str, float]) -> float:
+    return -item[1]
