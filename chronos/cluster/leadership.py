@@ -21,7 +21,12 @@ firing before its peers may call it dead. Its *lease* ends ``window - FENCE_MARG
 the database's ``now()`` of that statement, which is never earlier than the moment it was sent,
 so the lease ends at least ``FENCE_MARGIN_S`` before the leader can see the heartbeat lapsed,
 however long the statement itself took. Past its lease a node fires nothing, claims nothing and
-gives back what it holds; it is never the leader.
+gives back what it holds; it is never the leader. A lease renewed only after it had ended (the
+process paused past it, say) does not restore the right to fire by itself: the peers may have
+taken the node's claims over meanwhile, and the timers it still holds are theirs now. It fires
+again once its firing loop has given back everything it held (``given_back``): otherwise the
+heartbeat renewed on resume could reach the lease before the firing loop saw it end, and the
+stale timers would fire beside the peers' copies.
 
 A stall of the database is not a peer's death. When every node's statements hang together (a
 commit stall: an fsync that takes seconds, a synchronous standby gone), every heartbeat and every
@@ -75,6 +80,7 @@ class Leadership:
         self.monotonic = monotonic
         self._lock = threading.Lock()
         self._lease_until = float("-inf")  # monotonic; nothing may fire before the first beat
+        self._lapsed = False  # the lease ended and what was held is not given back yet
         self._leader = False
         self._stalls: deque[tuple[float, float]] = deque(maxlen=STALLS_KEPT)  # (from, to), sorted
         self._failing_since: float | None = None  # a statement failed and none succeeded since
@@ -84,17 +90,33 @@ class Leadership:
     def renew(self, sent_at: float) -> None:
         """A heartbeat sent at ``sent_at`` (monotonic, taken *before* the statement) succeeded."""
         self.answered(sent_at)
+        now = self.monotonic()
         with self._lock:
+            if self._lease_until != float("-inf") and now >= self._lease_until:
+                self._lapsed = True  # renewed after it ended: see the module's docstring
             self._lease_until = max(self._lease_until, sent_at + self.window_s - self.margin_s)
 
     def lease_until(self) -> float:
         with self._lock:
             return self._lease_until
 
-    def may_fire(self, now: float | None = None) -> bool:
-        """Whether this node may claim and fire: its lease has not ended."""
+    def holds_lease(self, now: float | None = None) -> bool:
+        """Whether this node's lease runs (it may lead), whether or not it may fire yet."""
         at = self.monotonic() if now is None else now
         return at < self.lease_until()
+
+    def may_fire(self, now: float | None = None) -> bool:
+        """Whether this node may claim and fire: its lease has not ended, and if it ended once,
+        the firing loop has given back what it held since."""
+        at = self.monotonic() if now is None else now
+        with self._lock:
+            return at < self._lease_until and not self._lapsed
+
+    def given_back(self) -> None:
+        """The firing loop gave back everything it held after the lease ended: it may fire again
+        (as long as the lease runs)."""
+        with self._lock:
+            self._lapsed = False
 
     # -- stalls of the database, as this node saw them ----------------------------------------
 
@@ -154,7 +176,7 @@ class Leadership:
 
     def elected(self, leader: str | None) -> bool:
         """Record the outcome of an election (the lowest live node id, or None if unknown)."""
-        leads = leader == self.node_id and self.may_fire()
+        leads = leader == self.node_id and self.holds_lease()
         with self._lock:
             changed, self._leader = leads != self._leader, leads
         metrics.LEADER.set(1 if leads else 0)
@@ -178,7 +200,7 @@ class Leadership:
         """Whether this node leads now (its lease has not ended since it was elected)."""
         with self._lock:
             leader = self._leader
-        return leader and self.may_fire()
+        return leader and self.holds_lease()
 
 
 def lowest_id(node_ids: list[str]) -> str | None:

@@ -143,6 +143,8 @@ class FiringLoop(Outcomes, Loop):
         now = self.monotonic()
         if not self.leadership.may_fire(now):
             self.fence(now)
+            if self.leadership.holds_lease(now):  # renewed: what was held is given back now
+                self.unfence(now)
         elif self.fenced:
             self.unfence(now)
         else:
@@ -222,7 +224,8 @@ class FiringLoop(Outcomes, Loop):
 
     def unfence(self, now: float) -> None:
         """The lease is back: give back what the table still has claimed by this node (rows a
-        failed release left behind), then claim again."""
+        failed release left behind, rows its peers have not taken over yet), then tell the
+        lease it may fire again and claim again."""
         self.next_claim_at = now + self.settings.poll_interval_ms / 1000
         self.finish(force=True)  # delete what was delivered first: it must not fire again
         try:
@@ -232,6 +235,7 @@ class FiringLoop(Outcomes, Loop):
             log.log(exc.log_level, "release after the lease ended failed: %s", exc)
             return
         self.fenced = False
+        self.leadership.given_back()
         log.info(
             "node %s renewed its heartbeat: firing again (%d stale claims given back)",
             self.node_id,

@@ -84,10 +84,11 @@ def test_paused_node_with_a_real_peer(
     paused = cluster.start("paused")
     peer = cluster.start("peer")
     cluster.wait_ready()
-    # Past the hold time (its claims' timers expire: given back, not fired). A shorter pause,
-    # past the liveness window only, races: the heartbeat renewed on resume can reach the lease
-    # before the firing loop sees it lapsed, and the stale timers fire (one full run of two).
-    pause_s = 2 * cluster.overrides["hold_time_ms"] / 1000
+    # Past the liveness window (its peer takes its claims over), not the hold time: on resume
+    # the heartbeat thread renews the lease before the firing threads run, and the timers it
+    # held must still not fire (they did, in one full run of two, before a lease renewed after
+    # it ended waited for the firing loop to give them back: chronos.cluster.leadership).
+    pause_s = 2 * cluster.overrides["liveness_window_ms"] / 1000
 
     first = [due_in(2 + i / 200) for i in range(800)]  # 2..6 s, 200 per second
     send(kafka_bootstrap, topics.input, first)

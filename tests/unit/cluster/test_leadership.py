@@ -257,6 +257,43 @@ def test_past_its_lease_the_firing_loop_fires_nothing_and_gives_back_what_it_hol
     assert [r.value for r in f.publisher.delivered()] == [b"early", b"late"]
 
 
+def test_a_lease_renewed_after_it_ended_fires_nothing_it_held_before_giving_it_back() -> None:
+    """The process paused past its lease (and past the liveness window: a peer took its claims
+    over), then resumed: the heartbeat thread renews the lease before the firing threads run.
+    The timers held since are the peers' now; none fires, all are given back, and the node
+    fires again only after that."""
+    clock = ManualClock()
+    node_id = ids(1)[0]
+    lead = Leadership(node_id, WINDOW, monotonic=clock.monotonic)
+    f = Firing.create(clock=clock, leadership=lead, node_id=node_id)
+    lead.renew(clock.monotonic())
+    f.store.enqueue([msg("m", clock.now() + timedelta(milliseconds=800))], 0)
+    f.run_for(100)
+    assert [r.id for r in f.store.claimed()] == ["m"]  # its timer waits in the dispatcher
+    clock.advance(WINDOW + 2000)  # paused: no thread ran; the lease ended long ago
+    lead.renew(clock.monotonic())  # on resume the heartbeat thread renews first
+    assert lead.holds_lease() and not lead.may_fire()
+    f.loop.dispatcher.fire_due()  # the dispatcher wakes before the loop: "m" is due
+    assert f.publisher.produced() == []
+    f.tick()  # the loop: gives back what it held, then may fire again
+    assert f.publisher.produced() == []
+    assert f.store.claimed() == []  # "m" is given back (here no peer took it: it is unclaimed)
+    assert lead.may_fire()
+    f.run_for(200)
+    assert len(f.publisher.delivered()) == 1  # claimed again, fired once
+
+
+def test_a_lease_renewed_in_time_is_no_lapse() -> None:
+    clock = ManualClock()
+    lead = Leadership(ids(1)[0], WINDOW, monotonic=clock.monotonic)
+    assert not lead.may_fire()  # before the first heartbeat
+    lead.renew(clock.monotonic())
+    assert lead.may_fire()  # the first heartbeat is no renewal after a lapse
+    clock.advance(WINDOW - FENCE_MARGIN_S * 1000 - 1)
+    lead.renew(clock.monotonic())
+    assert lead.may_fire()
+
+
 def test_the_dispatcher_fires_no_timer_past_the_lease() -> None:
     clock = ManualClock()
     node_id = ids(1)[0]
