@@ -7,14 +7,16 @@ One iteration handles one consumed batch:
    published directly, bypassing the table, as the design says;
    The statement runs on a thread of its own while the next batch is consumed and parsed (one
    statement at a time, in consumed order: a batch's actions see every batch before it stored);
-3. produce the direct publishes and dead letters, and go on consuming: their delivery reports
-   are collected while the next batches are parsed and enqueued (a batch of late messages costs
-   the loop no round trip to the broker, so intake does not slow down exactly when its input is
-   late);
+3. produce the direct publishes and dead letters (``lapsed``: a message past its expiry is
+   never published late), and go on consuming: their delivery reports are collected while the
+   next batches are parsed and enqueued (a batch of late messages costs the loop no round trip to
+   the broker, so intake does not slow down exactly when its input is late);
 4. store a batch's offsets only once every record it published is confirmed, and in consumed
    order (a batch's offsets wait for the batches before it). The consumer commits them in the
    background and synchronously at shutdown; a crash before step 4 replays the batch:
-   at-least-once, and idempotent on the message id.
+   at-least-once, and idempotent on the message id. Then the history records of what it ended
+   without storing it are written (``history``: one store call per settle pass, on the enqueue
+   thread).
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from chronos.config.policy import expiry_limit_ms, expiry_limit_text, refused_topics
+from chronos.config.policy import refused_topics
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, report
 from chronos.intake.gaps import OffsetGaps
+from chronos.intake.history import ArrivalHistory, refused_record
+from chronos.intake.lapsed import on_arrival
 from chronos.intake.quarantine import HeaderProbe
 from chronos.intake.records import Pending, Prepared, position
 from chronos.intake.resume import resume_after_durable
@@ -50,19 +54,10 @@ from chronos.kafka.consumer_lag import record_consumer_stats
 from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA
 from chronos.observability.logs import Throttle
-from chronos.protocol import (
-    Headers,
-    Rejection,
-    ScheduledMessage,
-    dead_letter_headers,
-    parse_record,
-    relay_headers,
-    scheduled_headers,
-    topic_policy,
-)
+from chronos.protocol import Headers, Rejection, ScheduledMessage, parse_record, topic_policy
 from chronos.runtime.faults import fault_point
 from chronos.runtime.loop import Backoff, Loop
-from chronos.store import Outcome, Store
+from chronos.store import EndedOnArrival, Outcome, Store
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +90,11 @@ class IntakeLoop(Loop):
             timedelta(milliseconds=settings.max_lateness_ms) if settings.max_lateness_ms else None
         )
         self.assigned: set[tuple[str, int]] = set()
-        self.settlement = Settlement(settings, publisher, self.wait)
+        # The enqueue statement's thread (and so its own database connection): one at a time;
+        # the history records of what intake ends without storing it are written there too.
+        self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
+        self.history = ArrivalHistory(settings, store, self.enqueuer)
+        self.settlement = Settlement(settings, publisher, self.wait, self.history.write)
         self.audit, self.node = audit_trail(settings, publisher), settings.node_id
         self.clock_offset = timedelta(0)
         self.clock_synced_at: float | None = None
@@ -106,8 +105,6 @@ class IntakeLoop(Loop):
             settings.allowed_topics,
             refused=refused_topics(settings),
         )
-        # The enqueue statement's thread (and so its own database connection): one at a time.
-        self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
         self.in_flight: Prepared | None = None  # the batch whose statement is under way
         self.consume_errors, self.commit_failures = Throttle(), Throttle()  # a line a minute
 
@@ -144,8 +141,8 @@ class IntakeLoop(Loop):
 
     def _close(self, consumer: Consumer) -> None:
         self.finish_in_flight(consumer)
-        self.enqueuer.shutdown(wait=True)
         self.settle(consumer, block=True)  # stopping: a batch still unconfirmed is replayed
+        self.enqueuer.shutdown(wait=True)  # after the history records that settled
         try:
             consumer.commit(asynchronous=False)
         except KafkaException as exc:
@@ -349,6 +346,7 @@ class IntakeLoop(Loop):
         valid, sources = prepared.folded.messages, prepared.folded.sources
         pending, offsets = prepared.pending, prepared.offsets
         consumed, duplicates = prepared.consumed, prepared.duplicates
+        dropped: list[EndedOnArrival] = []  # history records of what it ends unpublished
         if valid:
             metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
             enqueued = 0
@@ -357,36 +355,24 @@ class IntakeLoop(Loop):
                     rejection = Rejection("database_refused", outcome)
                     record, headers = source
                     dl = dead_letter(self.settings, record, headers, rejection, position(source))
+                    ended = refused_record(message) if self.history.on else None
                     if dl is not None:
+                        dl.ended = ended
                         pending.append(dl)
+                    elif ended is not None:
+                        dropped.append(ended)
                 elif outcome is Outcome.INSERTED:
                     enqueued += 1
                 elif outcome in ACTION_OUTCOMES:
                     continue  # counted and logged by report()
                 elif outcome is Outcome.FIRE_NOW:
-                    record = source[0]
-                    stale, expired = self._stale(message, record)
-                    if stale:
-                        if expired is not None:
-                            pending.append(expired)
-                        continue
-                    pending.append(
-                        Pending(
-                            message.target_topic or self.settings.output_topic,
-                            message.key,
-                            message.value,
-                            relay_headers(
-                                message.headers,
-                                message.id,
-                                message.deadline,
-                                self.settings.relay_id_header,
-                                self.settings.relay_deadline_header,
-                            ),
-                            "direct",
-                            source=position(source),
-                            message=message,
-                        )
+                    publish, ended = on_arrival(
+                        self.settings, message, source[0], self.database_now
                     )
+                    if publish is not None:
+                        pending.append(publish)
+                    elif ended is not None:
+                        dropped.append(ended)
                 else:
                     duplicates += 1
             metrics.ENQUEUED.inc(enqueued)
@@ -397,55 +383,7 @@ class IntakeLoop(Loop):
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
 
-        self.settlement.add(consumer, pending, offsets)
-
-    def _stale(self, message: ScheduledMessage, record: Message) -> tuple[bool, Pending | None]:
-        """Whether a record that arrives already due is past CHRONOS_MAX_LATENESS_MS (then it is
-        never published late), and its dead letter (reason "expired"; None when it is dropped,
-        counted and logged)."""
-        own = message.expires_ms
-        limit_ms = expiry_limit_ms(own, self.settings)
-        if limit_ms is None:
-            return False, None
-        late = self.database_now(needed=own is not None) - message.deadline
-        if late <= timedelta(milliseconds=limit_ms):
-            return False, None
-        where = f"{record.topic()}/{record.partition()}/{record.offset()}"
-        limit = expiry_limit_text(own, self.settings)
-        reason = (
-            f"expired: due {late.total_seconds() * 1000:.0f} ms before it arrived, later than "
-            f"{limit}"
-        )
-        if self.settings.expired_action == "dead-letter" and self.settings.dead_letter_topic:
-            log.warning(
-                "record %s (%s) dead-lettered: %s",
-                message.id,
-                where,
-                reason,
-                extra={"event": "dead_lettered", "reason": "expired", "source": where},
-            )
-            headers = cast(Headers | None, record.headers())
-            # With what a replay needs to schedule it again (fired at once, to its topic).
-            scheduled = scheduled_headers(
-                message.id, message.deadline, message.target_topic, message.tenant
-            )
-            return True, Pending(
-                self.settings.dead_letter_topic,
-                record.key(),
-                record.value(),
-                dead_letter_headers(headers, reason, where, "expired", scheduled),
-                "dead_letter:expired",
-                source=where,
-            )
-        metrics.DROPPED.labels("expired").inc()
-        log.warning(
-            "record %s (%s) dropped: %s",
-            message.id,
-            where,
-            reason,
-            extra={"event": "dropped", "reason": "expired", "source": where},
-        )
-        return True, None
+        self.settlement.add(consumer, pending, offsets, dropped)
 
     def settle(self, consumer: Consumer | None, *, block: bool) -> bool:
         """Store the offsets of the oldest batches whose publishes are all confirmed (see

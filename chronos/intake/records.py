@@ -1,5 +1,6 @@
 """What intake publishes itself (lapsed messages, dead letters) and the consumed batches waiting
-for those publishes to be confirmed (chronos.intake.loop)."""
+for those publishes to be confirmed (chronos.intake.loop), with the history records the
+confirmed ones leave (chronos.intake.history)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
+from chronos.kafka import Publisher
 from chronos.protocol import DEAD_LETTER_REDUCED_HEADER, Headers, ScheduledMessage
+from chronos.store import EndedOnArrival
 
 
 def position(source: tuple[Message, Any]) -> str:
@@ -33,6 +36,29 @@ class Pending:
     refusals: int = 0  # permanent refusals so far
     source: str = ""  # topic/partition/offset of the input record
     message: ScheduledMessage | None = None  # a direct publish's message (for its dead letter)
+    # Its message's history record once it is delivered (None: none), completed then with the
+    # topic, partition and offset; ``attempt`` counts the publishes before this record's (a
+    # direct publish refused for good, then dead-lettered), its own refusals are added.
+    ended: EndedOnArrival | None = None
+    position: tuple[int, int] | None = None  # the delivered record's (partition, offset)
+
+
+def delivered_record(item: Pending) -> EndedOnArrival | None:
+    """The history record of a delivered ``item`` (None: it carries none)."""
+    ended = item.ended
+    if ended is None or item.position is None:
+        return None
+    partition, offset = item.position
+    ending = ended.ending._replace(topic=item.topic, partition=partition, offset=offset)
+    return ended._replace(ending=ending, attempt=(ended.attempt or 0) + item.refusals + 1)
+
+
+def carried(item: Pending) -> EndedOnArrival | None:
+    """``item``'s history record, for the publish that replaces it (after its attempts)."""
+    ended = item.ended
+    if ended is None:
+        return None
+    return ended._replace(attempt=(ended.attempt or 0) + item.refusals)
 
 
 @dataclass(slots=True)
@@ -43,6 +69,7 @@ class Unsettled:
     offsets: dict[tuple[str, int], int]
     produced_at: float  # monotonic
     give_up_at: float  # monotonic: dead letters refused past this are parked
+    dropped: list[EndedOnArrival] = field(default_factory=list)  # history of its drops
 
 
 @dataclass(slots=True)
@@ -88,13 +115,23 @@ def reduced(item: Pending, topic: str) -> Pending:
     )
     kept.append((DEAD_LETTER_REDUCED_HEADER, sizes.encode()))
     return Pending(
-        topic, key, None, kept, "dead_letter_reduced:publish_refused", source=item.source
+        topic,
+        key,
+        None,
+        kept,
+        "dead_letter_reduced:publish_refused",
+        source=item.source,
+        ended=carried(item),
     )
 
 
-def reporter(item: Pending) -> Callable[[KafkaError | None], None]:
+def reporter(item: Pending, publisher: Publisher) -> Callable[[KafkaError | None], None]:
+    """``item``'s delivery callback: its error, and the delivered record's position (what
+    ``publisher`` says while the callback is served)."""
+
     def report(err: KafkaError | None) -> None:
         item.error = err
+        item.position = publisher.position if err is None else None
         item.done = True
 
     return report

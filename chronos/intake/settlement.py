@@ -4,6 +4,10 @@ offsets wait for the batches before it). A crash before then replays the batch.
 
 A publish the broker refuses for good is retried, dead-lettered, reduced or parked as
 ``chronos.config.policy`` says; outages are retried with backoff. See docs/reliability.md.
+
+The history records of what a batch ended without a row (its delivered publishes', completed with
+their partition and offset, and its drops') are handed to ``record`` once per settle pass, for
+all the batches the pass settled, after their offsets are stored (chronos.intake.history).
 """
 
 from __future__ import annotations
@@ -17,12 +21,21 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from chronos.config.policy import dead_letter_after
 from chronos.config.settings import Settings
-from chronos.intake.records import Pending, Unsettled, reduced, reporter
+from chronos.intake.records import (
+    Pending,
+    Unsettled,
+    carried,
+    delivered_record,
+    reduced,
+    reporter,
+)
 from chronos.kafka import Publisher, is_permanent
 from chronos.observability import metrics
 from chronos.observability.logs import Throttle
 from chronos.protocol import Headers, Rejection, dead_letter_headers, scheduled_headers
 from chronos.runtime.loop import Backoff
+from chronos.store import EndedOnArrival, Ending
+from chronos.store.history import DEAD_LETTERED
 
 log = logging.getLogger("chronos.intake.loop")  # the intake loop's logger: one name for intake
 
@@ -74,12 +87,18 @@ class Settlement:
     """The consumed batches whose publishes are not all confirmed yet, in consumed order."""
 
     def __init__(
-        self, settings: Settings, publisher: Publisher, wait: Callable[[float], bool]
+        self,
+        settings: Settings,
+        publisher: Publisher,
+        wait: Callable[[float], bool],
+        record: Callable[[list[EndedOnArrival]], None] = lambda ended: None,
     ) -> None:
-        """``wait(seconds)``: the loop's interruptible sleep (True once it is stopping)."""
+        """``wait(seconds)``: the loop's interruptible sleep (True once it is stopping);
+        ``record(ended)``: write the history records of a settle pass (never raises)."""
         self.settings = settings
         self.publisher = publisher
         self.wait = wait
+        self.record = record
         self.unsettled: deque[Unsettled] = deque()  # in consumed order
         self.failures = Throttle()  # a broker away repeats them: one line a minute
         self.unsettled_records = 0
@@ -94,25 +113,42 @@ class Settlement:
         )
 
     def add(
-        self, consumer: Consumer | None, pending: list[Pending], offsets: dict[tuple[str, int], int]
+        self,
+        consumer: Consumer | None,
+        pending: list[Pending],
+        offsets: dict[tuple[str, int], int],
+        dropped: list[EndedOnArrival] | None = None,
     ) -> None:
         """A durable batch: produce what it must publish and queue its offsets behind those
-        publishes (stored at once when it publishes nothing and nothing is queued before it)."""
+        publishes (stored at once when it publishes nothing and nothing is queued before it).
+        ``dropped``: the history records of the messages it ended without publishing them,
+        recorded when it settles."""
         if not pending and not self.unsettled:
             if consumer is not None and offsets:
                 self._store(consumer, offsets)
+            if dropped:
+                self.record(dropped)
             return
         self._produce_all(pending)
         produced = time.monotonic()
         give_up_at = produced + self.settings.dead_letter_timeout_ms / 1000
-        self.unsettled.append(Unsettled(pending, offsets, produced, give_up_at))
+        self.unsettled.append(Unsettled(pending, offsets, produced, give_up_at, dropped or []))
         self.unsettled_records += len(pending)
 
     def settle(self, consumer: Consumer | None, *, block: bool) -> bool:
         """Serve delivery reports; store the offsets of the oldest batches whose publishes are
-        all confirmed (retrying failures as ``_confirm`` does). Without ``block``, stop at the
-        first batch still waiting for a report; with it, wait for them all. False if stopped
-        while retrying (that batch and the ones after it are replayed)."""
+        all confirmed (retrying failures as ``_confirm`` does), then hand their history records
+        to ``record`` at once. Without ``block``, stop at the first batch still waiting for a
+        report; with it, wait for them all. False if stopped while retrying (that batch and the
+        ones after it are replayed)."""
+        ended: list[EndedOnArrival] = []
+        try:
+            return self._settle(consumer, block, ended)
+        finally:
+            if ended:
+                self.record(ended)
+
+    def _settle(self, consumer: Consumer | None, block: bool, ended: list[EndedOnArrival]) -> bool:
         if self.unsettled:
             self.publisher.poll(0)
         while self.unsettled:
@@ -123,7 +159,8 @@ class Settlement:
                 and time.monotonic() < head.produced_at + self._report_wait()
             ):
                 return True
-            if not self._confirm(head.pending, head.produced_at, head.give_up_at):
+            delivered: list[Pending] = []
+            if not self._confirm(head.pending, head.produced_at, head.give_up_at, delivered):
                 self.unsettled.clear()
                 self.unsettled_records = 0
                 return False
@@ -131,6 +168,8 @@ class Settlement:
             self.unsettled_records -= len(head.pending)
             if consumer is not None and head.offsets:
                 self._store(consumer, head.offsets)
+            ended.extend(head.dropped)
+            ended.extend(r for r in map(delivered_record, delivered) if r is not None)
         return True
 
     def forget(self, partitions: list[TopicPartition]) -> None:
@@ -149,14 +188,23 @@ class Settlement:
         return self.settings.delivery_timeout_ms / 1000 + 5
 
     def _produce_all(self, items: list[Pending]) -> None:
+        publisher = self.publisher
         for item in items:
-            item.done, item.error = False, None
-            self.publisher.produce(item.topic, item.key, item.value, item.headers, reporter(item))
+            item.done, item.error, item.position = False, None, None
+            report = reporter(item, publisher)
+            publisher.produce(item.topic, item.key, item.value, item.headers, report)
 
-    def _confirm(self, pending: list[Pending], produced_at: float, give_up_at: float) -> bool:
+    def _confirm(
+        self,
+        pending: list[Pending],
+        produced_at: float,
+        give_up_at: float,
+        delivered: list[Pending],
+    ) -> bool:
         """Wait for the reports of these produced records; retry failures with backoff until
-        each is delivered, dead-lettered or (a refused dead letter past ``give_up_at``) parked.
-        False if the loop was stopped meanwhile."""
+        each is delivered (added to ``delivered``: a record that replaced a refused one too),
+        dead-lettered or (a refused dead letter past ``give_up_at``) parked. False if the loop
+        was stopped meanwhile."""
         backoff = Backoff()
         todo = pending
         while todo:
@@ -166,6 +214,7 @@ class Settlement:
             failed = [item for item in todo if not item.done or item.error is not None]
             for item in todo:
                 if item.done and item.error is None:
+                    delivered.append(item)
                     if item.kind == "direct":
                         metrics.PUBLISHED_DIRECTLY.inc()
                     else:
@@ -224,6 +273,12 @@ class Settlement:
                 m = item.message
                 headers = m.headers
                 scheduled = scheduled_headers(m.id, m.deadline, m.target_topic, m.tenant)
+            ended = carried(item)
+            if ended is not None:  # dead-lettered, as the firing path records it
+                late = ended.ending.lateness_ms
+                ended = ended._replace(
+                    ending=Ending(DEAD_LETTERED, None, None, None, late, "publish_failed")
+                )
             return Pending(
                 dead_letter,
                 item.key,
@@ -233,6 +288,7 @@ class Settlement:
                 ),
                 "dead_letter:publish_failed",
                 source=item.source,
+                ended=ended,
             )
         if item.kind.startswith("dead_letter:") and dead_letter:
             log.error(

@@ -14,6 +14,7 @@ from chronos.store.filters import (
 )
 from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Limit, Pause, PauseKind, PauseSet
 from chronos.store.history import (
+    EndedOnArrival,
     EndedRecord,
     Ending,
     HistorySummary,
@@ -64,6 +65,7 @@ __all__ = [
     "Catchup",
     "Claim",
     "ClaimedRow",
+    "EndedOnArrival",
     "EndedRecord",
     "Ending",
     "HistorySummary",

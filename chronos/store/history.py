@@ -1,5 +1,6 @@
 """The history of ended messages (``chronos_history``): what the firing loop tells the store about
-each fired claim (``Ending``), what the admin API reads back (``EndedRecord``, ``HistorySummary``)
+each fired claim (``Ending``), what intake tells it about the messages it ends without storing
+them (``EndedOnArrival``), what the admin API reads back (``EndedRecord``, ``HistorySummary``)
 and the partitions the leader keeps (one a UTC day, each with the time to live it was created
 with). Used by both stores, so a record means the same on each."""
 
@@ -38,6 +39,21 @@ class Ending(NamedTuple):
     offset: int | None = None
     lateness_ms: int | None = None
     reason: str | None = None
+
+
+class EndedOnArrival(NamedTuple):
+    """A message that ended without ever having a row: intake published it directly (already due
+    as it arrived), or set it aside as it arrived (expired, refused by the database). Its history
+    record, written by ``record_ended``: ``ending`` as the firing loop gives one (topic,
+    partition and offset of the delivered record; None: dropped, never published), ``attempt``
+    the publish attempt that delivered it (None: never published)."""
+
+    id: str
+    tenant: str  # '' : the default tenant
+    deadline: datetime
+    ending: Ending
+    attempt: int | None = None
+    recurring: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +193,13 @@ class HistoryStore(Protocol):
         today's and the next ``PARTITIONS_AHEAD`` days' with ``ttl`` (none when it is 0). A
         record whose day has no partition is not written (counted; the message ends all the
         same). ``at``: the instant to maintain for (None: now)."""
+        ...
+
+    def record_ended(self, node_id: str, ended: Sequence[EndedOnArrival]) -> int:
+        """Write the records of messages that ended without a row (intake's, ``node_id``'s),
+        ended now, in one statement; how many were written: none while the history is off, and
+        none when today has no partition (counted, as the statements that end stored messages
+        count theirs: the caller goes on all the same). Another failure is raised."""
         ...
 
     def ended_messages(self, message_id: str, *, limit: int = 20) -> list[EndedRecord]:

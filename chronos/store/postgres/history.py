@@ -1,5 +1,6 @@
 """The history of ended messages on the Postgres store: the statements that end messages record
-them through ``_recording`` (a history that cannot be written never stops them), the leader's
+them through ``_recording`` (a history that cannot be written never stops them), the records of
+messages that end without a row (``record_ended``, intake's), the leader's
 partition maintenance, and the admin API's reads (a message's records, a filtered page, a
 summary). ``PostgresStore`` inherits them."""
 
@@ -15,10 +16,11 @@ import psycopg
 
 from chronos.errors import StoreError
 from chronos.observability import metrics
-from chronos.store.arrays import int4_array
+from chronos.store.arrays import int4_array, text_array, timestamptz_array
 from chronos.store.filters import MessageFilter
 from chronos.store.history import (
     REASON_LENGTH,
+    EndedOnArrival,
     EndedRecord,
     Ending,
     HistorySummary,
@@ -83,6 +85,29 @@ def history_params(
         "lateness": int4_array([_int4(e.lateness_ms) if e else None for e in entries]),
         "reason_names": list(names[2]),
         "reason_ix": reason_ix,
+    }
+
+
+def ended_params(node_id: str, ended: Sequence[EndedOnArrival]) -> dict[str, Any]:
+    """``record_ended``'s parameters: one binary array per column, record by record."""
+    ends = [e.ending for e in ended]
+    return {
+        "node_id": node_id,
+        "ids": text_array([e.id for e in ended]),
+        "tenants": text_array([e.tenant for e in ended]),
+        "outcomes": text_array([x.outcome for x in ends]),
+        "deadlines": timestamptz_array([e.deadline for e in ended]),
+        "topics": text_array([x.topic for x in ends]),
+        "partitions": int4_array([x.partition for x in ends]),
+        "offsets": [x.offset for x in ends],
+        "lateness": int4_array([_int4(x.lateness_ms) for x in ends]),
+        "attempts": int4_array(
+            [None if e.attempt is None else min(e.attempt, 32767) for e in ended]
+        ),
+        "reasons": text_array(
+            [None if x.reason is None else x.reason[:REASON_LENGTH] for x in ends]
+        ),
+        "recurring": [e.recurring for e in ended],
     }
 
 
@@ -184,6 +209,22 @@ class HistoryQueries:
                 failure,
                 extra={"event": "history_unrecorded", "statement": name},
             )
+
+    def record_ended(self, node_id: str, ended: Sequence[EndedOnArrival]) -> int:
+        """The records of messages that ended without a row, in one statement (``record_ended``);
+        how many were written. None while the history is off; a history that cannot be written
+        (``HISTORY_FAILURES``: no partition for today, no table, no grant) is counted and logged
+        as the statements that end stored messages do (0); any other error is raised."""
+        if not ended or not self.history:
+            return 0
+        try:
+            rows = self._execute("record_ended", ended_params(node_id, ended))
+        except StoreError as exc:
+            if exc.sqlstate not in HISTORY_FAILURES:
+                raise
+            self._unrecorded("record_ended", len(ended), exc)
+            return 0
+        return int(rows[0]["n"])
 
     # -- the leader's maintenance -------------------------------------------------------------
 

@@ -6,11 +6,20 @@ them ahead, each with the TTL of its day, and drops whole days past it)."""
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 
-from chronos.store import EndedRecord, Ending, HistorySummary, Maintenance, MessageFilter
-from chronos.store.history import Partition, days_to_create, partition_name
-from chronos.testing.memory.rows import StoredRow
+from chronos.store import (
+    EndedOnArrival,
+    EndedRecord,
+    Ending,
+    HistorySummary,
+    Maintenance,
+    MessageFilter,
+)
+from chronos.store.history import REASON_LENGTH, Partition, days_to_create, partition_name
+from chronos.testing.memory.rows import StoredRow, check_uuid
 
 
 class InMemoryHistory:
@@ -20,6 +29,7 @@ class InMemoryHistory:
     _history: list[EndedRecord]
     _partitions: dict[date, timedelta]  # day -> the TTL its partition was created with
     unrecorded: int  # records not written: no partition for their day
+    _lock: threading.RLock
 
     def _statement(self, name: str) -> datetime:
         raise NotImplementedError  # InMemoryStore's bookkeeping
@@ -62,6 +72,38 @@ class InMemoryHistory:
                 recurring=row.recurrence is not None,
             )
         )
+
+    def record_ended(self, node_id: str, ended: Sequence[EndedOnArrival]) -> int:
+        if not ended or not self.history:
+            return 0
+        with self._lock:
+            now = self._statement("record_ended")
+            node = check_uuid(node_id, "record_ended")
+            if now.astimezone(UTC).date() not in self._partitions:
+                self.unrecorded += len(ended)  # the statement fails whole: counted, not raised
+                return 0
+            for e in ended:
+                end = e.ending
+                self._history.append(
+                    EndedRecord(
+                        id=e.id,
+                        tenant=e.tenant or "",
+                        outcome=end.outcome,
+                        deadline=e.deadline,
+                        ended_at=now,
+                        topic=end.topic,
+                        partition=end.partition,
+                        offset=end.offset,
+                        lateness_ms=end.lateness_ms,
+                        node=node,
+                        attempt=None if e.attempt is None else min(e.attempt, 32767),
+                        reason=None if end.reason is None else end.reason[:REASON_LENGTH],
+                        ended_by=None,
+                        next_deadline=None,
+                        recurring=e.recurring,
+                    )
+                )
+            return len(ended)
 
     def maintain_history(self, ttl: timedelta, *, at: datetime | None = None) -> Maintenance:
         now = self._statement("history_partitions") if at is None else at

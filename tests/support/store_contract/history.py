@@ -1,7 +1,8 @@
 """The store contract of the history of ended messages: each way a message ends writes one record
 (fired with its record's position, lateness and node; cancelled by a Kafka record or the admin
 API, by whom; expired; dead-lettered; replaced by a reschedule; a series' occurrence with the one
-that follows), in the statement that ends it; a message fired twice keeps both records; the
+that follows), in the statement that ends it, or, for a message that ended without a row (intake's),
+in one statement for the lot; a message fired twice keeps both records; the
 leader's maintenance purges whole days past the TTL they were created with; no partition or no
 history never stops a message from ending."""
 
@@ -13,7 +14,7 @@ import pytest
 
 from chronos.protocol import Action, ScheduledMessage
 from chronos.recurrence import Rule
-from chronos.store import CancelOutcome, Ending, MessageFilter, Outcome
+from chronos.store import CancelOutcome, EndedOnArrival, Ending, MessageFilter, Outcome
 from chronos.store.history import CANCELLED, DEAD_LETTERED, EXPIRED, FIRED, KAFKA_CANCEL, REPLACED
 from tests.support.store_contract.common import HORIZON, Harness, claims, msg, node
 
@@ -86,6 +87,71 @@ class HistoryContract:
             ending.offset,
         )
         assert record.reason == ending.reason
+
+    def test_messages_that_ended_without_a_row_are_recorded_in_one_statement(
+        self, harness: Harness
+    ) -> None:
+        store, me = harness.store, node()
+        store.maintain_history(WEEK)
+        due = harness.now() - timedelta(seconds=2)
+        before = harness.now()
+        ended = [
+            EndedOnArrival("direct", "", due, Ending(FIRED, "orders", 2, 41, 1_500, None), 1),
+            EndedOnArrival(
+                "gone", "acme", due, Ending(EXPIRED, None, None, None, 90_000, "expired")
+            ),
+            EndedOnArrival(
+                "refused",
+                "",
+                due,
+                Ending(DEAD_LETTERED, "dlq", 0, 7, None, "database_refused"),
+                1,
+                recurring=True,
+            ),
+        ]
+        assert store.record_ended(me, ended) == 3
+        (fired,) = store.ended_messages("direct")
+        assert (fired.outcome, fired.topic, fired.partition, fired.offset) == (
+            FIRED,
+            "orders",
+            2,
+            41,
+        )
+        assert (fired.lateness_ms, fired.node, fired.attempt, fired.deadline) == (1_500, me, 1, due)
+        assert fired.tenant == "" and fired.reason is None and not fired.recurring
+        assert before <= fired.ended_at <= harness.now()
+        (gone,) = store.ended_messages("gone")
+        assert (gone.outcome, gone.tenant, gone.reason, gone.lateness_ms) == (
+            EXPIRED,
+            "acme",
+            "expired",
+            90_000,
+        )
+        assert (gone.topic, gone.partition, gone.offset, gone.attempt) == (None, None, None, None)
+        (refused,) = store.ended_messages("refused")
+        assert (refused.outcome, refused.reason, refused.offset) == (
+            DEAD_LETTERED,
+            "database_refused",
+            7,
+        )
+        assert refused.recurring and refused.lateness_ms is None
+        # Dropped alone (no position at all), and again: each end is one more record.
+        assert store.record_ended(me, ended[1:2]) == 1
+        assert len(store.ended_messages("gone")) == 2
+        assert store.get_message("direct") is None  # no row comes of it
+        assert [r.id for r in store.find_ended(MessageFilter(state="fired"), limit=9)] == ["direct"]
+
+    def test_messages_that_ended_without_a_row_need_the_history_and_its_day(
+        self, harness: Harness
+    ) -> None:
+        store, me = harness.store, node()
+        ended = [EndedOnArrival("x", "", harness.now(), Ending(FIRED, "out", 0, 1, 1, None), 1)]
+        assert store.record_ended(me, ended) == 0  # no day yet: not written, never raised
+        store.maintain_history(WEEK)
+        store.history = False
+        assert store.record_ended(me, ended) == 0
+        assert store.record_ended(me, []) == 0
+        assert store.ended_messages("x") == []
 
     def test_cancels_are_recorded_with_who_cancelled(self, harness: Harness) -> None:
         store = harness.store

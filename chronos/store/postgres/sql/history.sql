@@ -4,7 +4,8 @@
 -- block starts with `-- name: <name>` and a one-line description. Parameters are psycopg
 -- placeholders (%(name)s; %(name)b: sent in binary, for the hot paths' arrays); no SQL is ever
 -- built by string formatting. The records themselves are written by the statements that end the
--- messages (delete_fired, advance_fired, enqueue_batch, cancel_message, bulk_cancel).
+-- messages (delete_fired, advance_fired, enqueue_batch, cancel_message, bulk_cancel), except
+-- those of messages that end without a row (record_ended).
 
 -- name: history_partitions
 -- The history's partitions (the leader's maintenance): each one's name and comment (the time to
@@ -14,6 +15,27 @@ FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = to_regclass('chronos_history')
 ORDER BY c.relname;
+
+-- name: record_ended
+-- The records of messages that ended without a row (intake published them as they arrived
+-- already due, or set them aside: expired, refused by the database), a settled pass's in one
+-- statement: binary arrays, record by record (ids, tenants, outcomes, deadlines, topics,
+-- partitions, offsets, lateness in ms, attempts, reasons, recurring), ended now by `node_id`.
+-- A day without a partition fails it whole (check_violation): the caller counts them lost.
+WITH recorded AS (
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, topic, kafka_partition,
+                                 kafka_offset, lateness_ms, node, attempt, reason, recurring)
+    SELECT e.id, coalesce(e.tenant, ''), e.outcome, e.deadline, e.topic, e.kafka_partition,
+           e.kafka_offset, e.lateness_ms, %(node_id)s::uuid, e.attempt, e.reason, e.recurring
+    FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(outcomes)b::text[],
+                %(deadlines)b::timestamptz[], %(topics)b::text[], %(partitions)b::int4[],
+                %(offsets)b::int8[], %(lateness)b::int4[], %(attempts)b::int4[],
+                %(reasons)b::text[], %(recurring)b::bool[])
+         AS e(id, tenant, outcome, deadline, topic, kafka_partition, kafka_offset, lateness_ms,
+              attempt, reason, recurring)
+    RETURNING 1
+)
+SELECT count(*) AS n FROM recorded;
 
 -- name: ended_message
 -- A message's history records, newest first (admin get of an ended message): the id index of
