@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -18,27 +19,20 @@ from tests.support import services
 from tests.support.databases import DatabaseFactory
 from tests.support.kafka import TEST_PARTITIONS, Topics, delete_topics, new_topics
 from tests.support.machine import machine_share
+from tests.support.scheduling import make_scheduler
 from tests.support.tls import SecuredBroker, pki_or_skip, secured_broker
 from tests.support.worker_time import WorkerTime
 
 # ------------------------------------------------------------------------------- workers
-
-FAULT_GROUP = "fault"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(WorkerTime(), "chronos-worker-time")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``), each
-    with its own Postgres and broker. The fault scenarios stay one after another on one worker:
-    each stops, freezes or kills what its worker shares, and their bounds were set for one
-    scenario at a time. The other tiers share the other worker (and the fault worker once it is
-    done)."""
-    for item in items:
-        if item.nodeid.startswith("tests/fault/"):
-            item.add_marker(pytest.mark.xdist_group(FAULT_GROUP))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The fault scenarios one after another on one worker (``tests/support/scheduling.py``)."""
+    return make_scheduler(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
