@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -239,6 +240,16 @@ class NodeProcess:
             return None
 
 
+def debugging() -> dict[str, Any]:
+    """``CHRONOS_TEST_KAFKA_DEBUG=cgrp,...``: every node of every scenario logs at DEBUG with
+    librdkafka's debug contexts on its consumer (the group's joins, heartbeats and commits), to
+    find why a scenario's consumers lost their group. Unset: nothing changes."""
+    contexts = os.environ.get("CHRONOS_TEST_KAFKA_DEBUG", "")
+    if not contexts:
+        return {}
+    return {"log_level": "DEBUG", "consumer_properties": {"debug": contexts}}
+
+
 class Cluster:
     """Chronos node processes sharing one database and one set of topics."""
 
@@ -258,7 +269,7 @@ class Cluster:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.http = http
-        self.overrides = {**SHIPPED_TIMINGS, "log_format": "json", **overrides}
+        self.overrides = {**SHIPPED_TIMINGS, "log_format": "json", **overrides, **debugging()}
         self.nodes: list[NodeProcess] = []
         self.table = Table(database_url)
         self._count = 0
