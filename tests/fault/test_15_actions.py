@@ -178,6 +178,10 @@ def test_kill_at_step_while_cancels_and_reschedules_flow(
     result.sent, result.lost = sent, len(lost)  # the cancelled ids are expected not to fire
     record_result(result)
 
+    if point == "after_enqueue":  # the victim's firing may hold nothing: the replay is the point
+        assert replayed > 0, "the kill left no record past the group's commit: nothing replayed"
+    else:
+        assert stranded, f"the victim held no claim at {point}: nothing to take over"
     assert lost == [], report.summary()
     assert report.early == {}, report.summary()
     assert fired_cancelled == [], f"{len(fired_cancelled)} fired after a durable cancel"
