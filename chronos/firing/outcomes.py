@@ -54,6 +54,7 @@ class Outcomes:
     pending_since: float
     held_bytes: int
     delivered_at: float | None
+    probing: bool  # the last claim took only probes: writes failed or made no progress
     next_claim_at: float
     claim_backoff: float
 
@@ -64,8 +65,9 @@ class Outcomes:
         if delivered:
             self.delivered_at = self.monotonic()
             metrics.DELIVERED_AT.set_to_current_time()  # the heartbeat says it (fired_at)
-            if KAFKA_WRITES.down:  # back: what came due meanwhile is claimed at once
+            if KAFKA_WRITES.down or self.probing:  # back: what came due is claimed at once
                 self.next_claim_at = min(self.next_claim_at, self.delivered_at)
+                self.probing = False
             KAFKA_WRITES.succeeded()
             # Lateness counted once delivery is confirmed, a batch at a time (dead letters
             # are not fired messages).

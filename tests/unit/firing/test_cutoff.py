@@ -90,3 +90,21 @@ def test_nothing_in_flight_is_no_stall() -> None:
     f.store.heartbeat(PEER, fired_ago_s=0.0)
     f.run_for(CUT_OFF_AFTER_S * 1000 + 1000, step_ms=100)
     assert f.publisher.replaced == []
+
+
+def test_while_every_write_stalls_only_probes_are_claimed_then_the_rest_at_once() -> None:
+    """Records in flight and none delivered for CUT_OFF_AFTER_S: what comes due meanwhile is not
+    claimed and produced (each record a leader appends and cannot commit may be committed
+    later, once per attempt); a delivery ends the stall and the rest is claimed at once."""
+    f = _stalled(rows=5)
+    for i in range(40):
+        _schedule(f, f"late{i}", CUT_OFF_AFTER_S * 1000 + 2000 + i * 10)  # past the lookahead
+    f.run_for(CUT_OFF_AFTER_S * 1000 + 3500, step_ms=50)
+    assert not KAFKA_WRITES.down  # a stall, not failed writes
+    # The 5 stalled records, and probes up to WRITE_PROBE_ROWS held: not the 40 due since.
+    assert len(f.publisher.pending()) <= 10
+    f.publisher.deliver()  # writes flow again
+    f.run_for(200, step_ms=10)
+    f.publisher.deliver()
+    f.run_for(200, step_ms=10)
+    assert len(f.store) == 0  # every row claimed and fired once the stall ended
