@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.nodes import Nodes, chronos_record, ms, now, rows
+from tests.integration.nodes import ON_TIME_MS, Nodes, chronos_record, ms, now, rows
 from tests.support import Topics
 from tests.support.java_client import JavaClient, JavaRecord
 from tests.support.polling import eventually
@@ -56,6 +56,9 @@ def test_java_producer_to_java_consumer_through_chronos(
     records = [JavaRecord(s.key, s.value, s.headers) for s in sent]
 
     chosen = java_client.produce(kafka_bootstrap, topics.input, records)
+    # Every record is on the broker once the Java producer returned; one that arrived after its
+    # deadline (the JVM's start is slow on a busy machine) fires at once: on time from then.
+    on_the_broker_ms = ms(now())
 
     by_id = {s.test_id: (s, partition) for s, partition in zip(sent, chosen, strict=True)}
     crc32_differs = [
@@ -76,5 +79,6 @@ def test_java_producer_to_java_consumer_through_chronos(
         if s.key is not None:  # a null key has no partition of its own (Java: sticky)
             assert consumed.partition == partition, f"{s.test_id}: not the Java producer's choice"
         assert consumed.timestamp_ms >= ms(due) - ADVANCE_MS - 1, f"{s.test_id} fired early"
-        assert consumed.timestamp_ms <= ms(due) + 5000, f"{s.test_id} fired, but very late"
+        late_ms = consumed.timestamp_ms - max(ms(due), on_the_broker_ms)
+        assert late_ms <= ON_TIME_MS, f"{s.test_id} fired {late_ms} ms late"
     assert eventually(lambda: rows(nodes.database_url) == [])

@@ -241,13 +241,19 @@ class NodeProcess:
 
 
 def debugging() -> dict[str, Any]:
-    """``CHRONOS_TEST_KAFKA_DEBUG=cgrp,...``: every node of every scenario logs at DEBUG with
-    librdkafka's debug contexts on its consumer (the group's joins, heartbeats and commits), to
-    find why a scenario's consumers lost their group. Unset: nothing changes."""
+    """``CHRONOS_TEST_KAFKA_DEBUG=cgrp,eos,...``: every node of every scenario logs at DEBUG with
+    these librdkafka debug contexts on its consumer and producers (``cgrp``: the group's joins,
+    heartbeats and commits; ``eos``: the idempotent producer's id and sequences), to find why a
+    scenario's consumers lost their group or its records were appended twice. Unset: nothing
+    changes."""
     contexts = os.environ.get("CHRONOS_TEST_KAFKA_DEBUG", "")
     if not contexts:
         return {}
-    return {"log_level": "DEBUG", "consumer_properties": {"debug": contexts}}
+    return {
+        "log_level": "DEBUG",
+        "consumer_properties": {"debug": contexts},
+        "producer_properties": {"debug": contexts},
+    }
 
 
 class Cluster:
