@@ -49,7 +49,7 @@ from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.firing.catchup import CatchupPacer
-from chronos.firing.cutoff import CUT_OFF_AFTER_S, CutOffWatch
+from chronos.firing.cutoff import CutOffWatch
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.firing.limits import LimitWatch
 from chronos.firing.outcomes import DELETE_MAX_AGE, Outcomes
@@ -105,7 +105,6 @@ class FiringLoop(Outcomes, Loop):
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0
         self.delivered_at: float | None = None  # the last successful delivery (monotonic)
-        self.probing = False
         self.publish_failures = Throttle()  # a broker away repeats them: one line a minute
         self.overloaded = False  # the previous claim came back full: the next one is fair
         self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
@@ -277,15 +276,10 @@ class FiringLoop(Outcomes, Loop):
 
     def claim(self, started: float) -> None:
         room = self.settings.max_in_flight - self.dispatcher.held() - len(self.pending_delete)
-        self.probing = KAFKA_WRITES.down or self.dispatcher.stalled_for(started) >= CUT_OFF_AFTER_S
-        if self.probing:
-            # Writes fail (too few in-sync replicas, no leader), or have made no progress for
-            # seconds (a broker's death until its fencing): a record a leader appended but could
-            # not commit may still be committed later, and the client sends again, under a new
-            # epoch, what it holds for a leader each time one of its records times out (a copy
-            # an attempt: 6 of each on average once the quorum of replicas was lost, when every
-            # row that came due went on being claimed for a whole delivery timeout). Probe with
-            # a few rows until a delivery succeeds; what came due meanwhile is claimed then.
+        if KAFKA_WRITES.down:
+            # Writes fail (too few in-sync replicas, no leader): a record a leader appended
+            # but could not commit may still be committed later, so every failed attempt can
+            # leave a copy. Probe with a few rows until a delivery succeeds.
             room = min(room, WRITE_PROBE_ROWS - self.dispatcher.held())
         room_bytes = self.settings.max_in_flight_bytes - self.held_bytes
         poll = self.settings.poll_interval_ms / 1000

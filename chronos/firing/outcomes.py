@@ -25,6 +25,8 @@ from chronos.observability.tenants import TenantMetrics
 from chronos.runtime.faults import fault_point
 from chronos.store import Claim, Store
 
+TIMED_OUT = KafkaError._MSG_TIMED_OUT
+
 log = logging.getLogger("chronos.firing.loop")  # one logger name for the firing loop
 
 DELETE_BATCH = 2000
@@ -54,7 +56,6 @@ class Outcomes:
     pending_since: float
     held_bytes: int
     delivered_at: float | None
-    probing: bool  # the last claim took only probes: writes failed or made no progress
     next_claim_at: float
     claim_backoff: float
 
@@ -65,9 +66,8 @@ class Outcomes:
         if delivered:
             self.delivered_at = self.monotonic()
             metrics.DELIVERED_AT.set_to_current_time()  # the heartbeat says it (fired_at)
-            if KAFKA_WRITES.down or self.probing:  # back: what came due is claimed at once
+            if KAFKA_WRITES.down:  # back: what came due meanwhile is claimed at once
                 self.next_claim_at = min(self.next_claim_at, self.delivered_at)
-                self.probing = False
             KAFKA_WRITES.succeeded()
             # Lateness counted once delivery is confirmed, a batch at a time (dead letters
             # are not fired messages).
@@ -195,6 +195,17 @@ class Outcomes:
         ):
             # Nothing delivered for a whole delivery timeout: the writes fail, not a partition
             # whose leader is moving while the others take records.
+            timed_out = [e for _, e in transient if e is not None and e.code() == TIMED_OUT]
+            if timed_out and not KAFKA_WRITES.down:
+                # Let go of every record still held too. The client sends again, under a new
+                # epoch, what it holds for a leader each time one of its records times out, and
+                # a leader that appended them but could not commit (too few replicas) commits
+                # every attempt later: up to 12 copies of one produce once the quorum of
+                # replicas was lost, as the records of a whole delivery timeout timed out one
+                # after the other. Given back instead, they wait as rows; probes go meanwhile.
+                self.dispatcher.publisher.replace(
+                    f"no record delivered for a whole delivery timeout ({timed_out[0]})"
+                )
             KAFKA_WRITES.failed(transient[0][1])
             # The broker is unreachable or overloaded: back off before claiming again.
             self.claim_backoff = min(WRITE_FAILURE_BACKOFF_MAX, max(0.2, self.claim_backoff * 2))

@@ -10,6 +10,7 @@ from datetime import datetime
 import pytest
 
 from chronos.firing.cutoff import CUT_OFF_AFTER_S
+from chronos.firing.loop import WRITE_PROBE_ROWS
 from chronos.observability.dependencies import KAFKA_WRITES
 from chronos.store import Outcome
 from tests.support.store_contract import msg
@@ -92,19 +93,26 @@ def test_nothing_in_flight_is_no_stall() -> None:
     assert f.publisher.replaced == []
 
 
-def test_while_every_write_stalls_only_probes_are_claimed_then_the_rest_at_once() -> None:
-    """Records in flight and none delivered for CUT_OFF_AFTER_S: what comes due meanwhile is not
-    claimed and produced (each record a leader appends and cannot commit may be committed
-    later, once per attempt); a delivery ends the stall and the rest is claimed at once."""
-    f = _stalled(rows=5)
-    for i in range(40):
-        _schedule(f, f"late{i}", CUT_OFF_AFTER_S * 1000 + 2000 + i * 10)  # past the lookahead
-    f.run_for(CUT_OFF_AFTER_S * 1000 + 3500, step_ms=50)
-    assert not KAFKA_WRITES.down  # a stall, not failed writes
-    # The 5 stalled records, and probes up to WRITE_PROBE_ROWS held: not the 40 due since.
-    assert len(f.publisher.pending()) <= 10
-    f.publisher.deliver()  # writes flow again
-    f.run_for(200, step_ms=10)
+def test_the_first_timeout_of_failed_writes_lets_go_of_every_record_held() -> None:
+    """Nothing delivered for a whole delivery timeout and a record timed out: the producer is
+    replaced, so the records it still holds fail at once and their rows wait as rows (the
+    client would send them again under a new epoch at each later timeout, and a leader that
+    cannot commit appends every attempt); probes go meanwhile, and no second replacement."""
+    f = _stalled(rows=20)
+    f.run_for(f.settings.delivery_timeout_ms, step_ms=100)
+    first = f.publisher.pending()[0]
+    f.publisher.fail([first])  # the first record's delivery timeout
+    f.run_for(100, step_ms=10)
+    assert len(f.publisher.replaced) == 1
+    assert "whole delivery timeout" in f.publisher.replaced[0]
+    assert KAFKA_WRITES.down
+    f.run_for(2000, step_ms=50)
+    assert len(f.publisher.pending()) <= WRITE_PROBE_ROWS  # probes only
+    f.publisher.fail(f.publisher.pending())  # the probes time out in their turn
+    f.run_for(500, step_ms=50)
+    assert len(f.publisher.replaced) == 1  # once per outage
     f.publisher.deliver()
-    f.run_for(200, step_ms=10)
-    assert len(f.store) == 0  # every row claimed and fired once the stall ended
+    f.run_for(500, step_ms=10)
+    f.publisher.deliver()
+    f.run_for(500, step_ms=10)
+    assert len(f.store) == 0  # writes back: everything fired
