@@ -11,7 +11,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: system-deps kafka-deps kafka-jars dev test test-long unit check lint format-check typecheck docs install lock clean reliability bench
+.PHONY: system-deps kafka-deps kafka-jars dev test test-long unit check lint format-check typecheck docs install lock clean reliability bench soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -148,6 +148,11 @@ reliability: $(DEV_STAMP)
 # The headline benchmark: ceiling, sustained, precision, burst, backlog; writes BENCHMARK.md.
 bench: $(DEV_STAMP)
 	$(BIN)/python -m loadtest bench $(ARGS)
+
+# The soak: two nodes, an open-loop mix at 10,000 msg/s for an hour (ARGS="--duration 4m
+# --rate 2000"), sampled every 10 s, drained, analysed by Spark: report.html and verdicts.
+soak: $(DEV_STAMP)
+	$(BIN)/python -m loadtest soak $(ARGS)
 
 # Renew the lock files: resolve each set in a fresh virtualenv and record exact versions.
 lock:

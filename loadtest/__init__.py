@@ -8,9 +8,11 @@ headline benchmark; besides them, one-off cost probes.
   and synthetic results directories to test it (``python -m loadtest analyze`` and ``synth``);
 * ``bench``: the benchmark that brings up its own stack and runs the scenarios
   (``python -m loadtest bench``, ``make bench``; ``python -m loadtest ceiling``);
+* ``soak``: an hour (or a few minutes) on the benchmark's stack, sampled, drained and analysed
+  (``python -m loadtest soak``, ``make soak``; its analysis is ``analysis.soak``);
 * ``probes``: one-off measurements of one cost each, ``python -m loadtest.probes.<name>``.
 
-Layers, top to bottom: ``cli``, ``bench``, ``analysis``, ``harness``; a module imports only
-from its own layer or those below. ``probes`` import nothing of the others. See
+Layers, top to bottom: ``cli``, ``soak``, ``bench``, ``analysis``, ``harness``; a module
+imports only from its own layer or those below. ``probes`` import nothing of the others. See
 ``loadtest/README.md``.
 """

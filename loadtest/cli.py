@@ -1,4 +1,4 @@
-"""Command line: ``python -m loadtest {run,analyze,synth,relay,ceiling,bench}``."""
+"""Command line: ``python -m loadtest {run,analyze,synth,relay,ceiling,bench,soak}``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from loadtest.harness import mix
 from loadtest.harness.delays import BurstDelay, DelaySpecError, parse_delay
 from loadtest.harness.tenants import TenantLoad
 from loadtest.harness.timeutil import DurationError, parse_duration_ms
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--delay",
         type=_delay,
         default=parse_delay("fixed:3s"),
-        help="fixed:3s | uniform:3s-10s | burst:20s (default fixed:3s)",
+        help="fixed:3s | uniform:3s-10s | burst:20s | mix:70%%1s-60s,30%%1m-10m (default fixed:3s)",
     )
     run.add_argument("--payload-bytes", type=_non_negative_int, default=100)
     run.add_argument(
@@ -183,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="send no chronosTenant header (the control run: the same load without tenants)",
     )
+    mix.add_arguments(run, _duration_s)
     run.add_argument("--seed", type=int, help="random seed for uniform delays")
     run.add_argument(
         "--produce-only",
@@ -227,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     relay.add_argument("--start-from", choices=("end", "beginning"), default="end")
 
     from loadtest.bench import ceiling, driver
+    from loadtest.soak import driver as soak_driver
 
     ceil = sub.add_parser(
         "ceiling", help="the ceiling: the node's store statements alone on a Postgres (no Kafka)"
@@ -240,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scenarios against Chronos node processes, write bench.json and BENCHMARK.md.",
     )
     driver.add_arguments(bench_parser)
+    soak = sub.add_parser(
+        "soak",
+        help="the soak: two nodes, an open-loop mix for an hour, sampled, analysed by Spark",
+        description=soak_driver.DESCRIPTION,
+    )
+    soak_driver.add_arguments(soak)
     return parser
 
 
@@ -316,6 +325,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kafka_properties=dict(args.kafka_property),
         tenants=tenants,
         linger_ms=args.linger_ms,
+        mix=mix.from_args(args),
     )
     result = run_load(cfg)
     print_outcome(result)
@@ -417,6 +427,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return driver.main(args)
 
 
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from loadtest.soak import driver
+
+    return driver.main(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -428,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "relay": _cmd_relay,
         "ceiling": _cmd_ceiling,
         "bench": _cmd_bench,
+        "soak": _cmd_soak,
     }
     try:
         return handlers[args.command](args)

@@ -163,7 +163,7 @@ def _tenant_sections(tenants: dict[str, Any], out: Path) -> list[str]:
     for name in ("small_during_flood", "flood_drain", "small_worst"):
         for k, v in (tenants.get(name) or {}).items():
             summary[f"{name} {k}"] = v
-    return [_table("Tenants (lateness in ms)", summary), _image(out / TENANT_PLOT)]
+    return [_table("Tenants (lateness in ms)", summary), image_html(out / TENANT_PLOT)]
 
 
 def _table(title: str, items: dict[str, Any]) -> str:
@@ -175,7 +175,7 @@ def _table(title: str, items: dict[str, Any]) -> str:
     return f"<h2>{html.escape(title)}</h2><table>{rows}</table>"
 
 
-def _image(path: Path) -> str:
+def image_html(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     name = html.escape(path.name)
     return f'<p><a href="{name}"><img alt="{name}" src="data:image/png;base64,{data}"></a></p>'
@@ -199,7 +199,7 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
         _table("SLA", summary["sla"]),
         _table("Throughput", throughput),
         _table("Producer pacing", summary["producer"]),
-        "".join(_image(out / name) for name in PLOTS),
+        "".join(image_html(out / name) for name in PLOTS),
     ]
     if summary.get("tenants"):
         sections += _tenant_sections(summary["tenants"], out)

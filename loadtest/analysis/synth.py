@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.harness.delays import Delay, FixedDelay, MixDelay, UniformDelay
 from loadtest.harness.events import RECEIVED_FILE, RECEIVED_SCHEMA, RUN_FILE, SENT_FILE, SENT_SCHEMA
 from loadtest.harness.tenants import FLOOD, small_name
 
@@ -34,9 +34,7 @@ OUTPUT, DEAD_LETTER = "chronos-output", "chronos-dead-letter"
 class SynthSpec:
     count: int
     rate: float = 10_000.0
-    delay: FixedDelay | UniformDelay | BurstDelay = field(
-        default_factory=lambda: UniformDelay(3000, 10000)
-    )
+    delay: Delay = field(default_factory=lambda: UniformDelay(3000, 10000))
     lost_fraction: float = 0.001
     duplicate_fraction: float = 0.002
     dead_letter_fraction: float = 0.0005
@@ -73,6 +71,12 @@ def _deadlines(spec: SynthSpec, sent: np.ndarray, rng: np.random.Generator) -> n
         return sent + d.delay_ms
     if isinstance(d, UniformDelay):
         return sent + rng.integers(d.low_ms, d.high_ms + 1, size=len(sent))
+    if isinstance(d, MixDelay):
+        weights = np.array([w for w, _ in d.parts], dtype=np.float64)
+        pick = rng.choice(len(d.parts), size=len(sent), p=weights / weights.sum())
+        lows = np.array([p.low_ms for _, p in d.parts], dtype=np.int64)[pick]
+        highs = np.array([p.high_ms for _, p in d.parts], dtype=np.int64)[pick]
+        return sent + lows + (rng.random(len(sent)) * (highs - lows + 1)).astype(np.int64)
     return np.full(len(sent), spec.start_ms + d.at_ms, dtype=np.int64)
 
 

@@ -41,7 +41,7 @@ from loadtest.bench.warmup import warm_broker
 DEFAULT_RESULTS = Path("loadtest/results")
 
 
-def _machine_facts() -> dict[str, Any]:
+def machine_facts() -> dict[str, Any]:
     mem_kb = memory_total_kb()
     return {
         "cores": os.cpu_count(),
@@ -76,7 +76,7 @@ def _commit() -> str | None:
         return None
 
 
-def _command_line(argv: Sequence[str]) -> str:
+def command_line(argv: Sequence[str]) -> str:
     python = sys.executable
     with contextlib.suppress(ValueError):
         rel = os.path.relpath(python, Path.cwd())
@@ -114,7 +114,7 @@ def write_outputs(out: Path, bench: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
+def sigterm_interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -154,11 +154,11 @@ def run_bench(args: argparse.Namespace) -> int:
     logs = out / "stack"
     logs.mkdir()
     bench: dict[str, Any] = {
-        "command": _command_line(getattr(args, "argv", None) or sys.argv[1:]),
+        "command": command_line(getattr(args, "argv", None) or sys.argv[1:]),
         "quick": bool(args.quick),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "scenario_plan": [s.name for s in runs],
-        "machine": _machine_facts(),
+        "machine": machine_facts(),
         "scenarios": [],
     }
     bench["machine"]["commit"] = _commit()
@@ -172,7 +172,7 @@ def run_bench(args: argparse.Namespace) -> int:
     failures = 0
     interrupted = False
     say(f"results in {out}")
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         try:
             say(f"starting Postgres (durable) and the broker in {data_dir}")
             stack.start()
@@ -237,7 +237,7 @@ def run_bench(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _env_pair(text: str) -> tuple[str, str]:
+def env_pair(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
@@ -281,14 +281,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--node-env",
         action="append",
-        type=_env_pair,
+        type=env_pair,
         metavar="CHRONOS_NAME=VALUE",
         help="a setting for every node (repeatable), e.g. CHRONOS_CLAIM_BATCH_SIZE=5000",
     )
     parser.add_argument(
         "--postgres-setting",
         action="append",
-        type=_env_pair,
+        type=env_pair,
         metavar="NAME=VALUE",
         help="a server setting of the benchmark's Postgres (repeatable), over the defaults "
         + ", ".join(f"{k}={v}" for k, v in POSTGRES_SETTINGS.items())

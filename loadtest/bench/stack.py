@@ -234,7 +234,8 @@ class Stack:
         """The topic the nodes write their audit trail to (``--node-env CHRONOS_AUDIT_TOPIC``)."""
         return self.node_env.get("CHRONOS_AUDIT_TOPIC") or None
 
-    def topics(self, name: str) -> Topics:
+    def topics(self, name: str, config: dict[str, str] | None = None) -> Topics:
+        """The topics of scenario ``name`` (created with topic ``config`` when new)."""
         from chronos.embedded import create_topics
 
         topics = Topics(
@@ -247,7 +248,7 @@ class Stack:
         audit = self.audit_topic
         if audit:  # the nodes write their audit trail there (--node-env CHRONOS_AUDIT_TOPIC=...)
             wanted[audit] = self.partitions
-        create_topics(self.bootstrap, wanted)
+        create_topics(self.bootstrap, wanted, config=config)
         return topics
 
     def clear_broker(self, timeout: float = CLEAR_TIMEOUT_S) -> None:

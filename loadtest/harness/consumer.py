@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from loadtest.harness import headers as h
 from loadtest.harness.events import RECEIVED_SCHEMA, ParquetSink
 from loadtest.harness.kafkautil import FetchStates
+from loadtest.harness.timeutil import parse_instant_ms
 
 FLUSH_ROWS = 200_000
 
@@ -59,6 +60,12 @@ class OutputRecorder(threading.Thread):
     Partitions are assigned explicitly at the current end (or the beginning) of each topic; the
     ``loadtestRun`` header filters out records of other runs, so an end offset that a broker
     misreports on the low side only costs reading a few old records.
+
+    A record of a series (the soak's mix, ``loadtest.harness.mix``: it carries
+    ``loadtestEveryMs``) is numbered by its occurrence: the tracking number plus the periods
+    between the first deadline and the instant the node relays beside it (``chronosScheduledFor``),
+    and its deadline is that instant. ``expected`` sizes the flags of the ids seen; they grow
+    for the numbers beyond it.
     """
 
     def __init__(
@@ -158,7 +165,7 @@ class OutputRecorder(threading.Thread):
                 if err.code() != KafkaError._PARTITION_EOF and len(stats.errors) < 1000:
                     stats.errors.append(str(err))
                 continue
-            run = mid = deadline_raw = reason = tenant = None
+            run = mid = deadline_raw = reason = tenant = every = instant = None
             for name, value in msg.headers() or ():
                 if name == h.RUN:
                     run = value
@@ -170,6 +177,10 @@ class OutputRecorder(threading.Thread):
                     reason = value
                 elif name == h.TENANT:
                     tenant = value
+                elif name == h.EVERY_MS:
+                    every = value
+                elif name == h.SCHEDULED_FOR:
+                    instant = value
             if run != run_b or mid is None or deadline_raw is None:
                 stats.foreign_records += 1
                 continue
@@ -179,6 +190,15 @@ class OutputRecorder(threading.Thread):
             except ValueError:
                 stats.foreign_records += 1
                 continue
+            if every is not None and instant is not None:
+                try:
+                    at = parse_instant_ms(instant)
+                    seq += round((at - deadline) / int(every))
+                    deadline = at
+                except (ValueError, ZeroDivisionError, UnicodeDecodeError):
+                    pass
+            if seq >= limit:
+                limit = self._grow(seq)
             publish_ms = msg.timestamp()[1]
             is_dead = msg.topic() == dead_letter_topic
             index = len(self._seq)
@@ -205,6 +225,14 @@ class OutputRecorder(threading.Thread):
                         stats.output_duplicates += 1
                     else:
                         output_seen[seq] = 1
+
+    def _grow(self, seq: int) -> int:
+        """Room in the flags of the ids seen for number ``seq``: the new limit."""
+        size = max(seq + 1, 2 * len(self._seen))
+        extra = size - len(self._seen)
+        self._seen.extend(bytes(extra))
+        self._output_seen.extend(bytes(extra))
+        return size
 
     def _tenant_number(self, raw: bytes) -> int:
         number = self._tenant_numbers.get(raw)

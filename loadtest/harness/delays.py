@@ -4,13 +4,16 @@ Specs (durations take ``ms``, ``s``, ``m`` or ``h``; a bare number means seconds
 
 * ``fixed:3s``         every deadline is exactly 3 s after the message is sent;
 * ``uniform:3s-10s``   uniformly distributed (whole milliseconds, both ends included);
-* ``burst:20s``        every message is due at one instant, 20 s after the run starts.
+* ``burst:20s``        every message is due at one instant, 20 s after the run starts;
+* ``mix:70%1s-60s,20%1m-10m,10%10m-1h``  a mixture: each message picks a part with its share
+  (the shares are weights: they need not add up to 100) and is due uniformly within it (the
+  soak's delays, seconds to hours: ``loadtest.soak.load``).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from loadtest.harness.timeutil import DurationError, parse_duration_ms
@@ -74,7 +77,55 @@ class BurstDelay:
         return f"burst:{_ms_text(self.at_ms)}"
 
 
-_USAGE = "expected fixed:<d>, uniform:<min>-<max> or burst:<at>, e.g. fixed:3s, uniform:3s-10s"
+@dataclass(frozen=True, slots=True)
+class MixDelay:
+    """Each message picks part ``i`` with probability ``weights[i] / sum(weights)``, then a
+    delay uniformly in that part's range (whole milliseconds, both ends included)."""
+
+    parts: tuple[tuple[float, UniformDelay], ...]
+    kind: str = "mix"
+    edges: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.parts or any(w <= 0 for w, _ in self.parts):
+            raise ValueError("a mix needs parts with positive shares")
+        total = sum(w for w, _ in self.parts)
+        edges, acc = [], 0.0
+        for weight, _ in self.parts:
+            acc += weight / total
+            edges.append(acc)
+        object.__setattr__(self, "edges", tuple(edges))
+
+    def deadline_ms(self, sent_ms: int, start_ms: int, rng: random.Random) -> int:
+        pick = rng.random()
+        for edge, (_, part) in zip(self.edges, self.parts, strict=True):
+            if pick < edge:
+                return part.deadline_ms(sent_ms, start_ms, rng)
+        return self.parts[-1][1].deadline_ms(sent_ms, start_ms, rng)
+
+    def mean_ms(self) -> float:
+        """The mean delay (what the standing backlog is, by Little's law, times the rate)."""
+        total = sum(w for w, _ in self.parts)
+        return sum(w / total * (p.low_ms + p.high_ms) / 2 for w, p in self.parts)
+
+    @property
+    def high_ms(self) -> int:
+        return max(p.high_ms for _, p in self.parts)
+
+    def describe(self) -> str:
+        return "mix:" + ",".join(
+            f"{_share_text(w)}%{p.describe().removeprefix('uniform:')}" for w, p in self.parts
+        )
+
+
+def _share_text(weight: float) -> str:
+    return str(int(weight)) if float(weight).is_integer() else f"{weight:g}"
+
+
+_USAGE = (
+    "expected fixed:<d>, uniform:<min>-<max>, burst:<at> or mix:<share>%<min>-<max>,..., e.g. "
+    "fixed:3s, uniform:3s-10s, mix:70%1s-60s,30%1m-10m"
+)
 
 
 def _duration(spec: str, text: str) -> int:
@@ -84,7 +135,37 @@ def _duration(spec: str, text: str) -> int:
         raise DelaySpecError(f"delay spec {spec!r}: {exc}") from None
 
 
-def parse_delay(spec: str) -> FixedDelay | UniformDelay | BurstDelay:
+def _uniform(spec: str, arg: str) -> UniformDelay:
+    low_text, dash, high_text = arg.partition("-")
+    if not dash or not low_text.strip() or not high_text.strip():
+        raise DelaySpecError(f"delay spec {spec!r}: uniform needs <min>-<max>, e.g. 3s-10s")
+    low, high = _duration(spec, low_text), _duration(spec, high_text)
+    if low > high:
+        raise DelaySpecError(f"delay spec {spec!r}: minimum {low} ms exceeds maximum {high} ms")
+    return UniformDelay(low, high)
+
+
+def _mix(spec: str, arg: str) -> MixDelay:
+    parts: list[tuple[float, UniformDelay]] = []
+    for item in arg.split(","):
+        share, pct, span = item.partition("%")
+        try:
+            weight = float(share)
+        except ValueError:
+            weight = -1.0
+        if not pct or not weight > 0:
+            raise DelaySpecError(
+                f"delay spec {spec!r}: each part of a mix is <share>%<min>-<max> with a "
+                f"positive share, e.g. 70%1s-60s; got {item!r}"
+            )
+        parts.append((weight, _uniform(spec, span)))
+    return MixDelay(tuple(parts))
+
+
+Delay = FixedDelay | UniformDelay | BurstDelay | MixDelay
+
+
+def parse_delay(spec: str) -> Delay:
     """Parse a delay spec; raises ``DelaySpecError`` with a message fit for the command line."""
     kind, sep, arg = spec.strip().partition(":")
     kind = kind.strip().lower()
@@ -95,11 +176,7 @@ def parse_delay(spec: str) -> FixedDelay | UniformDelay | BurstDelay:
     if kind == "burst":
         return BurstDelay(_duration(spec, arg))
     if kind == "uniform":
-        low_text, dash, high_text = arg.partition("-")
-        if not dash or not low_text.strip() or not high_text.strip():
-            raise DelaySpecError(f"delay spec {spec!r}: uniform needs <min>-<max>, e.g. 3s-10s")
-        low, high = _duration(spec, low_text), _duration(spec, high_text)
-        if low > high:
-            raise DelaySpecError(f"delay spec {spec!r}: minimum {low} ms exceeds maximum {high} ms")
-        return UniformDelay(low, high)
+        return _uniform(spec, arg)
+    if kind == "mix":
+        return _mix(spec, arg)
     raise DelaySpecError(f"delay spec {spec!r}: unknown kind {kind!r}; {_USAGE}")

@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,9 @@ import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Message, Producer
 
 from loadtest.harness import headers as h
-from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.harness.delays import BurstDelay, Delay, FixedDelay
 from loadtest.harness.events import PRODUCE_ERRORS_SCHEMA, SENT_SCHEMA, ParquetSink
+from loadtest.harness.mix import Mix, MixCounts, MixPlanner, Planned
 from loadtest.harness.schedule import LagTracker, PacingResult, RateSchedule, Slots, pace
 from loadtest.harness.tenants import PlannedSchedule, TenantLoad
 from loadtest.harness.timeutil import DeadlineFormatter
@@ -45,7 +47,7 @@ class ProducerSettings:
     topic: str
     rate: float
     count: int
-    delay: FixedDelay | UniformDelay | BurstDelay
+    delay: Delay
     payload_bytes: int = 100
     keys: int | None = 1000  # None: null keys
     seed: int | None = None
@@ -53,11 +55,13 @@ class ProducerSettings:
     kafka_properties: dict[str, str] = field(default_factory=dict)
     tenants: TenantLoad | None = None  # a multi-tenant load: its plan replaces rate and delay
     linger_ms: int = PRODUCER_DEFAULTS["linger.ms"]
+    mix: Mix | None = None  # the soak's mix (loadtest.harness.mix): records, not messages
 
 
 @dataclass(slots=True)
 class ProduceStats:
-    sent: int = 0
+    sent: int = 0  # records
+    expected: int = 0  # fires expected of them (rows of sent.parquet)
     produce_errors: int = 0
     queue_full_waits: int = 0
     start_ms: int = 0
@@ -69,12 +73,14 @@ class ProduceStats:
     stopped: bool = False
     pacing: PacingResult | None = None
     tracker: LagTracker | None = None
+    mix: MixCounts | None = None
 
     def as_dict(self) -> dict[str, Any]:
         elapsed = max(self.end_ms - self.start_ms, 1) / 1000
         tracker = self.tracker
         return {
             "sent": self.sent,
+            "expected_fires": self.expected,
             "produce_errors": self.produce_errors,
             "unflushed": self.unflushed,
             "queue_full_waits": self.queue_full_waits,
@@ -94,6 +100,7 @@ class ProduceStats:
             "behind_episode_list": []
             if tracker is None
             else [e.as_dict() for e in tracker.episodes[:100]],
+            **({} if self.mix is None else {"mix": self.mix.as_dict()}),
         }
 
 
@@ -122,6 +129,9 @@ class LoadProducer:
         self._slot_ms = array("q")
         self._tenant_ix = array("h")  # index into the tenant names; -1: no tenant
         self._tenant_names = [] if settings.tenants is None else settings.tenants.tenant_names
+        if settings.mix is not None:
+            self._tenant_names = settings.mix.tenant_names
+        self._key_ix = array("i")  # the mix's key index of each row (the others: seq % keys)
         self._chunk_start = 0
         config: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **PRODUCER_DEFAULTS}
         config["linger.ms"] = settings.linger_ms
@@ -151,6 +161,7 @@ class LoadProducer:
         deadlines, sent, slots = self._deadlines, self._sent_ms, self._slot_ms
         self._deadlines, self._sent_ms, self._slot_ms = array("q"), array("q"), array("q")
         tenant_ix, self._tenant_ix = self._tenant_ix, array("h")
+        key_ix, self._key_ix = self._key_ix, array("i")
         names = pa.array(self._tenant_names, pa.string())
         self._chunk_start = first + count
         prefix = f"{self.run_id}-"
@@ -164,7 +175,8 @@ class LoadProducer:
                 keys = pa.nulls(count, pa.string())
             else:
                 table = pa.array([f"key-{i}" for i in range(key_count)], pa.string())
-                keys = table.take(pa.array(seqs % key_count))
+                picks = np.frombuffer(key_ix, dtype=np.int32) if len(key_ix) else seqs % key_count
+                keys = table.take(pa.array(picks))
             return pa.RecordBatch.from_arrays(
                 [
                     ids,
@@ -279,19 +291,89 @@ class LoadProducer:
         def idle() -> None:
             poll(0)
 
+        planner = None
+        send: Callable[[int, int], None] = emit
+        if s.mix is not None:
+            send, planner = self._mix_emit(start_ms, fmt)
         stats.pacing = pace(
             schedule,
             time.monotonic,
             time.sleep,
-            emit,
+            send,
             tracker,
             idle=idle,
             should_stop=self.stop_event.is_set,
         )
         stats.stopped = stats.pacing.stopped
+        if planner is not None and not stats.stopped:
+            now = time_ns() // 1_000_000
+            for planned in planner.leftovers(now):
+                self._send_planned(planned, now, now)
+                stats.sent += 1
+        stats.expected = stats.sent if planner is None else planner.fires
         stats.end_ms = time_ns() // 1_000_000
         self._flush_chunk()
         return stats
+
+    # -- the soak's mix ---------------------------------------------------------------------------
+    def _mix_emit(
+        self, start_ms: int, fmt: DeadlineFormatter
+    ) -> tuple[Callable[[int, int], None], MixPlanner]:
+        """``emit`` for the mix: each slot's record chosen by a ``MixPlanner``."""
+        s, stats = self.settings, self.stats
+        assert s.mix is not None
+        ms_per_slot = 1000.0 / s.rate
+        planner = MixPlanner(
+            s.mix,
+            s.delay,
+            self._rng,
+            run_id=self.run_id,
+            start_ms=start_ms,
+            end_ms=start_ms + int(s.count * ms_per_slot),
+            keys=None if self._keys is None else len(self._keys),
+            fmt=fmt,
+        )
+        stats.mix = planner.counts
+        time_ns = time.time_ns
+
+        def emit(first: int, end: int) -> None:
+            for seq in range(first, end):
+                now = time_ns() // 1_000_000
+                self._send_planned(planner.next(now), now, start_ms + int(seq * ms_per_slot))
+            stats.sent = end
+            stats.expected = planner.fires
+            self._producer.poll(0)
+            if len(self._sent_ms) >= FLUSH_ROWS:
+                self._flush_chunk()
+
+        return emit, planner
+
+    def _send_planned(self, planned: Planned, now: int, slot: int) -> None:
+        """Produce one record of the mix and log the fires it adds."""
+        stats = self.stats
+        keys = self._keys
+        key = None if keys is None or planned.key_ix < 0 else keys[planned.key_ix]
+        while True:
+            try:
+                self._producer.produce(
+                    self.settings.topic, self._payload, key, headers=planned.headers
+                )
+                break
+            except BufferError:
+                stats.queue_full_waits += 1
+                self._producer.poll(0.005)
+        for deadline in planned.deadlines:
+            self._deadlines.append(deadline)
+            self._sent_ms.append(now)
+            self._slot_ms.append(slot)
+            if planned.tenant_ix >= 0:
+                self._tenant_ix.append(planned.tenant_ix)
+            if keys is not None:
+                self._key_ix.append(planned.key_ix)
+            if stats.min_deadline_ms is None or deadline < stats.min_deadline_ms:
+                stats.min_deadline_ms = deadline
+            if stats.max_deadline_ms is None or deadline > stats.max_deadline_ms:
+                stats.max_deadline_ms = deadline
 
     def flush(self, timeout_s: float) -> int:
         """Wait for outstanding deliveries; returns how many are still unacknowledged."""

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.harness.consumer import OutputRecorder
-from loadtest.harness.delays import BurstDelay, FixedDelay, UniformDelay
+from loadtest.harness.delays import Delay
 from loadtest.harness.events import RUN_FILE, DrainWindow
+from loadtest.harness.mix import Mix
 from loadtest.harness.producer import LoadProducer, ProducerSettings
 from loadtest.harness.progress import ProgressLine, Snapshot, percentile_of
 from loadtest.harness.tenants import TenantLoad
@@ -30,7 +31,7 @@ class RunConfig:
     dead_letter_topic: str | None
     rate: float
     count: int
-    delay: FixedDelay | UniformDelay | BurstDelay
+    delay: Delay
     out_dir: Path
     duration_s: float | None = None
     payload_bytes: int = 100
@@ -49,6 +50,7 @@ class RunConfig:
     kafka_properties: dict[str, str] = field(default_factory=dict)
     tenants: TenantLoad | None = None  # a multi-tenant load (its plan gives count and deadlines)
     linger_ms: int = 5  # the input producer's linger.ms
+    mix: Mix | None = None  # the soak's mix: count is records, the fires expected follow
 
 
 @dataclass(slots=True)
@@ -116,6 +118,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             kafka_properties=cfg.kafka_properties,
             tenants=cfg.tenants,
             linger_ms=cfg.linger_ms,
+            mix=cfg.mix,
         ),
         run_id,
         cfg.out_dir,
@@ -133,7 +136,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             sent=ps.sent,
             total=cfg.count,
             received=received,
-            in_flight=max(0, ps.sent - received),
+            in_flight=max(0, (ps.sent if cfg.mix is None else ps.expected) - received),
             lateness_p99_ms=percentile_of(window, 0.99),
             behind=0 if ps.tracker is None else ps.tracker.behind_slots,
             dead_letter=0 if recorder is None else recorder.stats.dead_letter_records,
@@ -157,7 +160,7 @@ def run_load(cfg: RunConfig) -> RunResult:
         producer.flush(cfg.flush_timeout_s)
         phase[0] = "draining"
         stats = producer.stats
-        expected = stats.sent - stats.produce_errors - stats.unflushed
+        expected = stats.expected - stats.produce_errors - stats.unflushed
         last_deadline = stats.max_deadline_ms or now_ms()
         # The window ends drain_timeout after the last deadline; what arrives after it, during
         # the bounded grace, is late (classified by the analysis), and only what never arrives
@@ -226,6 +229,7 @@ def run_load(cfg: RunConfig) -> RunResult:
             "kafka_properties": _masked(cfg.kafka_properties),
             "produce_only": cfg.produce_only,
             "linger_ms": cfg.linger_ms,
+            "mix": None if cfg.mix is None else cfg.mix.as_dict(),
         },
         "topics": partitions,
         "producer": ps.as_dict(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _DURATION_RE = re.compile(r"^\s*(?P<num>[0-9]*\.?[0-9]+)\s*(?P<unit>ms|s|m|h)?\s*$")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0, None: 1000.0}
@@ -59,6 +59,20 @@ class DeadlineFormatter:
             self._second = seconds
             self._prefix = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
         return f"{self._prefix}{millis:03d}Z"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_instant_ms(text: str | bytes) -> int:
+    """Epoch milliseconds of an ISO-8601 instant as Chronos writes them (``…Z``, an offset, or
+    none: UTC), e.g. the scheduled instant a node relays beside a fired record."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii")
+    when = datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // timedelta(milliseconds=1)
 
 
 def iso_utc(ms: int) -> str:
