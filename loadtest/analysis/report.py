@@ -204,10 +204,15 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
     if summary.get("tenants"):
         sections += _tenant_sections(summary["tenants"], out)
     title = f"Chronos load test {summary.get('run_id') or ''}".strip()
+    return write_page(out, title, sections)
+
+
+def write_page(out: Path, title: str, sections: list[str]) -> Path:
+    """The one-page HTML report (``out/report.html``): a title, then the sections in order."""
     doc = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
-body {{ font-family: sans-serif; margin: 2em; }}
+body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
 table {{ border-collapse: collapse; margin-bottom: 1em; }}
 th, td {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; font-size: 90%; }}
 img {{ max-width: 100%; }}

@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from loadtest.analysis.report import image_html, plot_cdf
+from loadtest.analysis.report import image_html, plot_cdf, write_page
 
 Row = dict[str, Any]
 PLOTS = (
@@ -218,18 +218,4 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
         "<h2>The load</h2><table>" + _rows(soak) + _rows(summary.get("mix") or {}) + "</table>",
     ]
     title = f"Chronos soak {summary.get('run_id') or ''}".strip()
-    doc = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
-table {{ border-collapse: collapse; margin-bottom: 1em; }}
-th, td {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; font-size: 90%; }}
-img {{ max-width: 100%; }}
-</style></head>
-<body><h1>{html.escape(title)}</h1>
-{"".join(sections)}
-</body></html>
-"""
-    path = out / "report.html"
-    path.write_text(doc)
-    return path
+    return write_page(out, title, sections)
