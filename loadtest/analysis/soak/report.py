@@ -134,22 +134,31 @@ def _plot_table(summary: dict[str, Any], path: Path) -> None:
 
 
 def _plot_wal(summary: dict[str, Any], path: Path) -> None:
-    rows = summary["per_minute"]["samples"]
-    fig, ax = _frame(summary, "WAL", "MB per minute")
-    _series(ax, rows, "wal_mb", "WAL MB")
-    twin = ax.twinx()
-    _series(twin, rows, "wal_per_row_change", "bytes per row change", ls=":", color="tab:red")
-    twin.set_ylabel("bytes per row change")
-    _save(fig, ax, path, twin)
+    _plot_pair(summary, path, "WAL", ("MB per minute", "wal_mb", "WAL MB"),
+               ("bytes per row change", "wal_per_row_change", "bytes per row change"))  # fmt: skip
 
 
 def _plot_kafka(summary: dict[str, Any], path: Path) -> None:
+    _plot_pair(summary, path, "Broker log and consumer lag",
+               ("broker log MB", "broker_log_mb", "broker log MB"),
+               ("messages", "consumer_lag", "consumer lag (largest)"))  # fmt: skip
+
+
+def _plot_pair(
+    summary: dict[str, Any],
+    path: Path,
+    title: str,
+    left: tuple[str, str, str],
+    right: tuple[str, str, str],
+) -> None:
+    """One sampled series on the left axis, another (dotted) on the right: each (axis label,
+    sample key, legend label)."""
     rows = summary["per_minute"]["samples"]
-    fig, ax = _frame(summary, "Broker log and consumer lag", "broker log MB")
-    _series(ax, rows, "broker_log_mb", "broker log MB")
+    fig, ax = _frame(summary, title, left[0])
+    _series(ax, rows, left[1], left[2])
     twin = ax.twinx()
-    _series(twin, rows, "consumer_lag", "consumer lag (largest)", ls=":", color="tab:red")
-    twin.set_ylabel("messages")
+    _series(twin, rows, right[1], right[2], ls=":", color="tab:red")
+    twin.set_ylabel(right[0])
     _save(fig, ax, path, twin)
 
 
