@@ -43,6 +43,7 @@ def arrival_record(
         message.deadline,
         Ending(outcome, None, None, None, lateness_ms, reason),
         recurring=message.recurrence is not None,
+        key=message.key,
     )
 
 

@@ -46,7 +46,7 @@ class EndedOnArrival(NamedTuple):
     as it arrived), or set it aside as it arrived (expired, refused by the database). Its history
     record, written by ``record_ended``: ``ending`` as the firing loop gives one (topic,
     partition and offset of the delivered record; None: dropped, never published), ``attempt``
-    the publish attempt that delivered it (None: never published)."""
+    the publish attempt that delivered it (None: never published), ``key`` the message's."""
 
     id: str
     tenant: str  # '' : the default tenant
@@ -54,11 +54,13 @@ class EndedOnArrival(NamedTuple):
     ending: Ending
     attempt: int | None = None
     recurring: bool = False
+    key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class EndedRecord:
-    """One history record: a message (or a series' occurrence) that ended."""
+    """One history record: a message (or a series' occurrence) that ended. ``key``: the
+    message's (None: it had none, or its record was written before the history kept keys)."""
 
     id: str
     tenant: str | None
@@ -75,6 +77,7 @@ class EndedRecord:
     ended_by: str | None
     next_deadline: datetime | None
     recurring: bool
+    key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

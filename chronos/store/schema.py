@@ -326,6 +326,12 @@ history = Table(
         server_default=text("false"),
         comment="an occurrence of a series",
     ),
+    Column(
+        "message_key",
+        LargeBinary,
+        nullable=True,
+        comment="the message's key, byte-exact (NULL: none, or recorded before 0014)",
+    ),
     postgresql_partition_by="RANGE (ended_at)",
 )
 # Admin get by id, and the id-prefix filter (text_pattern_ops: a prefix is a range).
@@ -341,6 +347,17 @@ Index("chronos_history_outcome_idx", history.c.outcome, history.c.deadline, hist
 Index(
     "chronos_history_tenant_idx",
     history.c.tenant,
+    history.c.outcome,
+    history.c.deadline,
+    history.c.id,
+)
+# Admin list by key, exact or by prefix (a range of the key's first KEY_INDEXED_BYTES = 64
+# bytes), of each outcome in the list's (deadline, id) order: as the waiting rows' key index.
+# Not partial (message_key IS NOT NULL): the planner keeps statistics of its expression only then,
+# and needs them to walk the outcome index instead for a prefix most keys share.
+Index(
+    "chronos_history_key_idx",
+    text("substring(message_key from 1 for 64)"),
     history.c.outcome,
     history.c.deadline,
     history.c.id,

@@ -22,7 +22,8 @@ def test_a_record_due_on_arrival_is_found_fired_at_its_output_record(
 ) -> None:
     api.store.maintain_history(timedelta(days=7))  # the leader's days, ahead of its first round
     node = nodes.start()
-    produce(kafka_bootstrap, topics.input, [chronos_record("due", now() - timedelta(seconds=5))])
+    due = chronos_record("due", now() - timedelta(seconds=5), key=b"order-42")
+    produce(kafka_bootstrap, topics.input, [due])
     (out,) = read(kafka_bootstrap, topics.output, topics.partitions, 1)
 
     assert eventually(lambda: api.get("/admin/v1/messages/due")[0] == 200, timeout=20)
@@ -36,3 +37,6 @@ def test_a_record_due_on_arrival_is_found_fired_at_its_output_record(
     assert body["node"] == node.settings.node_id and body["attempt"] == 1
     assert 5_000 <= body["lateness_ms"] < 60_000
     assert rows(nodes.database_url) == []  # never stored
+    status, page = api.get("/admin/v1/messages?state=fired&key=order-42")
+    assert status == 200 and [m["id"] for m in page["messages"]] == ["due"]
+    assert page["messages"][0]["key_text"] == "order-42"

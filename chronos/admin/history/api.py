@@ -42,8 +42,6 @@ class HistoryEndpoints:
         return [ended_json(r) for r in self.store.ended_messages(message_id)]
 
     def find(self, p: ListParams) -> Reply:
-        if p.where.key is not None:
-            raise ApiError(400, "key: the history keeps no keys (filter ended messages by id)")
         # ``count`` is not answered for ended messages (the summary counts them by tenant).
         records = self.store.find_ended(p.where, limit=p.limit + DUPLICATES_SLACK, after=p.after)
         page: list[EndedRecord] = records[: p.limit]

@@ -28,6 +28,7 @@ ENDED_COLUMNS = (
     "deadline",
     "ended_at",
     "tenant",
+    "key_text",
     "topic",
     "partition",
     "offset",
@@ -107,8 +108,14 @@ def _since(raw: str) -> str:
 
 
 def ended_text(message: Mapping[str, Any], table: Table) -> str:
-    """``admin get`` of a message that ended: how, then every record kept of it."""
+    """``admin get`` of a message that ended: how, its key (as text when printable, else base64;
+    none: it had none, or its record is older than the history's keys), then every record kept
+    of it."""
     lines = [escape(str(message.get("summary", "")))]
+    if message.get("key_text") is not None:
+        lines.append(f"key: {escape(str(message['key_text']))}")
+    elif message.get("key") is not None:
+        lines.append(f"key (base64): {message['key']}")
     records = message.get("history") or []
     if len(records) > 1:
         lines += ["", f"{len(records)} records (newest first):", table(records, RECORD_COLUMNS)]

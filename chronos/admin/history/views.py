@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from chronos.admin.messages.views import printable
 from chronos.admin.params import format_timestamp
+from chronos.protocol import b64
 from chronos.store import OUTCOMES, EndedRecord, HistorySummary
 from chronos.store.history import CANCELLED, DEAD_LETTERED, EXPIRED, FIRED, REPLACED
 
@@ -83,6 +85,8 @@ def ended_json(record: EndedRecord) -> dict[str, Any]:
         "ended_by": record.ended_by,
         "next_deadline": format_timestamp(record.next_deadline),
         "recurring": record.recurring,
+        "key": b64(record.key),
+        "key_text": printable(record.key),
         "summary": describe(record),
     }
 

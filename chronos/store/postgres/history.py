@@ -16,7 +16,7 @@ import psycopg
 
 from chronos.errors import StoreError
 from chronos.observability import metrics
-from chronos.store.arrays import int4_array, text_array, timestamptz_array
+from chronos.store.arrays import bytea_array, int4_array, text_array, timestamptz_array
 from chronos.store.filters import MessageFilter
 from chronos.store.history import (
     REASON_LENGTH,
@@ -108,6 +108,7 @@ def ended_params(node_id: str, ended: Sequence[EndedOnArrival]) -> dict[str, Any
             [None if x.reason is None else x.reason[:REASON_LENGTH] for x in ends]
         ),
         "recurring": [e.recurring for e in ended],
+        "keys": bytea_array([e.key for e in ended]),
     }
 
 
@@ -132,6 +133,7 @@ def ended_record(r: dict[str, Any]) -> EndedRecord:
         ended_by=r["ended_by"],
         next_deadline=r["next_deadline"],
         recurring=bool(r["recurring"]),
+        key=None if r["message_key"] is None else bytes(r["message_key"]),
     )
 
 
@@ -306,6 +308,10 @@ class HistoryQueries:
                 "tenant": p["tenant"],
                 "topic": p["topic"],
                 "id_like": p["id_like"],
+                "key": p["key"],
+                "key_exact": p["key_exact"],
+                "key_low": p["key_low"],
+                "key_high": p["key_high"],
                 "deadline_from": p["deadline_from"],
                 "deadline_to": p["deadline_to"],
                 "recurring": p["recurring"],

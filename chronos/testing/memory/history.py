@@ -5,6 +5,7 @@ them ahead, each with the TTL of its day, and drops whole days past it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Sequence
@@ -70,6 +71,7 @@ class InMemoryHistory:
                 ended_by=None if by is None else by[:255],
                 next_deadline=next_deadline,
                 recurring=row.recurrence is not None,
+                key=row.key,
             )
         )
 
@@ -101,6 +103,7 @@ class InMemoryHistory:
                         ended_by=None,
                         next_deadline=None,
                         recurring=e.recurring,
+                        key=e.key,
                     )
                 )
             return len(ended)
@@ -127,6 +130,14 @@ class InMemoryHistory:
         """The days with a partition and their TTLs (a test convenience)."""
         return dict(self._partitions)
 
+    def forget_history_keys(self, message_id: str) -> None:
+        """Clear the key of ``message_id``'s records, as the release before the history kept
+        keys wrote them (a test convenience)."""
+        with self._lock:
+            self._history = [
+                dataclasses.replace(r, key=None) if r.id == message_id else r for r in self._history
+            ]
+
     def ended_messages(self, message_id: str, *, limit: int = 20) -> list[EndedRecord]:
         self._statement("ended_message")
         found = [r for r in self._history if r.id == message_id]
@@ -151,6 +162,8 @@ class InMemoryHistory:
             if where.topic is not None and r.topic != where.topic:
                 return False
             if where.id_prefix is not None and not r.id.startswith(where.id_prefix):
+                return False
+            if where.key is not None and not _key_matches(where, r.key):
                 return False
             if where.deadline_from is not None and r.deadline < where.deadline_from:
                 return False
@@ -208,6 +221,13 @@ class InMemoryHistory:
         gone = len(self._history) - len(kept)
         self._history = kept
         return gone
+
+
+def _key_matches(where: MessageFilter, key: bytes | None) -> bool:
+    """``where``'s key filter (exact, or a prefix) on a record's key: never one without a key."""
+    if key is None or where.key is None:
+        return False
+    return key.startswith(where.key) if where.key_prefix else key == where.key
 
 
 def percentile_cont(ordered: list[int], fraction: float) -> float:

@@ -1,5 +1,6 @@
-"""One harness per store, for the store contract: the store, its clock, and a way to set a row's
-tenant column as a release before tenants (or any writer) would have left it."""
+"""One harness per store, for the store contract: the store, its clock, and ways to write as an
+earlier release would have: a row's tenant column as a release before tenants (or any writer) left
+it, a history record as the release before the history kept keys wrote it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,21 @@ from datetime import datetime
 
 import psycopg
 
-from chronos.store import PostgresStore
+from chronos.store import CancelOutcome, PostgresStore
 from chronos.testing import InMemoryStore, ManualClock
+
+# The cancel_message statement of the release before the history kept keys (0013): its history
+# insert names its columns, and leaves message_key NULL.
+PREVIOUS_RELEASE_CANCEL = """
+WITH deleted AS (
+    DELETE FROM chronos_messages WHERE id = %(id)s AND readied_at IS NULL
+    RETURNING id, tenant, deadline, recurrence
+)
+INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring)
+SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'admin', 'previous release',
+       recurrence IS NOT NULL
+FROM deleted
+"""
 
 
 class MemoryHarness:
@@ -33,6 +47,11 @@ class MemoryHarness:
 
     def set_tenant(self, message_id: str, tenant: str | None) -> None:
         self.store.set_tenant(message_id, tenant)
+
+    def cancel_as_previous_release(self, message_id: str) -> None:
+        done = self.store.cancel_message(message_id, by="previous release")
+        assert done is CancelOutcome.CANCELLED
+        self.store.forget_history_keys(message_id)
 
 
 class FreezableStore(PostgresStore):
@@ -74,6 +93,10 @@ class PostgresHarness:
             conn.execute(
                 "UPDATE chronos_messages SET tenant = %s WHERE id = %s", (tenant, message_id)
             )
+
+    def cancel_as_previous_release(self, message_id: str) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(PREVIOUS_RELEASE_CANCEL, {"id": message_id})
 
     def close(self) -> None:
         self.store.close()

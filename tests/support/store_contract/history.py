@@ -2,13 +2,15 @@
 (fired with its record's position, lateness and node; cancelled by a Kafka record or the admin
 API, by whom; expired; dead-lettered; replaced by a reschedule; a series' occurrence with the one
 that follows), in the statement that ends it, or, for a message that ended without a row (intake's),
-in one statement for the lot; a message fired twice keeps both records; the
-leader's maintenance purges whole days past the TTL they were created with; no partition or no
-history never stops a message from ending."""
+in one statement for the lot; a message fired twice keeps both records; records are found by
+their message's key (exact or a prefix), and one written without a key (by the release before the
+history kept keys) by none; the leader's maintenance purges whole days past the TTL they were
+created with; no partition or no history never stops a message from ending."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Protocol
 
 import pytest
 
@@ -22,11 +24,19 @@ WEEK = timedelta(days=7)
 DAY = timedelta(days=1)
 
 
-def fire(harness: Harness, message_id: str, ending: Ending | None = None) -> str:
-    """Enqueue ``message_id`` due at once, claim it and delete it as delivered (``ending``: its
-    history entry; None: fired, no position); returns the claiming node."""
+class HistoryHarness(Harness, Protocol):
+    def cancel_as_previous_release(self, message_id: str) -> None:
+        """Cancel a waiting message as the release before the history kept keys did: its record
+        has no key."""
+
+
+def fire(
+    harness: Harness, message_id: str, ending: Ending | None = None, key: bytes | None = b"k"
+) -> str:
+    """Enqueue ``message_id`` (with ``key``) due at once, claim it and delete it as delivered
+    (``ending``: its history entry; None: fired, no position); returns the claiming node."""
     store, me = harness.store, node()
-    store.enqueue([msg(message_id, harness.now() + timedelta(milliseconds=300))], 0)
+    store.enqueue([msg(message_id, harness.now() + timedelta(milliseconds=300), key)], 0)
     rows = [r for r in store.claim(me, HORIZON, 100, 5) if r.id == message_id]
     assert len(rows) == 1
     ends = None if ending is None else [ending]
@@ -300,3 +310,79 @@ class HistoryContract:
         assert store.get_message("c") is None
         (record,) = store.ended_messages("c")
         assert (record.outcome, record.reason) == (CANCELLED, "cancelled while claimed")
+
+    def test_ended_messages_are_found_by_their_key_exact_or_by_prefix(
+        self, harness: Harness
+    ) -> None:
+        store, me = harness.store, node()
+        store.maintain_history(WEEK)
+        fire(harness, "k-fired", Ending(FIRED, "out", 0, 1, 1, None), key=b"order-123")
+        fire(harness, "k-expired", Ending(EXPIRED, None, None, None, 9, "expired"), b"order-125")
+        fire(harness, "k-other", Ending(FIRED, "out", 0, 2, 1, None), key=b"invoice-123")
+        fire(harness, "k-none", Ending(FIRED, "out", 0, 3, 1, None), key=None)
+        long_a, long_b = b"x" * 64 + b"a", b"x" * 64 + b"b"  # past the 64 bytes indexed
+        fire(harness, "k-long-a", Ending(FIRED, "out", 0, 4, 1, None), key=long_a)
+        fire(harness, "k-long-b", Ending(FIRED, "out", 0, 5, 1, None), key=long_b)
+        store.enqueue([msg("k-cancelled", harness.now() + timedelta(hours=1), b"order-124")], 0)
+        assert store.cancel_message("k-cancelled", by="alice") is CancelOutcome.CANCELLED
+        arrived = EndedOnArrival(
+            "k-direct", "", harness.now(), Ending(FIRED, "out", 1, 6, 2, None), 1, key=b"order-126"
+        )
+        assert store.record_ended(me, [arrived]) == 1
+
+        def found(state: str, key: bytes, prefix: bool = False) -> list[str]:
+            where = MessageFilter(state=state, key=key, key_prefix=prefix)
+            return sorted(r.id for r in store.find_ended(where, limit=20))
+
+        assert found("fired", b"order-123") == ["k-fired"]
+        assert found("cancelled", b"order-124") == ["k-cancelled"]
+        assert found("expired", b"order-125") == ["k-expired"]
+        assert found("ended", b"order-126") == ["k-direct"]
+        assert found("ended", b"order-123") == ["k-fired"]
+        assert found("cancelled", b"order-123") == []  # the key, not of that outcome
+        assert found("ended", b"order-12") == [] and found("ended", b"order-1234") == []
+        assert found("ended", b"order-12", prefix=True) == [
+            "k-cancelled",
+            "k-direct",
+            "k-expired",
+            "k-fired",
+        ]
+        assert found("expired", b"order-", prefix=True) == ["k-expired"]
+        assert found("ended", b"invoice", prefix=True) == ["k-other"]
+        assert found("ended", b"nothing", prefix=True) == []
+        assert found("ended", long_a) == ["k-long-a"]
+        assert found("ended", long_b[:65], prefix=True) == ["k-long-b"]
+        assert found("ended", b"x" * 64, prefix=True) == ["k-long-a", "k-long-b"]
+        assert found("ended", b"x" * 64) == []
+        # Each record keeps its message's key; none for a message without one.
+        (fired,) = store.ended_messages("k-fired")
+        assert fired.key == b"order-123"
+        assert [r.key for r in store.ended_messages("k-cancelled")] == [b"order-124"]
+        assert [r.key for r in store.ended_messages("k-direct")] == [b"order-126"]
+        assert [r.key for r in store.ended_messages("k-none")] == [None]
+        # The cursor pages a key's records as any other filter's.
+        by_prefix = MessageFilter(state="ended", key=b"order-", key_prefix=True)
+        first = store.find_ended(by_prefix, limit=3)
+        rest = store.find_ended(by_prefix, limit=3, after=(first[-1].deadline, first[-1].id))
+        assert len(first) == 3 and len(rest) == 1
+        assert {r.id for r in first + rest} == {"k-fired", "k-expired", "k-cancelled", "k-direct"}
+
+    def test_a_record_without_a_key_is_listed_but_never_found_by_a_key(
+        self, harness: HistoryHarness
+    ) -> None:
+        store = harness.store
+        store.maintain_history(WEEK)
+        later = harness.now() + timedelta(hours=1)
+        store.enqueue([msg("old", later, b"order-1"), msg("new", later, b"order-1")], 0)
+        harness.cancel_as_previous_release("old")
+        assert store.cancel_message("new", by="alice") is CancelOutcome.CANCELLED
+        assert store.get_message("old") is None
+        (old,) = store.ended_messages("old")
+        assert (old.outcome, old.key, old.ended_by) == (CANCELLED, None, "previous release")
+        listed = store.find_ended(MessageFilter(state="cancelled"), limit=10)
+        assert sorted(r.id for r in listed) == ["new", "old"]
+        for where in (
+            MessageFilter(state="cancelled", key=b"order-1"),
+            MessageFilter(state="ended", key=b"order-", key_prefix=True),
+        ):
+            assert [r.id for r in store.find_ended(where, limit=10)] == ["new"]

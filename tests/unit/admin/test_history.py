@@ -21,10 +21,12 @@ __all__ = ["node"]  # the CLI tests' node (a fixture)
 WEEK = timedelta(days=7)
 
 
-def _fire(h: AdminHarness, message_id: str, ending: Ending, tenant: str = "") -> str:
+def _fire(
+    h: AdminHarness, message_id: str, ending: Ending, tenant: str = "", key: bytes | None = b"k"
+) -> str:
     me = str(uuid.uuid4())
     due = h.clock.now() + timedelta(seconds=1)
-    h.store.enqueue([ScheduledMessage(message_id, due, b"k", b"v", [], tenant=tenant)], 0)
+    h.store.enqueue([ScheduledMessage(message_id, due, key, b"v", [], tenant=tenant)], 0)
     h.clock.advance(1_000)
     rows = [r for r in h.store.claim(me, 0, 100, 4) if r.id == message_id]
     assert h.store.delete_fired(me, [(r.id, r.readied_at) for r in rows], None, [ending])
@@ -95,10 +97,43 @@ def test_list_by_ended_state_pages_with_the_cursor_and_keeps_two_fires_together(
     assert page["next_cursor"] is None
 
 
+def test_ended_messages_are_listed_by_key_exact_or_by_prefix_as_text_or_base64() -> None:
+    h = AdminHarness()
+    h.store.maintain_history(WEEK)
+    _fire(h, "r1", Ending(FIRED, "out", 0, 1, 1, None), key=b"order-123")
+    _fire(h, "r2", Ending(DEAD_LETTERED, "dlq", 0, 2, 1, "publish_failed"), key=b"order-124")
+    _fire(h, "r3", Ending(FIRED, "out", 0, 3, 1, None), key=b"\x00\xff")
+    _fire(h, "r4", Ending(FIRED, "out", 0, 4, 1, None), key=None)
+
+    def ids(query: str) -> list[str]:
+        status, _, page = h.call("GET", "/admin/v1/messages", query)
+        assert status == 200, page
+        validate(page, "MessagePage")
+        return [m["id"] for m in page["messages"]]
+
+    assert ids("state=fired&key=order-123") == ["r1"]
+    assert ids("state=fired&key=order-124") == []  # dead-lettered, not fired
+    assert ids("state=ended&key=order-12&key_prefix=true") == ["r1", "r2"]
+    assert ids("state=dead-lettered&key=order-&key_prefix=true") == ["r2"]
+    assert ids("state=fired&key_base64=AP8=") == ["r3"]
+    assert ids("state=fired&key_base64=AA==&key_prefix=true") == ["r3"]
+    assert ids("state=fired") == ["r1", "r3", "r4"]
+    page = h.call("GET", "/admin/v1/messages", "state=fired&key=order-123")[2]
+    assert (page["messages"][0]["key"], page["messages"][0]["key_text"]) == (
+        "b3JkZXItMTIz",
+        "order-123",
+    )
+    status, _, body = h.call("GET", "/admin/v1/messages/r3")
+    assert status == 200
+    validate(body, "EndedMessage")
+    assert (body["key"], body["key_text"]) == ("AP8=", None)  # not printable: base64 only
+    assert h.call("GET", "/admin/v1/messages/r4")[2]["key"] is None
+
+
 @pytest.mark.parametrize(
     ("path", "method", "query", "word"),
     [
-        ("/admin/v1/messages", "GET", "state=fired&key=k", "key"),
+        ("/admin/v1/messages", "GET", "state=fired&key=k&key_base64=aw==", "key"),
         ("/admin/v1/messages", "GET", "state=gone", "state"),
         ("/admin/v1/bulk/cancel", "POST", "state=fired&tenant=a", "state"),
         ("/admin/v1/history/summary", "GET", "since=yesterday", "since"),
@@ -158,6 +193,14 @@ def test_admin_get_list_and_summary_of_ended_messages(
     assert rows[1].split()[:2] == ["gone", "fired"]
     status, out, _ = run(capsys, node, "list", "--state", "fired", "--all", "--json")
     assert [m["id"] for m in as_json(out)["messages"]] == ["gone"]
+    status, out, _ = run(capsys, node, "list", "--state", "fired", "--key", "k")
+    assert status == 0 and out.splitlines()[1].split()[:2] == ["gone", "fired"]
+    status, out, _ = run(capsys, node, "list", "--state", "ended", "--key-prefix", "k", "--json")
+    assert [(m["id"], m["key_text"]) for m in as_json(out)["messages"]] == [("gone", "k")]
+    status, out, _ = run(capsys, node, "list", "--state", "fired", "--key", "other", "--json")
+    assert status == 0 and as_json(out)["messages"] == []
+    status, out, _ = run(capsys, node, "get", "gone")
+    assert status == 0 and out.splitlines()[1] == "key: k"
     status, out, _ = run(capsys, node, "history", "summary", "--since", "1h")
     assert status == 0 and out.splitlines()[1].split()[:2] == ["TENANT", "FIRED"]
     assert out.splitlines()[2].split()[:2] == ["''", "1"]

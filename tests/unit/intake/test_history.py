@@ -32,10 +32,11 @@ def _unrecorded() -> float:
 
 def test_an_already_due_record_fires_directly_and_is_recorded_fired_at_its_offset() -> None:
     t = _intake()
-    assert t.process(t.record("first", -2_000), t.record("late", -1_000))
+    assert t.process(t.record("first", -2_000), t.record("late", -1_000, key=b"order-7"))
     t.loop.history.wait(5)
     assert len(t.publisher.delivered(OUTPUT)) == 2 and "late" not in t.store
     (record,) = t.store.ended_messages("late")
+    assert record.key == b"order-7"  # found by its key like any ended message
     assert (record.outcome, record.topic, record.partition, record.offset) == (FIRED, OUTPUT, 0, 1)
     assert record.node == t.loop.settings.node_id and record.attempt == 1
     assert record.lateness_ms is not None and 1_000 <= record.lateness_ms <= 1_001

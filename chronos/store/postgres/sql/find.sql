@@ -392,11 +392,12 @@ WITH picked AS (
     DELETE FROM chronos_messages m
     USING target t
     WHERE m.id = t.id AND t.readied_at IS NULL
-    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence, m.message_key
 ), recorded AS (  -- with `history`: each deleted message's record, with who cancelled it (`by`)
-    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring,
+                                 message_key)
     SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'admin', left(%(by)s::text, 255),
-           recurrence IS NOT NULL
+           recurrence IS NOT NULL, message_key
     FROM deleted
     WHERE %(history)s::boolean
 ), ended AS (

@@ -264,16 +264,19 @@ WITH fence AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
     RETURNING m.id, m.tenant, m.deadline, m.attempts, m.recurrence,
               CASE WHEN %(history)s::boolean
-                   THEN ((SELECT claims FROM fence) -> m.id ->> 1)::int END AS pos
+                   THEN ((SELECT claims FROM fence) -> m.id ->> 1)::int END AS pos,
+              CASE WHEN %(history)s::boolean THEN m.message_key END AS message_key
 ), recorded AS (
     INSERT INTO chronos_history (id, tenant, outcome, deadline, topic, kafka_partition,
-                                 kafka_offset, lateness_ms, node, attempt, reason, recurring)
+                                 kafka_offset, lateness_ms, node, attempt, reason, recurring,
+                                 message_key)
     SELECT g.id, coalesce(g.tenant, ''),
            (%(outcome_names)s::text[])[(%(outcome_ix)b::int2[])[g.pos]], g.deadline,
            (%(topic_names)s::text[])[(%(topic_ix)b::int2[])[g.pos]],
            (%(partitions)b::int4[])[g.pos], (%(offsets)b::int8[])[g.pos],
            (%(lateness)b::int4[])[g.pos], %(node_id)s::uuid, least(g.attempts + 1, 32767),
-           (%(reason_names)s::text[])[(%(reason_ix)b::int2[])[g.pos]], g.recurrence IS NOT NULL
+           (%(reason_names)s::text[])[(%(reason_ix)b::int2[])[g.pos]], g.recurrence IS NOT NULL,
+           g.message_key
     FROM gone g
     WHERE %(history)s::boolean AND (%(outcome_ix)b::int2[])[g.pos] IS NOT NULL
 )
@@ -299,6 +302,7 @@ WITH fence AS (
          WITH ORDINALITY AS f(id, readied_at, next, pos)
 ), target AS (
     SELECT m.id, m.tenant, m.deadline, m.attempts, m.recurrence,
+           CASE WHEN %(history)s::boolean THEN m.message_key END AS message_key,
            m.enqueued_at > m.readied_at AS replaced,
            ((SELECT claims FROM fence) -> m.id ->> 2)::int AS pos,
            NOT EXISTS (SELECT 1 FROM chronos_cancels c
@@ -328,7 +332,7 @@ WITH fence AS (
 ), recorded AS (
     INSERT INTO chronos_history (id, tenant, outcome, deadline, topic, kafka_partition,
                                  kafka_offset, lateness_ms, node, attempt, reason, recurring,
-                                 next_deadline)
+                                 next_deadline, message_key)
     SELECT t.id, coalesce(t.tenant, ''),
            (%(outcome_names)s::text[])[(%(outcome_ix)b::int2[])[t.pos]], t.deadline,
            (%(topic_names)s::text[])[(%(topic_ix)b::int2[])[t.pos]],
@@ -336,7 +340,8 @@ WITH fence AS (
            (%(lateness)b::int4[])[t.pos], %(node_id)s::uuid, least(t.attempts + 1, 32767),
            (%(reason_names)s::text[])[(%(reason_ix)b::int2[])[t.pos]], t.recurrence IS NOT NULL,
            CASE WHEN t.kept AND NOT t.replaced
-                THEN ((SELECT claims FROM fence) -> t.id ->> 1)::timestamptz END
+                THEN ((SELECT claims FROM fence) -> t.id ->> 1)::timestamptz END,
+           t.message_key
     FROM target t
     WHERE %(history)s::boolean AND (%(outcome_ix)b::int2[])[t.pos] IS NOT NULL
 )
@@ -369,11 +374,11 @@ WITH fence AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence, m.message_key
 ), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
-    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring, message_key)
     SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
-           recurrence IS NOT NULL
+           recurrence IS NOT NULL, message_key
     FROM cancelled
     WHERE %(history)s::boolean
 )
@@ -420,11 +425,11 @@ WITH target AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence, m.message_key
 ), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
-    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring, message_key)
     SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
-           recurrence IS NOT NULL
+           recurrence IS NOT NULL, message_key
     FROM cancelled
     WHERE %(history)s::boolean
 )

@@ -20,19 +20,22 @@ ORDER BY c.relname;
 -- The records of messages that ended without a row (intake published them as they arrived
 -- already due, or set them aside: expired, refused by the database), a settled pass's in one
 -- statement: binary arrays, record by record (ids, tenants, outcomes, deadlines, topics,
--- partitions, offsets, lateness in ms, attempts, reasons, recurring), ended now by `node_id`.
+-- partitions, offsets, lateness in ms, attempts, reasons, recurring, keys), ended now by
+-- `node_id`.
 -- A day without a partition fails it whole (check_violation): the caller counts them lost.
 WITH recorded AS (
     INSERT INTO chronos_history (id, tenant, outcome, deadline, topic, kafka_partition,
-                                 kafka_offset, lateness_ms, node, attempt, reason, recurring)
+                                 kafka_offset, lateness_ms, node, attempt, reason, recurring,
+                                 message_key)
     SELECT e.id, coalesce(e.tenant, ''), e.outcome, e.deadline, e.topic, e.kafka_partition,
-           e.kafka_offset, e.lateness_ms, %(node_id)s::uuid, e.attempt, e.reason, e.recurring
+           e.kafka_offset, e.lateness_ms, %(node_id)s::uuid, e.attempt, e.reason, e.recurring,
+           e.message_key
     FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(outcomes)b::text[],
                 %(deadlines)b::timestamptz[], %(topics)b::text[], %(partitions)b::int4[],
                 %(offsets)b::int8[], %(lateness)b::int4[], %(attempts)b::int4[],
-                %(reasons)b::text[], %(recurring)b::bool[])
+                %(reasons)b::text[], %(recurring)b::bool[], %(keys)b::bytea[])
          AS e(id, tenant, outcome, deadline, topic, kafka_partition, kafka_offset, lateness_ms,
-              attempt, reason, recurring)
+              attempt, reason, recurring, message_key)
     RETURNING 1
 )
 SELECT count(*) AS n FROM recorded;
@@ -41,28 +44,44 @@ SELECT count(*) AS n FROM recorded;
 -- A message's history records, newest first (admin get of an ended message): the id index of
 -- each partition.
 SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
-       lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring
+       lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring,
+       message_key
 FROM chronos_history
 WHERE id = %(id)s::text
 ORDER BY ended_at DESC
 LIMIT %(limit)s;
 
 -- name: find_ended
--- Admin list of ended messages by filter (outcome, tenant, topic, id prefix, deadline range,
--- recurring or not) after a (deadline, id) cursor, in (deadline, id, ended_at) order: one LIMIT-ed
--- walk per outcome asked for (the outcome index, or the tenant index with a tenant: (tenant,
--- outcome, deadline, id)), each a merge of the partitions' index scans, then merged. A page of
--- `limit` rows reads about `limit` index entries per outcome, whatever the number of records.
+-- Admin list of ended messages by filter (outcome, tenant, topic, id prefix, key exact or by
+-- prefix, deadline range, recurring or not) after a (deadline, id) cursor, in (deadline, id,
+-- ended_at) order: one LIMIT-ed walk per outcome asked for (the outcome index, the tenant index
+-- with a tenant: (tenant, outcome, deadline, id), or the key index with a key: (first 64 bytes of
+-- the key, outcome, deadline, id), an exact key or a prefix being a range of it, as find_messages
+-- reads the waiting rows' key index), each a merge of the partitions' index scans, then merged. A
+-- page of `limit` rows reads about `limit` index entries per outcome, whatever the number of
+-- records (a key prefix: the entries of its range). A record without a key (NULL: written before
+-- 0014, or by the release before it) never matches a key.
 SELECT h.*
 FROM unnest(%(outcomes)s::text[]) AS o(outcome)
 CROSS JOIN LATERAL (
     SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
-           lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring
+           lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring,
+           message_key
     FROM chronos_history
     WHERE outcome = o.outcome
       AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
       AND (%(topic)s::text IS NULL OR topic = %(topic)s::text)
       AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
+      AND (%(key_low)s::bytea IS NULL
+           OR (%(key_exact)s
+               AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+               AND message_key = %(key)s::bytea)
+           OR (NOT %(key_exact)s
+               AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
+               AND (%(key_high)s::bytea IS NULL
+                    OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
+               AND substring(message_key from 1 for octet_length(%(key)s::bytea))
+                   = %(key)s::bytea))
       AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
       AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
       AND (%(recurring)s::boolean IS NULL OR recurring = %(recurring)s::boolean)

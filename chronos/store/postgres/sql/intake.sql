@@ -114,24 +114,25 @@ WITH headers AS (
     DELETE FROM chronos_messages m
     USING cancel_target t
     WHERE m.id = t.id AND t.readied_at IS NULL
-    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence, m.message_key
 ), replaced AS (
     -- the waiting rows a reschedule replaces, as they were (the statement's snapshot)
-    SELECT m.id, m.tenant, m.deadline, m.recurrence
+    SELECT m.id, m.tenant, m.deadline, m.recurrence, m.message_key
     FROM chronos_messages m
     WHERE %(history)s::boolean
       AND m.id = ANY(ARRAY(SELECT id FROM batch WHERE action = 'r' AND NOT blocked))
       AND m.readied_at IS NULL
 ), recorded AS (
     -- with `history`: the cancelled messages' records (by a Kafka record) and the replaced ones'
-    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, ended_by, recurring,
+                                 message_key)
     SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'chronosAction: cancel', 'kafka',
-           recurrence IS NOT NULL
+           recurrence IS NOT NULL, message_key
     FROM cancelled
     WHERE %(history)s::boolean
     UNION ALL
     SELECT r.id, coalesce(r.tenant, ''), 'replaced', r.deadline, 'chronosAction: reschedule',
-           'kafka', r.recurrence IS NOT NULL
+           'kafka', r.recurrence IS NOT NULL, r.message_key
     FROM replaced r
     WHERE EXISTS (SELECT 1 FROM rescheduled x WHERE x.id = r.id)
 ), ended AS (

@@ -43,11 +43,11 @@ WITH fence AS (
     WHERE m.id = ANY(ARRAY(SELECT id FROM target))
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence, m.message_key
 ), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
-    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring, message_key)
     SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
-           recurrence IS NOT NULL
+           recurrence IS NOT NULL, message_key
     FROM cancelled
     WHERE %(history)s::boolean
 )
@@ -83,11 +83,11 @@ WITH lapsed AS (
     WHERE m.id = t.id
       AND EXISTS (SELECT 1 FROM chronos_cancels c
                   WHERE c.id = m.id AND c.expires_at > now())
-    RETURNING m.id, m.tenant, m.deadline, m.recurrence
+    RETURNING m.id, m.tenant, m.deadline, m.recurrence, m.message_key
 ), recorded AS (  -- with `history`: the message its cancel ended as its claim ended
-    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring)
+    INSERT INTO chronos_history (id, tenant, outcome, deadline, reason, recurring, message_key)
     SELECT id, coalesce(tenant, ''), 'cancelled', deadline, 'cancelled while claimed',
-           recurrence IS NOT NULL
+           recurrence IS NOT NULL, message_key
     FROM cancelled
     WHERE %(history)s::boolean
 )
