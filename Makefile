@@ -131,11 +131,14 @@ docs: $(DEV_STAMP)
 # The long fault scenarios, which `make test` leaves out (each skips without its switch, saying
 # why): the full-size broker kills, the rolling restart and the broker partition at 1,000 msg/s
 # (CHRONOS_TEST_BROKER_FAILOVER=1), with every outage two minutes long, a managed database's or
-# broker's failover (CHRONOS_TEST_OUTAGE_S=120). An hour or more; docs/development.md.
+# broker's failover (CHRONOS_TEST_OUTAGE_S=120), and the scenarios' full-size variants (the paced
+# catch-up of 60,000 rows, the broker-driven group protocol: CHRONOS_FAULT_LONG=1). About 35
+# minutes; docs/development.md.
 # tests/unit/test_no_silent_skips.py holds the switches, the files and this target together.
-LONG_SWITCHES := CHRONOS_TEST_BROKER_FAILOVER=1 CHRONOS_TEST_OUTAGE_S=120
+LONG_SWITCHES := CHRONOS_TEST_BROKER_FAILOVER=1 CHRONOS_TEST_OUTAGE_S=120 CHRONOS_FAULT_LONG=1
 LONG_TESTS := tests/fault/test_16_dependency_outages.py tests/fault/test_21_broker_failover.py \
-              tests/fault/test_25_broker_partition.py
+              tests/fault/test_22_paced_catchup.py tests/fault/test_25_broker_partition.py \
+              tests/fault/test_26_group_protocol.py
 test-long: $(DEV_STAMP) system-deps kafka-jars
 	$(LONG_SWITCHES) $(BIN)/python -m pytest $(LONG_TESTS) $(ARGS)
 

@@ -30,8 +30,11 @@ ALLOWED = {
 OPT_IN = {"CHRONOS_TEST_BROKER_FAILOVER": "1"}
 """The switches of the long scenarios that ``make test`` skips (saying why), and the value that
 runs them: ``make test-long`` sets each."""
-LONG = {"CHRONOS_TEST_OUTAGE_S": "120"}
-"""The switches that make a scenario of the suite run long: ``make test-long`` sets them too."""
+LONG = {"CHRONOS_TEST_OUTAGE_S": "120", "CHRONOS_FAULT_LONG": "1"}
+"""The switches that make a scenario of the suite run long: ``make test-long`` sets them too.
+``CHRONOS_FAULT_LONG`` is read through ``tests/fault/conftest.py`` (``LONG_RUN_ENV``, the
+``long_run`` fixture): a scenario that names either uses it."""
+LONG_RUN_NAMES = re.compile(r"\bLONG_RUN_ENV\b|\blong_run\b")
 OTHER_CONDITIONS = {"os.geteuid() != 0"}  # integration/test_embedded_services.py, as root only
 
 
@@ -110,9 +113,13 @@ def test_make_test_long_runs_every_opt_in_and_long_scenario() -> None:
     users = {
         name
         for name, source in _sources().items()
-        if name.startswith("fault/")
-        and any(f'os.environ.get("{switch}"' in source for switch in {*OPT_IN, *LONG})
+        if name.startswith("fault/test_")
+        and (
+            any(f'os.environ.get("{switch}"' in source for switch in {*OPT_IN, *LONG})
+            or LONG_RUN_NAMES.search(source)
+        )
     }
+    assert "fault/test_26_group_protocol.py" in users, sorted(users)  # through LONG_RUN_ENV
     for name in users:
         assert f"tests/{name}" in recipe, f"make test-long does not run tests/{name}"
     documented = (ROOT / "docs" / "development.md").read_text()
