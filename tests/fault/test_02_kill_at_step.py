@@ -27,6 +27,9 @@ Pass, for every point:
   first (the leader's fast takeover); it fires again no earlier than that (no premature
   take-over) and no later than that + failure-detection interval + poll interval
   (+ ``SLACK_MS`` for a shared, noisy CI machine);
+* no message later than a takeover (``takeover_s`` + the lookahead a row is claimed ahead by),
+  at ``after_enqueue`` the input failover (``input_failover_s``: a record the victim had not
+  consumed waits for its partition to move); there was no bound but the stranded rows';
 * the survivor stays up and the table ends empty.
 """
 
@@ -38,7 +41,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.fault.bounds import committed_offsets, in_flight
+from tests.fault.bounds import committed_offsets, in_flight, input_failover_s, takeover_s
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
@@ -169,4 +172,12 @@ def test_kill_at_step_boundary(
     slack = detection + poll + SLACK_MS
     slow = {t: round(ms) for t, ms in takeover_ms.items() if ms > due_ms[t] + slack}
     assert not slow, f"stranded rows fired later than due + {slack} ms: {slow} (due {due_ms})"
+    # Every message: a stranded row at most its takeover late (claimed at most the lookahead
+    # before its deadline); at after_enqueue a record of the victim's partitions it had not
+    # consumed yet waits for the input failover.
+    settings = survivor.settings
+    late_bound_s = takeover_s(settings) + settings.lookahead_ms / 1000
+    if point == "after_enqueue":
+        late_bound_s = max(late_bound_s, input_failover_s(settings))
+    assert report.late.max <= late_bound_s * 1000, f"{report.summary()} (bound {late_bound_s} s)"
     assert survivor.alive(), survivor.tail()

@@ -23,7 +23,8 @@ a VM stall does (``NodeProcess.pause``).
   Pass: every re-claimed row is still in the table, claimed by the peer with its claim time
   unchanged; the node counted those deletes as fenced; once the peer gives the rows back they
   fire; lost 0; duplicates at most the rows the node held (here: exactly the re-claimed ones,
-  which it had delivered once already).
+  which it had delivered once already); every message's first copy on time (``ON_TIME_MS``:
+  each was published before the pause, only its delete held back; there was no lateness bound).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import pytest
 
 from chronos.store import statement_params
 from chronos.store.postgres.sql import query
-from tests.fault.bounds import MARGIN_S, lateness, takeover_s
+from tests.fault.bounds import MARGIN_S, ON_TIME_MS, lateness, takeover_s
 from tests.support import Topics
 from tests.support.checker import (
     ScenarioResult,
@@ -232,4 +233,6 @@ def test_late_delete_never_removes_a_row_a_peer_reclaimed(
     assert report.lost == [] and report.misrouted == [], report.summary()
     assert report.early == {}, report.summary()
     assert report.duplicates <= len(reclaimed), report.summary()
+    # Every message was published before the pause (only its delete was held back): on time.
+    assert report.late.max <= ON_TIME_MS, report.summary()
     assert node.alive(), node.tail()

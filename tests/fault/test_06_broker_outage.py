@@ -23,7 +23,9 @@ hold-time sweep during the outage would show (the leader runs none while its wri
 no longer (it was twice the hold time + 1 s: 41 s at the defaults, for nothing more).
 
 Pass (both): the nodes stay up, use less than ``MAX_CPU_SHARE`` of a core while the broker is
-away, and recover fully.
+away, and recover fully; no message later than the outage + ``RECOVERY_BOUND_S``; stopped: no
+more copies than the rows claimed at the return and the records past the group's commit at the
+stop (there was no lateness bound, and the second set's copies were not counted).
 """
 
 from __future__ import annotations
@@ -173,8 +175,11 @@ def test_broker_stopped_longer_than_hold_time(
         f"(claimed at the return: {claimed_at_return}, past the commit: {len(uncommitted)}); "
         f"{report.summary()}"
     )
+    assert report.duplicates <= claimed_at_return + len(uncommitted), report.summary()
     assert table_left == 0, "rows left in the table"
     assert recovery is not None and recovery <= RECOVERY_BOUND_S, f"recovery {recovery} s"
+    late_bound_ms = (down_s + RECOVERY_BOUND_S) * 1000  # the outage, then the recovery
+    assert report.late.max <= late_bound_ms, f"{report.summary()} (bound {late_bound_ms:.0f})"
 
 
 def test_broker_hung_longer_than_hold_time(
@@ -253,3 +258,5 @@ def test_broker_hung_longer_than_hold_time(
     assert not outside, f"{len(outside)} copies of rows not claimed while the broker hung"
     assert report.duplicates <= len(claimed_while_hung.ids), report.summary()
     assert recovery is not None and recovery <= RECOVERY_BOUND_S, f"recovery {recovery} s"
+    late_bound_ms = (hung_s + RECOVERY_BOUND_S) * 1000  # the freeze, then the recovery
+    assert report.late.max <= late_bound_ms, f"{report.summary()} (bound {late_bound_ms:.0f})"

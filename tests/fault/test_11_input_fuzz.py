@@ -25,8 +25,9 @@ stays bounded (``MAX_RSS``).
 Separately, a record with a 1 MB header — bigger than the node's producer accepts
 (``message.max.bytes``, 1,000,000 by default) for any topic — sent as a future message, a
 lapsed one and a malformed one. Pass: no partition stalls (messages sent behind it, in a later
-batch and due 0.5 s later, fire at most ``BEHIND_LATE_MS`` after their deadline; their wait
-is the recorded "recovery time"), the node stays up within ``MAX_RSS``, and the record is not
+batch and due 0.5 s later, fire at most ``BEHIND_LATE_MS`` after their deadline, none early
+and none twice; their wait is the recorded "recovery time"), the node stays up within
+``MAX_RSS``, and the record is not
 lost: dead-lettered with a reason, or kept in the table (parked).
 
 (The bound on the messages behind was "seen within 30 s": a partition that stalled for 29 s
@@ -408,6 +409,8 @@ def test_one_megabyte_header_never_stalls_a_partition(
     assert flowing, f"records behind it not seen in 40 s (stalled): {report.summary()}"
     stalled = late_behind(report, behind)
     assert not stalled, f"records behind it fired late (ms, stalled?): {stalled}"
+    # The records behind it: none early, none twice (there was neither check).
+    assert report.early == {} and report.duplicates == 0, report.summary()
     assert rss < MAX_RSS, f"node RSS {rss / 2**20:.0f} MB"
     dropped = [e["message"][:200] for e in node.events("dropped")]
     assert state in ("dead-lettered", "parked"), (

@@ -23,7 +23,9 @@ against their new deadline); no durably cancelled message fires; every copy of a
 message carries the new value; duplicates at most what scenario 2 allows at that step (the
 victim's stranded claims, plus at ``after_enqueue`` the records past the group's committed
 offsets at its death, which the survivor reads again: ``tests/fault/bounds.py``; it was one
-consumed batch, tuned to 50, which the default 2,000 would make meaningless).
+consumed batch, tuned to 50, which the default 2,000 would make meaningless); no message later
+than the longer of a takeover (+ the lookahead) and the input failover, 25 s at the defaults
+(there was no lateness bound).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import pytest
 from confluent_kafka import Producer
 
 from chronos import client
-from tests.fault.bounds import input_failover_s, past_commit
+from tests.fault.bounds import input_failover_s, past_commit, takeover_s
 from tests.support import Topics
 from tests.support.checker import (
     TRACKING_HEADER,
@@ -190,4 +192,12 @@ def test_kill_at_step_while_cancels_and_reschedules_flow(
         f"{report.duplicates} duplicates, at most {allowed} allowed at {point} "
         f"({len(stranded)} stranded): {report.summary()}"
     )
+    # A stranded row waits for its takeover (claimed at most the lookahead ahead), a record the
+    # victim had not read (the kill may come while the load is still produced) for the input
+    # failover: no message later than the longer of the two.
+    settings = survivor.settings
+    late_bound_s = max(
+        takeover_s(settings) + settings.lookahead_ms / 1000, input_failover_s(settings)
+    )
+    assert report.late.max <= late_bound_s * 1000, f"{report.summary()} (bound {late_bound_s} s)"
     assert survivor.alive(), survivor.tail()

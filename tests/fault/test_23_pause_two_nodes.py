@@ -3,7 +3,9 @@ ahead by both nodes, then "acme" is paused (as ``chronos admin pause --tenant ac
 
 Pass: within a second no node fires "acme" any more (the rows they held are given back), while
 the other tenant's messages fire on time (p99 ≤ 200 ms late); the paused messages wait in the
-table past their deadlines; once resumed, every one of them fires; lost 0.
+table past their deadlines; once resumed, every one of them fires, none later than the resume +
+``ON_TIME_MS``; lost 0, nothing early, no copy (a pause gives back only what was not published;
+there was neither check).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from chronos.protocol.names import TENANT_HEADER
 from chronos.store import PauseKind, PostgresStore
+from tests.fault.bounds import ON_TIME_MS
 from tests.support import Topics
 from tests.support.checker import Load, ScenarioResult, expectations, record_result
 from tests.support.checker.sending import send
@@ -47,6 +50,7 @@ def test_a_paused_tenant_waits_on_both_nodes_and_fires_on_resume(
         time.sleep(6)  # every acme message now past its deadline
         waiting = cluster.table.count()
         store.resume(PauseKind.TENANT, "acme")
+        resumed_at_ms = time.time() * 1000
         time.sleep(3)
     finally:
         others = load.stop()
@@ -76,3 +80,8 @@ def test_a_paused_tenant_waits_on_both_nodes_and_fires_on_resume(
     assert waiting > 0
     assert len(fired_paused) == PAUSED, report.summary()
     assert p99 <= 200, f"the other tenant's p99 lateness: {p99} ms"
+    assert report.early == {} and report.duplicates == 0, report.summary()
+    # A paused message waits for the resume, then fires on time; nothing waits longer.
+    first_due = min(m.expectation.deadline_ms or resumed_at_ms for m in acme)
+    late_bound_ms = resumed_at_ms - first_due + ON_TIME_MS
+    assert report.late.max <= late_bound_ms, f"{report.summary()} (bound {late_bound_ms:.0f})"

@@ -9,7 +9,8 @@ least its ``group.consumer.min.session.timeout.ms`` allows). Pass: lost 0, early
 failover within the protocol's session timeout plus a rebalance (``bounds.JOIN_MARGIN_S``),
 lateness at most that (a record produced into the dead node's partitions waits for it), copies
 only of the rows the dead node held claimed or of records past the group's committed offsets at
-the kill. Recorded: the input failover (kill -> the survivor holds every input partition).
+the kill, no more than those. Recorded: the input failover (kill -> the survivor holds every
+input partition).
 docs/reliability.md ("Kafka behaviours on the real broker") gives the figures and why
 ``classic`` stays the default.
 """
@@ -92,3 +93,4 @@ def test_kill_one_of_two_nodes(
     read_again = in_flight(load.acked, committed, range(topics.partitions), killed_wall + 0.5)
     beyond = copies_outside(report, held | read_again)
     assert beyond == {}, f"{len(beyond)} duplicated beyond the bound: {report.summary()}"
+    assert report.duplicates <= len(held | read_again), report.summary()  # one copy each
