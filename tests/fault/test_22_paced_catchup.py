@@ -62,7 +62,7 @@ def test_the_overdue_backlog_fires_at_the_catchup_rate_and_the_stream_on_time(
     cluster = make_cluster(catchup_rate=rate, catchup_after_ms=1_000)
     cluster.start_many(NODES)
     cluster.wait_ready()
-    lead_s = 20.0 if not long_run else 60.0  # time to send and store the backlog
+    lead_s = 10.0 if not long_run else 60.0  # time to send and store the backlog (~2 s)
     backlog = [due_in(lead_s) for _ in range(backlog_size)]
     where = send(kafka_bootstrap, topics.input, backlog, timeout=120)
     stored = cluster.table.wait(lambda t: t.count() >= backlog_size, timeout=lead_s - 4)
