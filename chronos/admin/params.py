@@ -20,6 +20,9 @@ MAX_DELAY_MS = 100 * 366 * 86_400_000  # a century: delay_ms beyond it is a 400
 STATES = ("waiting", "claimed", "parked")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+PAGE_MAX_BYTES = 4 * 1024 * 1024
+"""What one listed page carries of keys and headers (at least one message, whatever its size):
+1,000 rows of 1 MB keys must not build a gigabyte in the node."""
 CURSOR_VERSION = 1
 _MAX_CURSOR_LENGTH = 1024
 _MAX_TIMESTAMP_LENGTH = 64

@@ -17,6 +17,7 @@ from chronos.config.values import (
     Option,
     Secret,
     _batch_size,
+    _boolean,
     _duration,
     _niceness,
     _non_empty,
@@ -220,6 +221,15 @@ class Settings:
         _duration,
         group="postgres",
         metavar="DURATION",
+    )
+    history_fired: bool = setting(
+        True,
+        "record fired messages in the history; false: only the messages that ended otherwise "
+        "are kept (cancelled, expired, dead-lettered, replaced), and the history costs nothing "
+        "on the firing path (no effect with CHRONOS_HISTORY_TTL=0)",
+        _boolean,
+        group="postgres",
+        metavar="BOOL",
     )
     allowed_topics: str = setting(
         "",

@@ -44,7 +44,10 @@ LISTING_HEADER = (
 
 
 def value_text(value: object) -> str:
-    """A default or an allowed value as written in help: the empty string as ``''``."""
+    """A default or an allowed value as written in help: the empty string as ``''``, a yes or no
+    as the variable takes it (``true``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
     return "''" if value == "" else str(value)
 
 

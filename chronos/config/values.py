@@ -103,6 +103,21 @@ def _duration(text: str) -> Duration:
     return Duration(seconds=value.total_seconds())
 
 
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def _boolean(text: str) -> bool:
+    """A yes-or-no setting: true or false (also 1/0, yes/no, on/off; any case, so that the
+    ``True`` a ``Settings`` writes back, ``as_environment``, reads as it was)."""
+    word = text.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError("must be true or false")
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:

@@ -1,7 +1,9 @@
 """What the firing loop tells the history about a delivered batch: one ``Ending`` per fired claim
 (fired to its topic, partition and offset, how late; expired or dead-lettered, with the reason
 code), written by the statement that deletes (or advances) the rows. A series' occurrence is
-recorded by a stateless rule that bounds its records (``chronos.store.history``)."""
+recorded by a stateless rule that bounds its records (``chronos.store.history``). With
+CHRONOS_HISTORY_FIRED=false a fired claim gets no record: only the failures are kept, and a
+batch that only fired writes no history at all (``chronos.store.postgres.history``)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from chronos.store.history import DEAD_LETTERED, EXPIRED, FIRED, record_occurren
 
 def endings(batch: Sequence[Timer], settings: Settings) -> list[Ending | None]:
     """The history entries of a delivered batch, claim by claim (None: not recorded: an
-    occurrence of a series past its bound, or every one while the history is off)."""
+    occurrence of a series past its bound, a fired claim while fired messages are not recorded,
+    or every one while the history is off)."""
     ttl = settings.history_ttl
     if not ttl:
         return [None] * len(batch)
+    fired = settings.history_fired
     output, dead_letters = settings.output_topic, settings.dead_letter_topic
     ends: list[Ending | None] = []
     for timer in batch:
@@ -29,6 +33,9 @@ def endings(batch: Sequence[Timer], settings: Settings) -> list[Ending | None]:
             outcome = EXPIRED if timer.reason == "expired" else DEAD_LETTERED
             topic = dead_letters if timer.position else None
             ends.append(Ending(outcome, topic, partition, offset, late_ms, timer.reason or None))
+            continue
+        if not fired:
+            ends.append(None)
             continue
         following = timer.next_deadline
         if (

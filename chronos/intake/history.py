@@ -5,7 +5,9 @@ records what it ends in the statement that ends it; these have no such statement
 ``Settlement`` hands a settle pass's records (its delivered publishes', with their partition and
 offset, and its drops') to ``ArrivalHistory.write``: one store call per pass, never one per
 message, run on the enqueue statement's thread between two statements (its connection; the loop
-never waits for it).
+never waits for it). With CHRONOS_HISTORY_FIRED=false the fired ones are left out there (a direct
+publish still carries its record until it is delivered: one refused for good is dead-lettered,
+and recorded so, with its lateness); a pass that only fired writes nothing.
 
 A write that fails is never a reason to hold anything back: the batch's offsets are stored
 before it is written, and the messages are delivered. Its records are counted in
@@ -27,7 +29,7 @@ from chronos.observability import metrics
 from chronos.observability.logs import Throttle
 from chronos.protocol import Action, ScheduledMessage
 from chronos.store import EndedOnArrival, Ending, Store
-from chronos.store.history import DEAD_LETTERED
+from chronos.store.history import DEAD_LETTERED, FIRED
 
 log = logging.getLogger("chronos.intake.loop")  # the intake loop's logger: one name for intake
 
@@ -57,10 +59,12 @@ def refused_record(message: ScheduledMessage) -> EndedOnArrival | None:
 
 class ArrivalHistory:
     """Writes intake's history records (``on``: CHRONOS_HISTORY_TTL is not 0; off, nothing is
-    written) on ``executor``, the enqueue statement's single thread."""
+    written; ``fired``: CHRONOS_HISTORY_FIRED, false leaves the fired ones out) on ``executor``,
+    the enqueue statement's single thread."""
 
     def __init__(self, settings: Settings, store: Store, executor: Executor) -> None:
         self.on = bool(settings.history_ttl)
+        self.fired = settings.history_fired
         self.node = settings.node_id
         self.store = store
         self.executor = executor
@@ -70,6 +74,8 @@ class ArrivalHistory:
     def write(self, ended: list[EndedOnArrival]) -> None:
         """Write these records in one store call, after the statement under way; never raises
         and never waits."""
+        if self.on and not self.fired:
+            ended = [e for e in ended if e.ending.outcome != FIRED]
         if not self.on or not ended:
             return
         try:

@@ -4,7 +4,7 @@ expiry limit (CHRONOS_MAX_LATENESS_MS, or its own chronosExpires): then it is ne
 late, but dead-lettered with reason "expired" or dropped (CHRONOS_EXPIRED_ACTION). With the
 history on, each carries its history record (``chronos.intake.history``): fired, or expired,
 with how late it was on the database clock when it was handed to the producer, as the firing
-path measures it."""
+path measures it (a fired one is written only with CHRONOS_HISTORY_FIRED=true)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ def on_arrival(
     late = now(own is not None or history) - message.deadline
     late_ms = round(late.total_seconds() * 1000)
     if limit_ms is None or late <= timedelta(milliseconds=limit_ms):
+        # Carried even while fired messages are not recorded (ArrivalHistory leaves it out): a
+        # direct publish refused for good is dead-lettered, recorded from it with its lateness.
         ended = arrival_record(message, FIRED, late_ms) if history else None
         return _direct(settings, message, where, ended), None
     expired = arrival_record(message, EXPIRED, late_ms, "expired") if history else None

@@ -215,9 +215,12 @@ class HistoryStore(Protocol):
         *,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        max_bytes: int | None = None,
     ) -> list[EndedRecord]:
         """Up to ``limit`` records matching ``where`` (its state an outcome or ``ended``) in
-        (deadline, id, ended_at) order, strictly after the (deadline, id) cursor."""
+        (deadline, id, ended_at) order, strictly after the (deadline, id) cursor. With
+        ``max_bytes``, a message's records are taken while the keys of those before it weigh
+        less (``page_weight``): the message that crosses it is the last one, whole."""
         ...
 
     def summarize_history(
@@ -240,6 +243,12 @@ class HistoryStore(Protocol):
         """Delete every record of up to ``batch`` of ``tenant``'s messages (a tenant's
         deletion, batch by batch); returns how many records went (0: none left)."""
         ...
+
+
+def page_weight(record: EndedRecord) -> int:
+    """What a history record weighs in a listed page (against ``max_bytes``): its key's bytes,
+    the one part of it of no bounded size."""
+    return len(record.key or b"")
 
 
 def ending_sequence(ends: Sequence[Ending | None] | None, count: int) -> list[Ending | None]:

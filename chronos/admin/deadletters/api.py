@@ -46,7 +46,7 @@ from chronos.admin.deadletters.topic import (
     ReplayTakenOver,
     parse_position,
 )
-from chronos.admin.params import ApiError, parse_limit, parse_query
+from chronos.admin.params import PAGE_MAX_BYTES, ApiError, parse_limit, parse_query
 from chronos.config.settings import Settings
 from chronos.errors import ConfigError
 
@@ -58,7 +58,6 @@ COMMIT_RESERVE_S = 3.0  # of which a replay's last batch keeps this much for its
 LOCK_WAIT_S = 1.0  # how long a request waits for the one under way on this node
 MARKERS_BUDGET_S = 2.0  # of which reading the new replay markers takes at most this
 READ_MAX_BYTES = 32 * 1024 * 1024  # keys, values and headers read from the topic a request
-PAGE_MAX_BYTES = 4 * 1024 * 1024  # keys and headers of one listed page (at least one record)
 DEFAULT_LIMIT = 100
 MAX_CHOSEN = 100  # records one replay request may name (each is read on its own)
 MAX_CODE_LENGTH = 100

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
 from chronos.admin.history.views import ended_json, ended_message_json, summary_json
 from chronos.admin.messages.filters import ListParams
-from chronos.admin.params import ApiError, encode_cursor, parse_limit, parse_query, parse_timestamp
+from chronos.admin.params import (
+    PAGE_MAX_BYTES,
+    ApiError,
+    encode_cursor,
+    parse_limit,
+    parse_query,
+    parse_timestamp,
+)
 from chronos.protocol import MAX_ID_LENGTH
 from chronos.store import EndedRecord, Store
+from chronos.store.history import page_weight
 
 SUMMARY_PATH = "/admin/v1/history/summary"
 SUMMARY_PARAMS = frozenset({"since", "until", "tenant", "limit"})
@@ -43,10 +52,20 @@ class HistoryEndpoints:
 
     def find(self, p: ListParams) -> Reply:
         # ``count`` is not answered for ended messages (the summary counts them by tenant).
-        records = self.store.find_ended(p.where, limit=p.limit + DUPLICATES_SLACK, after=p.after)
-        page: list[EndedRecord] = records[: p.limit]
-        while len(page) < len(records) and _key(records[len(page)]) == _key(page[-1]):
-            page.append(records[len(page)])
+        records = self.store.find_ended(
+            p.where, limit=p.limit + DUPLICATES_SLACK, after=p.after, max_bytes=PAGE_MAX_BYTES
+        )
+        # A page ends at ``limit`` records or before the message whose keys take it past
+        # PAGE_MAX_BYTES (one message at least), never between two records of one message.
+        page: list[EndedRecord] = []
+        weight = 0
+        for _, group in groupby(records, key=_key):
+            ended = list(group)
+            added = sum(page_weight(r) for r in ended)
+            if page and (len(page) >= p.limit or weight + added > PAGE_MAX_BYTES):
+                break
+            page.extend(ended)
+            weight += added
         next_cursor = (
             encode_cursor(page[-1].deadline, page[-1].id) if len(records) > len(page) else None
         )

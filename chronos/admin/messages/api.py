@@ -22,6 +22,7 @@ from chronos.admin.messages.views import (
     tenants_json,
 )
 from chronos.admin.params import (
+    PAGE_MAX_BYTES,
     ApiError,
     encode_cursor,
     format_timestamp,
@@ -45,13 +46,15 @@ from chronos.store import (
 
 log = logging.getLogger(__name__)
 
-PAGE_MAX_BYTES = 4 * 1024 * 1024  # keys and headers of one listed page (at least one row)
 MESSAGES_PATH = "/admin/v1/messages"
 
 CLAIMED_CANCEL = (
     "the message is claimed by a node and may be firing right now: that firing is not "
     "stopped, and nothing follows it (a series ends with it)"
 )
+
+FIRED_UNRECORDED = " (fired messages are not recorded: CHRONOS_HISTORY_FIRED=false)"
+"""Added to the 404 of an unknown id on a node that keeps no fired messages: it may have fired."""
 
 Reply = tuple[int, Any]
 """(HTTP status, JSON payload); None with 204."""
@@ -75,8 +78,11 @@ class MessageEndpoints:
             ended = self.history.get(message_id)  # no longer scheduled: how it ended
             if ended is not None:
                 return ended
+            unrecorded = self.settings.history_ttl and not self.settings.history_fired
             raise ApiError(
-                404, f"message {message_id[:MAX_ID_LENGTH]!r} is not scheduled, nor in the history"
+                404,
+                f"message {message_id[:MAX_ID_LENGTH]!r} is not scheduled, nor in the history"
+                + (FIRED_UNRECORDED if unrecorded else ""),
             )
         body = record_json(record, self.parked_at, include_value=include_value)
         body["history"] = self.history.history_of(message_id)  # earlier ends (a series' fires)

@@ -47,9 +47,12 @@ def history_params(
 ) -> dict[str, Any]:
     """The history arrays of ``delete_fired`` / ``advance_fired``, claim by claim, all of fixed
     width (the statement reads them by the claim's position, O(1) each): the outcome, topic and
-    reason as 1-based indexes into the few distinct names sent once (None: no record). Empty
-    without ``history``: the statement reads none of them."""
-    if not history:
+    reason as 1-based indexes into the few distinct names sent once (None: no record). Empty,
+    and ``history`` false, without ``history`` or when no claim has a record (every one fired
+    while CHRONOS_HISTORY_FIRED=false): the statement then reads none of them and inserts
+    nothing, as with the history off."""
+    entries = ending_sequence(ends, count) if history else []
+    if all(e is None for e in entries):
         return {
             "history": False,
             "outcome_names": [],
@@ -62,7 +65,6 @@ def history_params(
             "reason_names": [],
             "reason_ix": [],
         }
-    entries = ending_sequence(ends, count)
     names: tuple[dict[str, int], dict[str, int], dict[str, int]] = ({}, {}, {})
 
     def index(kind: int, name: str | None) -> int | None:
@@ -160,14 +162,21 @@ class HistoryQueries:
     # -- writing: the statements that end messages --------------------------------------------
 
     def _recording(
-        self, name: str, params: dict[str, Any], records: int | None = None
+        self,
+        name: str,
+        params: dict[str, Any],
+        records: int | None = None,
+        *,
+        recording: bool = True,
     ) -> tuple[list[tuple[Any, ...]], float]:
         """Run a statement that ends messages and records them (``_execute_tuples``); if the
         record cannot be written (``HISTORY_FAILURES``) run it again without it: the messages
         end all the same (firing wins over its history), ``chronos_history_unrecorded_total``
         counts the records lost (``records``: about how many; None: the statement's rows) and
-        it is logged once a minute. Only then is there a second statement."""
-        result = self._recorded(name, params, self._execute_tuples)
+        it is logged once a minute. Only then is there a second statement. ``recording``
+        false: this run has nothing to record (``history_params``), it runs without the history
+        whatever the store's."""
+        result = self._recorded(name, params, self._execute_tuples, recording)
         if isinstance(result, StoreError):
             rows, arrived = self._execute_tuples(name, params | {"history": False})
             self._unrecorded(name, len(rows) if records is None else records, result)
@@ -190,12 +199,14 @@ class HistoryQueries:
         name: str,
         params: dict[str, Any],
         execute: Callable[[str, dict[str, Any]], _T],
+        recording: bool = True,
     ) -> _T | StoreError:
         """The statement's result, or the error of its history insert (any other is raised)."""
+        history = self.history and recording
         try:
-            return execute(name, params | {"history": self.history})
+            return execute(name, params | {"history": history})
         except StoreError as exc:
-            if not self.history or exc.sqlstate not in HISTORY_FAILURES:
+            if not history or exc.sqlstate not in HISTORY_FAILURES:
                 raise
             return exc
 
@@ -297,9 +308,11 @@ class HistoryQueries:
         *,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        max_bytes: int | None = None,
     ) -> list[EndedRecord]:
         """Up to ``limit`` history records matching ``where`` (its state an outcome, or
-        ``ended``: every outcome) in (deadline, id, ended_at) order, after the cursor."""
+        ``ended``: every outcome) in (deadline, id, ended_at) order, after the cursor, bounded
+        by ``max_bytes`` of keys (``chronos.store.history.page_weight``)."""
         p = where.params()
         rows = self._execute(
             "find_ended",
@@ -318,6 +331,7 @@ class HistoryQueries:
                 "after_deadline": after[0] if after else None,
                 "after_id": after[1] if after else None,
                 "limit": limit,
+                "max_bytes": max_bytes,
             },
         )
         return [ended_record(r) for r in rows]

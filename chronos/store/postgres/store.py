@@ -228,17 +228,19 @@ class PostgresStore(
         next occurrence at all: a series replaced while claimed is given back, never deleted)
         runs ``advance_fired`` (delete or advance) instead, so a batch of one-shot messages
         keeps the plain delete. With the history on, the same statement records each row's
-        ``ends`` entry (None: no record; ``ends`` None: each one fired)."""
+        ``ends`` entry (None: no record; ``ends`` None: each one fired); a batch with no record
+        at all runs without the history (no insert)."""
         if not claims:
             return set()
         params = statement_params("delete_fired", node_id, claims, ends=ends, history=self.history)
+        recording = bool(params["history"])  # False: no entry of ``ends`` has a record
         if nexts is not None:
             if len(nexts) != len(claims):
                 raise ValueError(f"{len(nexts)} next occurrences for {len(claims)} claims")
             params["nexts"] = list(nexts)
-            rows, _ = self._recording("advance_fired", params)
-        else:
-            rows, _ = self._recording("delete_fired", params)  # no dict per deleted row
+            rows, _ = self._recording("advance_fired", params, recording=recording)
+        else:  # no dict per deleted row
+            rows, _ = self._recording("delete_fired", params, recording=recording)
         return {r[0] for r in rows}
 
     def release(

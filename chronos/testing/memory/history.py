@@ -10,6 +10,7 @@ import math
 import threading
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
+from itertools import groupby
 
 from chronos.store import (
     EndedOnArrival,
@@ -19,7 +20,13 @@ from chronos.store import (
     Maintenance,
     MessageFilter,
 )
-from chronos.store.history import REASON_LENGTH, Partition, days_to_create, partition_name
+from chronos.store.history import (
+    REASON_LENGTH,
+    Partition,
+    days_to_create,
+    page_weight,
+    partition_name,
+)
 from chronos.testing.memory.rows import StoredRow, check_uuid
 
 
@@ -150,6 +157,7 @@ class InMemoryHistory:
         *,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        max_bytes: int | None = None,
     ) -> list[EndedRecord]:
         self._statement("find_ended")
         wanted = set(where.outcomes)
@@ -175,8 +183,19 @@ class InMemoryHistory:
 
         found = sorted(
             (r for r in self._history if matches(r)), key=lambda r: (r.deadline, r.id, r.ended_at)
-        )
-        return found[:limit]
+        )[:limit]
+        if max_bytes is None:
+            return found
+        page: list[EndedRecord] = []
+        before = 0
+        # A message's records (sorted together) weigh together: all of them or none.
+        for _, group in groupby(found, key=lambda r: (r.deadline, r.id)):
+            if before >= max_bytes:
+                break
+            records = list(group)
+            page.extend(records)
+            before += sum(page_weight(r) for r in records)
+        return page
 
     def summarize_history(
         self,

@@ -9,7 +9,7 @@ created with; no partition or no history never stops a message from ending."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import pytest
@@ -270,6 +270,41 @@ class HistoryContract:
         assert store.find_ended(MessageFilter(state="fired", tenant="other"), limit=10) == []
         assert len(store.find_ended(MessageFilter(state="fired", id_prefix="f1"), limit=9)) == 1
         assert store.find_messages(fired, park_attempts=5, limit=10) == []  # not waiting rows
+
+    def test_a_listed_page_is_bounded_by_its_keys_bytes_a_message_whole(
+        self, harness: Harness
+    ) -> None:
+        """Records of 100 KB keys: messages are taken while the keys before theirs weigh less
+        than the budget (the one that crosses it is the last, the caller's sign that there is
+        more), a message fired twice with both its records."""
+        store, me = harness.store, node()
+        store.maintain_history(WEEK)
+        big = bytes(range(256)) * 400  # 102,400 bytes
+        due = harness.now() + timedelta(milliseconds=300)
+
+        def fire_at(message_id: str, offset: int) -> None:
+            store.enqueue([msg(message_id, due, big)], 0)
+            rows = [r for r in store.claim(me, HORIZON, 100, 5) if r.id == message_id]
+            assert len(rows) == 1
+            ends = [Ending(FIRED, "out", 0, offset, 1, None)]
+            assert store.delete_fired(me, claims(rows), None, ends) == {message_id}
+
+        for i in range(6):
+            fire_at(f"b{i}", i)
+        fire_at("b1", 10)  # fired twice: two records at one (deadline, id)
+        fired = MessageFilter(state="fired")
+
+        def ids(max_bytes: int | None, after: tuple[datetime, str] | None = None) -> list[str]:
+            return [
+                r.id for r in store.find_ended(fired, limit=10, max_bytes=max_bytes, after=after)
+            ]
+
+        assert ids(250_000) == ["b0", "b1", "b1"]  # b2 has 307,200 bytes before it
+        assert ids(110_000) == ["b0", "b1", "b1"]  # b1 crosses the budget: whole
+        assert ids(102_400) == ["b0"]
+        assert ids(1) == ["b0"]  # one message at least, whatever its size
+        assert ids(None) == ["b0", "b1", "b1", "b2", "b3", "b4", "b5"]
+        assert ids(250_000, after=(due, "b1")) == ["b2", "b3", "b4"]
 
     def test_the_summary_counts_by_tenant_and_outcome_with_lateness(self, harness: Harness) -> None:
         store = harness.store

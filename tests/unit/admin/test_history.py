@@ -47,6 +47,20 @@ def test_get_answers_for_a_fired_message_how_and_where_it_fired() -> None:
     assert len(body["history"]) == 1
     status, _, body = h.call("GET", "/admin/v1/messages/never")
     assert status == 404 and "nor in the history" in body["error"]
+    assert "CHRONOS_HISTORY_FIRED" not in body["error"]
+
+
+def test_get_of_an_unknown_id_says_fired_messages_are_not_recorded_without_history_fired() -> None:
+    h = AdminHarness(history_fired=False)
+    status, _, body = h.call("GET", "/admin/v1/messages/fired-long-ago")
+    assert status == 404 and body["error"] == (
+        "message 'fired-long-ago' is not scheduled, nor in the history (fired messages are not "
+        "recorded: CHRONOS_HISTORY_FIRED=false)"
+    )
+    status, _, body = AdminHarness(history_fired=False, history_ttl=timedelta(0)).call(
+        "GET", "/admin/v1/messages/fired-long-ago"
+    )
+    assert status == 404 and "CHRONOS_HISTORY_FIRED" not in body["error"]  # no history at all
 
 
 def test_get_of_a_waiting_message_shows_its_earlier_ends() -> None:
@@ -95,6 +109,25 @@ def test_list_by_ended_state_pages_with_the_cursor_and_keeps_two_fires_together(
         m["offset"] for m in page["messages"]
     ] == [11, 10]
     assert page["next_cursor"] is None
+
+
+def test_a_page_of_ended_messages_is_bounded_by_its_keys_bytes() -> None:
+    """Keys of 1.5 MB: a page carries at most PAGE_MAX_BYTES (4 MiB) of them, two messages,
+    and the cursor pages through every one once."""
+    h = AdminHarness()
+    h.store.maintain_history(WEEK)
+    for i in range(5):
+        _fire(h, f"big{i}", Ending(FIRED, "out", 0, i, 1, None), key=bytes(1_500_000))
+    seen: list[list[str]] = []
+    query = "state=fired&limit=100"
+    while True:
+        status, _, page = h.call("GET", "/admin/v1/messages", query)
+        assert status == 200
+        seen.append([m["id"] for m in page["messages"]])
+        if page["next_cursor"] is None:
+            break
+        query = f"state=fired&limit=100&cursor={page['next_cursor']}"
+    assert seen == [["big0", "big1"], ["big2", "big3"], ["big4"]]
 
 
 def test_ended_messages_are_listed_by_key_exact_or_by_prefix_as_text_or_base64() -> None:

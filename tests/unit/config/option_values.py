@@ -23,6 +23,8 @@ def alternative(option: Option) -> tuple[str, Any]:
         return DB, DB
     if isinstance(option.default, timedelta):  # a duration: any other one, in its grammar
         return "3h", option.parse("3h")
+    if isinstance(option.default, bool):  # a yes or no: the other one
+        return str(not option.default).lower(), not option.default
     if isinstance(option.default, int):
         text = str(option.default + 7)
         return text, option.default + 7

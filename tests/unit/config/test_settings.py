@@ -156,12 +156,22 @@ def test_bad_flag_value_names_the_flag(option: Option) -> None:
         ("output_topic", "with space"),
         ("node_id", "not-a-uuid"),
         ("log_level", "chatty"),
+        ("history_fired", "maybe"),
     ],
 )
 def test_known_bad_values_are_refused(name: str, value: str) -> None:
     option = next(o for o in OPTIONS if o.name == name)
     with pytest.raises(ConfigError, match=option.env):
         load(environ={option.env: value})
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("true", True), ("False", False), ("0", False), ("yes", True), (" OFF ", False)],
+)
+def test_a_yes_or_no_setting_reads_the_usual_words(text: str, value: bool) -> None:
+    assert _valid().history_fired is True
+    assert load(environ={"CHRONOS_HISTORY_FIRED": text}).history_fired is value
 
 
 def test_unknown_chronos_variable_is_refused_by_name() -> None:
@@ -259,6 +269,7 @@ def test_bad_property_flag_is_refused() -> None:
 def test_as_environment_reproduces_the_settings() -> None:
     settings = _valid(
         hold_time_ms=4321,
+        history_fired=False,  # a yes or no written back as Python writes it (False)
         consumer_properties={"session.timeout.ms": "6000"},
         producer_properties={"linger.ms": "5"},
     )

@@ -11,8 +11,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from chronos.firing.dispatcher import Timer
+from chronos.firing.history import endings
 from chronos.protocol import ScheduledMessage
 from chronos.recurrence import Rule
+from chronos.store import ClaimedRow, Ending
 from chronos.store.history import (
     DEAD_LETTERED,
     EXPIRED,
@@ -21,7 +24,7 @@ from chronos.store.history import (
     record_occurrence,
 )
 from tests.support.store_contract import msg
-from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing
+from tests.unit.helpers import DEAD_LETTER, OUTPUT, Firing, settings
 
 WEEK = timedelta(days=7)
 
@@ -137,3 +140,41 @@ def test_the_history_costs_the_firing_loop_no_statement_of_its_own() -> None:
     phase2 = [s for s in f.store.statements if "fired" in s or "history" in s or "ended" in s]
     assert phase2 == ["delete_fired"]  # one delete for the batch, its records in it
     assert len(f.store.ended_messages("b49")) == 1
+
+
+# -- CHRONOS_HISTORY_FIRED=false: only the failures
+
+
+def _timer(message_id: str, **fields: Any) -> Timer:
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    row = ClaimedRow(message_id, 1.0, at, None, None, [], 0, None, None, 0.0, 0.0)
+    return Timer(row, 0, position=(0, 7), **fields)
+
+
+def test_endings_leave_fired_claims_out_and_keep_the_failures_without_history_fired() -> None:
+    batch = [
+        _timer("fired"),
+        _timer("expired", dead_letter=True, reason="expired", lateness=2.0),
+        _timer("refused", dead_letter=True, reason="publish_failed"),
+    ]
+    kept = endings(batch, settings(history_fired=False))
+    assert kept == [
+        None,
+        Ending(EXPIRED, DEAD_LETTER, 0, 7, 2_000, "expired"),
+        Ending(DEAD_LETTERED, DEAD_LETTER, 0, 7, 0, "publish_failed"),
+    ]
+    assert endings(batch, settings())[0] == Ending(FIRED, OUTPUT, 0, 7, 0, None)
+    assert endings(batch, settings(history_fired=False, history_ttl=timedelta(0))) == [None] * 3
+
+
+def test_without_history_fired_a_fired_message_leaves_no_record_and_a_failure_does() -> None:
+    f = _firing(history_fired=False, max_lateness_ms=1_000)
+    f.store.enqueue([msg("stale", f.at(100))], 0)
+    f.clock.advance(5_100)
+    f.run_for(100, step_ms=10)
+    f.store.enqueue([msg("m", f.at(100))], 0)
+    f.run_for(200, step_ms=10)
+    assert [r.topic for r in f.publisher.records] == [DEAD_LETTER, OUTPUT]
+    assert len(f.store) == 0 and f.store.ended_messages("m") == []
+    (record,) = f.store.ended_messages("stale")
+    assert (record.outcome, record.reason) == (EXPIRED, "expired")

@@ -136,3 +136,41 @@ def test_no_day_for_the_history_is_counted_and_intake_goes_on() -> None:
     t.loop.history.wait(5)
     assert t.store.unrecorded == 1 and t.store.ended_messages("late") == []
     assert t.consumer.stored == {(INPUT, 0): 2}
+
+
+# -- CHRONOS_HISTORY_FIRED=false: only the failures
+
+
+def test_without_history_fired_a_direct_publish_is_not_recorded_and_writes_nothing() -> None:
+    t = _intake(history_fired=False)
+    assert t.process(t.record("late", -1_000), t.record("later", -2_000))
+    t.loop.history.wait(5)
+    assert [r.topic for r in t.publisher.delivered()] == [OUTPUT, OUTPUT]
+    assert t.store.ended_messages("late") == [] and t.store.ended_messages("later") == []
+    assert "record_ended" not in t.store.statements  # a pass that only fired: no statement
+    assert t.consumer.stored == {(INPUT, 0): 3}
+
+
+@pytest.mark.parametrize("action", ["dead-letter", "drop"])
+def test_without_history_fired_an_expired_on_arrival_record_is_still_recorded(action: str) -> None:
+    t = _intake(history_fired=False, max_lateness_ms=60_000, expired_action=action)
+    assert t.process(t.record("stale", -3_600_000), t.record("late", -1_000))
+    t.loop.history.wait(5)
+    assert [(r.outcome, r.reason) for r in t.store.ended_messages("stale")] == [
+        (EXPIRED, "expired")
+    ]
+    assert t.store.ended_messages("late") == []  # fired directly, within the limit
+
+
+def test_without_history_fired_a_direct_publish_refused_for_good_is_recorded_dead_lettered() -> (
+    None
+):
+    t = _intake(history_fired=False, max_publish_attempts=2)
+    t.publisher.decide = lambda r: (
+        KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if r.topic == OUTPUT else None
+    )
+    assert t.process(t.record("big", -1_000))
+    t.loop.history.wait(5)
+    (record,) = t.store.ended_messages("big")
+    assert (record.outcome, record.reason, record.attempt) == (DEAD_LETTERED, "publish_failed", 3)
+    assert record.lateness_ms is not None and record.lateness_ms >= 1_000  # carried from arrival

@@ -61,38 +61,52 @@ LIMIT %(limit)s;
 -- page of `limit` rows reads about `limit` index entries per outcome, whatever the number of
 -- records (a key prefix: the entries of its range). A record without a key (NULL: written before
 -- 0014, or by the release before it) never matches a key.
-SELECT h.*
-FROM unnest(%(outcomes)s::text[]) AS o(outcome)
-CROSS JOIN LATERAL (
-    SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
-           lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring,
-           message_key
-    FROM chronos_history
-    WHERE outcome = o.outcome
-      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-      AND (%(topic)s::text IS NULL OR topic = %(topic)s::text)
-      AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
-      AND (%(key_low)s::bytea IS NULL
-           OR (%(key_exact)s
-               AND substring(message_key from 1 for 64) = %(key_low)s::bytea
-               AND message_key = %(key)s::bytea)
-           OR (NOT %(key_exact)s
-               AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
-               AND (%(key_high)s::bytea IS NULL
-                    OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
-               AND substring(message_key from 1 for octet_length(%(key)s::bytea))
-                   = %(key)s::bytea))
-      AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
-      AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
-      AND (%(recurring)s::boolean IS NULL OR recurring = %(recurring)s::boolean)
-      AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
-      AND (%(after_deadline)s::timestamptz IS NULL
-           OR deadline > %(after_deadline)s::timestamptz OR id > %(after_id)s::text)
-    ORDER BY deadline, id
-    LIMIT %(limit)s
-) h
-ORDER BY h.deadline, h.id, h.ended_at
-LIMIT %(limit)s;
+-- Bounded by bytes like find_messages: records are taken while the keys before theirs stay
+-- under `max_bytes` (the crossing message is returned as well: the caller's sign that there is
+-- more), a message's records (fired twice) all or none, as the (deadline, id) cursor resumes
+-- after the whole message.
+SELECT * FROM (
+    SELECT found.*,
+           sum(coalesce(octet_length(found.message_key), 0)) OVER (ORDER BY deadline, id)
+           - sum(coalesce(octet_length(found.message_key), 0)) OVER (PARTITION BY deadline, id)
+           AS bytes_before
+    FROM (
+        SELECT h.*
+        FROM unnest(%(outcomes)s::text[]) AS o(outcome)
+        CROSS JOIN LATERAL (
+            SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
+                   lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring,
+                   message_key
+            FROM chronos_history
+            WHERE outcome = o.outcome
+              AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+              AND (%(topic)s::text IS NULL OR topic = %(topic)s::text)
+              AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
+              AND (%(key_low)s::bytea IS NULL
+                   OR (%(key_exact)s
+                       AND substring(message_key from 1 for 64) = %(key_low)s::bytea
+                       AND message_key = %(key)s::bytea)
+                   OR (NOT %(key_exact)s
+                       AND substring(message_key from 1 for 64) >= %(key_low)s::bytea
+                       AND (%(key_high)s::bytea IS NULL
+                            OR substring(message_key from 1 for 64) < %(key_high)s::bytea)
+                       AND substring(message_key from 1 for octet_length(%(key)s::bytea))
+                           = %(key)s::bytea))
+              AND deadline >= coalesce(%(deadline_from)s::timestamptz, '-infinity')
+              AND deadline < coalesce(%(deadline_to)s::timestamptz, 'infinity')
+              AND (%(recurring)s::boolean IS NULL OR recurring = %(recurring)s::boolean)
+              AND deadline >= coalesce(%(after_deadline)s::timestamptz, '-infinity')
+              AND (%(after_deadline)s::timestamptz IS NULL
+                   OR deadline > %(after_deadline)s::timestamptz OR id > %(after_id)s::text)
+            ORDER BY deadline, id
+            LIMIT %(limit)s
+        ) h
+        ORDER BY h.deadline, h.id, h.ended_at
+        LIMIT %(limit)s
+    ) found
+) sized
+WHERE %(max_bytes)s::bigint IS NULL OR bytes_before < %(max_bytes)s::bigint
+ORDER BY deadline, id, ended_at;
 
 -- name: summarize_history
 -- Counts by tenant and outcome of the records that ended within [since, until), with the fired
