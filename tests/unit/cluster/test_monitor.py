@@ -3,6 +3,7 @@ the leader's per-tenant overdue gauges, and database errors counted rather than 
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ from prometheus_client import REGISTRY
 
 import chronos
 from chronos.cluster.leadership import Leadership
-from chronos.cluster.monitor import FIRE_RATE_WINDOW_S, Monitor
+from chronos.cluster.monitor import FIRE_RATE_WINDOW_S, GAUGE_BUSY_SHARE, Monitor, gauge_interval
 from chronos.protocol import ScheduledMessage
 from tests.unit.admin.helpers import AdminHarness
 
@@ -38,6 +39,23 @@ def test_the_monitor_beats_publishes_the_backlog_and_leaves() -> None:
     assert sample("chronos_oldest_overdue_message_age_seconds") == pytest.approx(60)
     monitor.leave()
     assert h.store.list_nodes(h.settings.liveness_window_ms / 1000, include_dead=True) == []
+
+
+def test_slow_gauge_rounds_space_out_within_half_a_minute() -> None:
+    assert gauge_interval(5.0, 0.1) == 5.0  # cheap: every 5 s
+    assert gauge_interval(5.0, 0.75) == pytest.approx(15.0)  # 5 % of the time
+    assert gauge_interval(5.0, 10.0) == 30.0  # never staler than half a minute
+    assert gauge_interval(60.0, 0.1) == 60.0  # a longer interval asked for is kept
+    assert gauge_interval(0.0, 0.1) == 0.0  # and a shorter one, while the rounds are quick
+
+
+def test_the_leader_spaces_out_a_slow_gauge_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = AdminHarness()
+    monitor = Monitor(h.settings, h.store)
+    monkeypatch.setattr(monitor, "refresh_backlog", lambda: time.sleep(0.3))
+    monitor.tick(1000.0)  # the only node: the leader, its first round at once
+    assert monitor.leadership.is_leader()
+    assert monitor._next_maintenance >= 1000.0 + 0.3 / GAUGE_BUSY_SHARE
 
 
 def test_the_monitor_survives_database_errors_and_counts_them() -> None:
