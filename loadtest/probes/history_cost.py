@@ -8,14 +8,16 @@ On a scratch Postgres (``loadtest.probes.scratch``, durable) it creates the hist
 partitions over the last 7 days (``maintain_history``, as the leader does) and fills
 ``chronos_history`` in SQL (``generate_series``) with ``--rows`` records ended over those days:
 1,000 tenants, 96 % fired (12 partitions, lateness 0-20 ms), 2 % expired, 1 % dead-lettered, 1 %
-cancelled; then analyzes it. It prints the table's size (heap and each index, summed over the
+cancelled, keyed by 100,000 customers (``customer-000042``: a key's records spread over the
+week); then analyzes it. It prints the table's size (heap and each index, summed over the
 partitions) per million records; for each admin query (a page of 101 records, as the API asks,
-by state, by tenant, by id prefix, deep in the cursor; a message's records by id; the summary of
-the last hour) the median and worst of ``--runs`` calls through ``PostgresStore`` (prepared
-statements, as a node runs them); last, the Postgres CPU a message costs over its life (its
-batch of 2,000 enqueued, claimed, and deleted as fired with its history entries), with the
-history on and off, ``--batches`` batches each, in turns: the CPU of every process of the
-server (``psutil``), per statement and in all.
+by state, by tenant, by id prefix, by key exact or by prefix, deep in the cursor; a message's
+records by id; the summary of the last hour) the median and worst of ``--runs`` calls through
+``PostgresStore`` (prepared statements, as a node runs them); last, the Postgres CPU a message
+costs over its life (its batch of 2,000 enqueued, claimed, and deleted as fired with its history
+entries), with the history on, off, and on with fired messages not recorded
+(CHRONOS_HISTORY_FIRED=false), ``--batches`` batches each, in turns: the CPU of every process of
+the server (``psutil``), per statement and in all.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ PAGE = 101
 BATCH = 2_000
 FILL = """
 INSERT INTO chronos_history (id, tenant, outcome, deadline, ended_at, topic, kafka_partition,
-                             kafka_offset, lateness_ms, node, attempt, reason, ended_by)
+                             kafka_offset, lateness_ms, node, attempt, reason, ended_by,
+                             message_key)
 SELECT 'order-' || lpad(g::text, 9, '0'),
        't' || lpad((g %% 1000)::text, 4, '0'),
        CASE WHEN g %% 100 < 96 THEN 'fired' WHEN g %% 100 < 98 THEN 'expired'
@@ -52,7 +55,8 @@ SELECT 'order-' || lpad(g::text, 9, '0'),
        g %% 21,
        '00000000-0000-0000-0000-000000000001'::uuid, 1,
        CASE WHEN g %% 100 = 98 THEN 'publish_failed' WHEN g %% 100 IN (96, 97) THEN 'expired' END,
-       CASE WHEN g %% 100 = 99 THEN 'kafka' END
+       CASE WHEN g %% 100 = 99 THEN 'kafka' END,
+       convert_to('customer-' || lpad((g %% 100000)::text, 6, '0'), 'UTF8')
 FROM (SELECT g, %(start)s::timestamptz + (g::float8 / %(rows)s) * %(span)s * interval '1 second'
              AS d
       FROM generate_series(0, %(rows)s - 1) g) s;
@@ -104,11 +108,15 @@ def server_cpu(server: psutil.Process) -> float:
     return total
 
 
-def lifecycle(store: PostgresStore, server: psutil.Process, history: bool) -> dict[str, float]:
+MODES = ("off", "on", "fired not recorded")
+
+
+def lifecycle(store: PostgresStore, server: psutil.Process, mode: str) -> dict[str, float]:
     """One batch's whole life in the store: BATCH messages enqueued, claimed, fired and deleted
-    (with their history records when ``history``), as the loops run the statements: the
-    server's CPU seconds of each statement."""
-    store.history = history
+    (with their history records when ``mode`` is on; none, the history on, when it is "fired not
+    recorded", as ``chronos.firing.history.endings`` gives them), as the loops run the
+    statements: the server's CPU seconds of each statement."""
+    store.history = mode != "off"
     me = str(uuid.uuid4())
     due = server_now_of(store) + timedelta(seconds=2)  # stored, however long the enqueue takes
     prefix = uuid.uuid4().hex[:8]
@@ -124,7 +132,10 @@ def lifecycle(store: PostgresStore, server: psutil.Process, history: bool) -> di
     rows = store.claim(me, 10_000, BATCH, 5)  # due within the horizon: claimed at once
     cpu["claim"] = server_cpu(server) - before
     assert len(rows) == BATCH, len(rows)
-    ends = [Ending(FIRED, "orders", i % 12, i, i % 20, None) for i in range(len(rows))]
+    ends: list[Ending | None] = [
+        None if mode == "fired not recorded" else Ending(FIRED, "orders", i % 12, i, i % 20, None)
+        for i in range(len(rows))
+    ]
     before = server_cpu(server)
     done = store.delete_fired(me, [(r.id, r.readied_at) for r in rows], None, ends)
     cpu["delete"] = server_cpu(server) - before
@@ -185,6 +196,12 @@ def main() -> None:
             "page: fired, id prefix": lambda: store.find_ended(
                 MessageFilter(state="fired", id_prefix="order-0000123"), limit=PAGE
             ),
+            "page: a key, any ended state": lambda: store.find_ended(
+                MessageFilter(state="ended", key=b"customer-012345"), limit=PAGE
+            ),
+            "page: fired, a key prefix": lambda: store.find_ended(
+                MessageFilter(state="fired", key=b"customer-0123", key_prefix=True), limit=PAGE
+            ),
             "summary: last hour": lambda: store.summarize_history(now - timedelta(hours=1)),
             "summary: last hour, a tenant": lambda: store.summarize_history(
                 now - timedelta(hours=1), tenant="t0007"
@@ -197,23 +214,21 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:  # its backend's parent: the server
             server = psutil.Process(conn.info.backend_pid).parent()
         assert server is not None
-        spent: dict[bool, dict[str, float]] = {
-            True: {"enqueue": 0.0, "claim": 0.0, "delete": 0.0},
-            False: {"enqueue": 0.0, "claim": 0.0, "delete": 0.0},
-        }
-        for i in range(args.batches * 2):
-            for name, seconds in lifecycle(store, server, i % 2 == 0).items():
-                spent[i % 2 == 0][name] += seconds
+        spent = {mode: {"enqueue": 0.0, "claim": 0.0, "delete": 0.0} for mode in MODES}
+        for i in range(args.batches * len(MODES)):
+            mode = MODES[i % len(MODES)]
+            for name, seconds in lifecycle(store, server, mode).items():
+                spent[mode][name] += seconds
         messages = args.batches * BATCH
         print(f"\nPostgres CPU per message over a message's life ({args.batches} batches of")
         print(f"{BATCH:,} each way, in turns; all server processes), µs:")
-        for on in (False, True):
-            parts = spent[on]
+        off = max(sum(spent["off"].values()), 1e-9)
+        for mode in MODES:
+            parts = spent[mode]
             line = ", ".join(f"{k} {v / messages * 1e6:.1f}" for k, v in parts.items())
             total = sum(parts.values()) / messages * 1e6
-            print(f"  history {'on ' if on else 'off'}: {line}; total {total:.1f}")
-        ratio = sum(spent[True].values()) / max(sum(spent[False].values()), 1e-9)
-        print(f"  on / off: x{ratio:.2f}")
+            ratio = sum(parts.values()) / off
+            print(f"  history {mode:18}: {line}; total {total:.1f}; / off x{ratio:.2f}")
         store.close()
 
 
