@@ -140,11 +140,14 @@ class ClaimWatch:
     thread of its own): the rows a fault can copy when what was produced into a frozen or
     unreachable broker reaches its log after all."""
 
+    FIRST_SAMPLE_S = 10.0  # how long entering waits for the first sample
+
     def __init__(self, table: Table, every: float = 0.2) -> None:
         self.table = table
         self.every = every
         self.ids: set[str] = set()
         self._stop = threading.Event()
+        self._sampled = threading.Event()
         self._thread = threading.Thread(target=self._run, name="claim-watch", daemon=True)
 
     def _run(self) -> None:
@@ -156,11 +159,15 @@ class ClaimWatch:
                         "SELECT id FROM chronos_messages WHERE readied_at IS NOT NULL"
                     )
                 )
+                self._sampled.set()
             if self._stop.wait(self.every):
                 return
 
     def __enter__(self) -> ClaimWatch:
+        """Starts sampling and returns once the first sample is in: a fault started right after
+        must not beat it (on a loaded machine the first connection can take longer than that)."""
         self._thread.start()
+        assert self._sampled.wait(self.FIRST_SAMPLE_S), "the claim watch could not read the table"
         return self
 
     def __exit__(self, *exc: object) -> None:
