@@ -56,3 +56,32 @@ def drop_invalid_index(op: Operations, name: str, table: str) -> bool:
         return False
     op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
     return True
+
+
+# The partitions of `parent` without an index attached to the parent's `index`: the ones still to
+# build.
+UNINDEXED_PARTITIONS = sa.text(
+    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+    "WHERE i.inhparent = to_regclass(:parent) "
+    "AND NOT EXISTS (SELECT 1 FROM pg_index x JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid "
+    "                WHERE x.indrelid = c.oid AND xi.inhparent = to_regclass(:index)) "
+    "ORDER BY c.relname"
+)
+
+
+def index_partitions(op: Operations, parent: str, index: str, definition: str, suffix: str) -> None:
+    """Index partitioned table ``parent`` without holding its writes: ``CREATE INDEX index ON ONLY
+    parent definition`` (no partition read: an instant), then each partition's own built
+    CONCURRENTLY (named ``<partition><suffix>``) and attached; once every partition has one, the
+    parent's is valid. A partition created meanwhile gets it when it is attached. Re-runnable: a
+    partition whose build was interrupted (INVALID) is built again, one built but not attached is
+    attached, the others are skipped. ``definition`` is the column list and any ``WHERE``, as
+    constant SQL. Call it inside the migration's autocommit block."""
+    bind = op.get_bind()
+    op.execute(f"CREATE INDEX IF NOT EXISTS {index} ON ONLY {parent} {definition}")
+    missing = bind.execute(UNINDEXED_PARTITIONS, {"parent": parent, "index": index})
+    for partition in missing.scalars().all():
+        name = partition[: 63 - len(suffix)] + suffix  # within the 63 bytes of an identifier
+        drop_invalid_index(op, name, partition)
+        op.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {partition} {definition}")
+        op.execute(f"ALTER INDEX {index} ATTACH PARTITION {name}")

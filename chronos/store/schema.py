@@ -343,13 +343,16 @@ Index(
 )
 # Admin list by outcome (and all outcomes), in the list's (deadline, id) order.
 Index("chronos_history_outcome_idx", history.c.outcome, history.c.deadline, history.c.id)
-# Admin list of one tenant, and a tenant's deletion.
+# Admin list of one named tenant, and a tenant's deletion (0015): the default tenant's records
+# ('', most of them where there are no tenants) are left out, and listed through the outcome
+# index; a statement that names a tenant proves the predicate.
 Index(
-    "chronos_history_tenant_idx",
+    "chronos_history_tenanted_idx",
     history.c.tenant,
     history.c.outcome,
     history.c.deadline,
     history.c.id,
+    postgresql_where=text("tenant <> ''"),
 )
 # Admin list by key, exact or by prefix (a range of the key's first KEY_INDEXED_BYTES = 64
 # bytes), of each outcome in the list's (deadline, id) order: as the waiting rows' key index.

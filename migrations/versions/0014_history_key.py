@@ -32,7 +32,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from chronos.store.migrate import drop_invalid_index
+from chronos.store.migrate import index_partitions
 
 revision = "0014"
 down_revision = "0013"
@@ -43,49 +43,7 @@ TABLE = "chronos_history"
 INDEX = "chronos_history_key_idx"
 KEY_HEAD = "substring(message_key from 1 for 64)"  # chronos.store.filters.KEY_INDEXED_BYTES
 
-# The partitions without an index attached to the parent's: the ones still to build.
-UNINDEXED = sa.text(
-    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-    "WHERE i.inhparent = to_regclass('chronos_history') "
-    "AND NOT EXISTS (SELECT 1 FROM pg_index x JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid "
-    "                WHERE x.indrelid = c.oid AND xi.inhparent = to_regclass(:index)) "
-    "ORDER BY c.relname"
-)
-
-
-# The parent's index, on the parent only: no partition read.
-CREATE_ON_PARENT = (
-    "CREATE INDEX IF NOT EXISTS chronos_history_key_idx ON ONLY chronos_history "
-    "(substring(message_key from 1 for 64), outcome, deadline, id)"
-)
-
-# Attach every partition's key index that is built and not attached yet (named as
-# ``_partition_index`` names it); SQL of its own, quoting the names itself (%I).
-ATTACH_BUILT = """
-DO $$
-DECLARE part text;
-BEGIN
-    FOR part IN
-        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        WHERE i.inhparent = to_regclass('chronos_history')
-          AND NOT EXISTS (
-              SELECT 1 FROM pg_index x JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid
-              WHERE x.indrelid = c.oid
-                AND xi.inhparent = to_regclass('chronos_history_key_idx'))
-          AND EXISTS (
-              SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid
-              WHERE x.indrelid = c.oid AND x.indisvalid
-                AND ic.relname = left(c.relname, 54) || '_key_idx')
-    LOOP
-        EXECUTE format('ALTER INDEX chronos_history_key_idx ATTACH PARTITION %I',
-                       left(part, 54) || '_key_idx');
-    END LOOP;
-END $$
-"""
-
-
-def _partition_index(partition: str) -> str:
-    return partition[:54] + "_key_idx"  # within the 63 bytes of an identifier
+DEFINITION = f"({KEY_HEAD}, outcome, deadline, id)"
 
 
 def upgrade() -> None:
@@ -100,20 +58,7 @@ def upgrade() -> None:
         if_not_exists=True,
     )
     with op.get_context().autocommit_block():
-        bind = op.get_bind()
-        op.execute(CREATE_ON_PARENT)
-        op.execute(ATTACH_BUILT)  # a day built by an interrupted run
-        for partition in bind.execute(UNINDEXED, {"index": INDEX}).scalars().all():
-            name = _partition_index(partition)
-            drop_invalid_index(op, name, partition)
-            op.create_index(
-                name,
-                partition,
-                [sa.text(KEY_HEAD), "outcome", "deadline", "id"],
-                postgresql_concurrently=True,
-                if_not_exists=True,
-            )
-            op.execute(ATTACH_BUILT)
+        index_partitions(op, TABLE, INDEX, DEFINITION, "_key_idx")
 
 
 def downgrade() -> None:

@@ -116,7 +116,7 @@ def test_migration_0014_interrupted_in_its_builds_runs_again_and_finishes(
     indexes = _indexes(database_url)
     assert indexes["chronos_history"] == (True, "False")
     assert not any(indexes[day][0] for day in (today, tomorrow, after)), indexes
-    migrate.upgrade(database_url)  # the re-run
+    migrate.upgrade(database_url, "0014")  # the re-run
     assert _all_valid(database_url), _indexes(database_url)
     with psycopg.connect(database_url) as conn:
         broken = conn.execute(

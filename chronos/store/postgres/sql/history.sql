@@ -55,7 +55,8 @@ LIMIT %(limit)s;
 -- Admin list of ended messages by filter (outcome, tenant, topic, id prefix, key exact or by
 -- prefix, deadline range, recurring or not) after a (deadline, id) cursor, in (deadline, id,
 -- ended_at) order: one LIMIT-ed walk per outcome asked for (the outcome index, the tenant index
--- with a tenant: (tenant, outcome, deadline, id), or the key index with a key: (first 64 bytes of
+-- with a named tenant: (tenant, outcome, deadline, id) WHERE tenant <> '', which the session's
+-- custom plans prove from the tenant given, or the key index with a key: (first 64 bytes of
 -- the key, outcome, deadline, id), an exact key or a prefix being a range of it, as find_messages
 -- reads the waiting rows' key index), each a merge of the partitions' index scans, then merged. A
 -- page of `limit` rows reads about `limit` index entries per outcome, whatever the number of
@@ -126,14 +127,15 @@ ORDER BY 1, 2
 LIMIT %(limit)s;
 
 -- name: count_tenant_history
--- How many history records a tenant has, counted up to `limit` (a deletion's dry run): the
--- tenant index of each partition.
+-- How many history records a tenant has, counted up to `limit` (a deletion's dry run): a named
+-- tenant's through the tenant index of each partition (the session's custom plans prove its
+-- predicate, tenant <> '', from the tenant given), the default tenant's ('') by reading them.
 SELECT count(*) AS n
 FROM (SELECT 1 FROM chronos_history WHERE tenant = %(tenant)s::text LIMIT %(limit)s) t;
 
 -- name: delete_tenant_history
 -- One batch of a tenant's deletion: the records of up to `batch` of its messages (every record of
--- each), found through the tenant index; returns how many records went.
+-- each), found as count_tenant_history finds them; returns how many records went.
 WITH gone AS (
     DELETE FROM chronos_history
     WHERE tenant = %(tenant)s::text
