@@ -3,15 +3,17 @@ list of ended messages and a summary at N records, and the phase-2 statement wit
 and off.
 
     python -m loadtest.probes.history_cost [--rows 1000000] [--runs 10] [--batches 20]
+                                           [--default-share 0.0]
 
 On a scratch Postgres (``loadtest.probes.scratch``, durable) it creates the history's daily
 partitions over the last 7 days (``maintain_history``, as the leader does) and fills
 ``chronos_history`` in SQL (``generate_series``) with ``--rows`` records ended over those days:
-1,000 tenants, 96 % fired (12 partitions, lateness 0-20 ms), 2 % expired, 1 % dead-lettered, 1 %
-cancelled, keyed by 100,000 customers (``customer-000042``: a key's records spread over the
-week); then analyzes it. It prints the table's size (heap and each index, summed over the
-partitions) per million records; for each admin query (a page of 101 records, as the API asks,
-by state, by tenant, by id prefix, by key exact or by prefix, deep in the cursor; a message's
+1,000 tenants (``--default-share``: that share of them the default tenant, ''), 96 % fired (12
+partitions, lateness 0-20 ms), 2 % expired, 1 % dead-lettered, 1 % cancelled, keyed by 100,000
+customers (``customer-000042``: a key's records spread over the week); then analyzes it. It
+prints the table's size (heap and each index, summed over the partitions) per million records;
+for each admin query (a page of 101 records, as the API asks, by state, by tenant (a named one,
+and the default one), by id prefix, by key exact or by prefix, deep in the cursor; a message's
 records by id; the summary of the last hour) the median and worst of ``--runs`` calls through
 ``PostgresStore`` (prepared statements, as a node runs them); last, the Postgres CPU a message
 costs over its life (its batch of 2,000 enqueued, claimed, and deleted as fired with its history
@@ -45,7 +47,8 @@ INSERT INTO chronos_history (id, tenant, outcome, deadline, ended_at, topic, kaf
                              kafka_offset, lateness_ms, node, attempt, reason, ended_by,
                              message_key)
 SELECT 'order-' || lpad(g::text, 9, '0'),
-       't' || lpad((g %% 1000)::text, 4, '0'),
+       CASE WHEN g %% 1000 < %(default_per_mille)s THEN ''
+            ELSE 't' || lpad((g %% 1000)::text, 4, '0') END,
        CASE WHEN g %% 100 < 96 THEN 'fired' WHEN g %% 100 < 98 THEN 'expired'
             WHEN g %% 100 = 98 THEN 'dead-lettered' ELSE 'cancelled' END,
        d, d + (g %% 21) * interval '1 millisecond',
@@ -152,7 +155,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument(
+        "--default-share",
+        type=float,
+        default=0.0,
+        help="share of the records of the default tenant ('', no tenant header), from 0 to 1",
+    )
     args = parser.parse_args()
+    if not 0 <= args.default_share <= 1:
+        parser.error("--default-share: a share from 0 to 1")
+    default_per_mille = round(args.default_share * 1000)
     with scratch_postgres("history-cost") as url:
         store = PostgresStore(url)
         now = server_now(url)
@@ -163,7 +175,12 @@ def main() -> None:
         run_sql(
             url,
             FILL,
-            {"rows": args.rows, "start": now - span, "span": span.total_seconds()},
+            {
+                "rows": args.rows,
+                "start": now - span,
+                "span": span.total_seconds(),
+                "default_per_mille": default_per_mille,
+            },
         )
         print(f"filled {args.rows:,} records in {time.perf_counter() - t0:.0f} s")
         with psycopg.connect(url, autocommit=True) as conn:
@@ -191,7 +208,7 @@ def main() -> None:
             ),
             "page: any ended": lambda: store.find_ended(MessageFilter(state="ended"), limit=PAGE),
             "page: dead-lettered of a tenant": lambda: store.find_ended(
-                MessageFilter(state="dead-lettered", tenant="t0098"), limit=PAGE
+                MessageFilter(state="dead-lettered", tenant="t0998"), limit=PAGE
             ),
             "page: fired, id prefix": lambda: store.find_ended(
                 MessageFilter(state="fired", id_prefix="order-0000123"), limit=PAGE
@@ -202,9 +219,12 @@ def main() -> None:
             "page: fired, a key prefix": lambda: store.find_ended(
                 MessageFilter(state="fired", key=b"customer-0123", key_prefix=True), limit=PAGE
             ),
+            "page: fired, the default tenant": lambda: store.find_ended(
+                MessageFilter(state="fired", tenant=""), limit=PAGE
+            ),
             "summary: last hour": lambda: store.summarize_history(now - timedelta(hours=1)),
             "summary: last hour, a tenant": lambda: store.summarize_history(
-                now - timedelta(hours=1), tenant="t0007"
+                now - timedelta(hours=1), tenant="t0999"
             ),
         }
         print(f"\nat {args.rows:,} records (median / worst of {args.runs}, ms):")
