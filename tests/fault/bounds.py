@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from chronos.config.settings import Settings
 from chronos.kafka.config import consumer_config
-from tests.support.checker import Load, Outgoing, Report
+from tests.support.checker import TRACKING_HEADER, Load, Outgoing, Report
 from tests.support.cluster import Cluster, Table
 
 MARGIN_S = 1.5
@@ -85,18 +85,42 @@ def committed_offsets(cluster: Cluster) -> dict[int, int]:
         consumer.close()
 
 
-def past_commit(cluster: Cluster) -> int:
-    """How many input records are past the group's committed offsets now (all partitions): at
-    most what a new owner reads again."""
+def past_commit(cluster: Cluster) -> set[str]:
+    """The tracks (``TRACKING_HEADER``) of the input records past the group's committed offsets
+    now (all partitions): what a new owner may read again, by name."""
     committed = committed_offsets(cluster)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "past-commit"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "past-commit",
+            "enable.auto.commit": False,
+        }
+    )
     try:
-        total = 0
+        wanted: list[TopicPartition] = []
+        ends: dict[int, int] = {}
         for partition in range(cluster.topics.partitions):
             tp = TopicPartition(cluster.topics.input, partition)
             low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            total += high - max(committed.get(partition, low), low)
-        return total
+            start = max(committed.get(partition, low), low)
+            if start < high:
+                wanted.append(TopicPartition(cluster.topics.input, partition, start))
+                ends[partition] = high
+        consumer.assign(wanted)
+        tracks: set[str] = set()
+        deadline = time.monotonic() + 30
+        while ends and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None or message.error():
+                continue
+            track = dict(message.headers() or []).get(TRACKING_HEADER)
+            if isinstance(track, bytes):
+                tracks.add(track.decode())
+            at, end = message.offset(), ends.get(message.partition() or 0)
+            if at is not None and end is not None and at + 1 >= end:
+                ends.pop(message.partition() or 0)
+        assert not ends, f"partitions not read to their end in 30 s: {sorted(ends)}"
+        return tracks
     finally:
         consumer.close()
 

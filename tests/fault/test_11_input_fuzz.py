@@ -46,6 +46,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chronos.config.settings import OPTIONS_BY_NAME
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER
 from tests.fault.bounds import lateness
 from tests.support import Topics
@@ -343,8 +344,8 @@ def test_fuzzed_input_is_fired_parked_or_dead_lettered_never_stalls(
 def test_one_megabyte_header_never_stalls_a_partition(
     kind: str, make_cluster: Callable[..., Cluster], kafka_bootstrap: str, topics: Topics
 ) -> None:
-    attempts = 3
-    cluster = make_cluster(max_delay_ms=MAX_DELAY_MS, max_publish_attempts=attempts)
+    attempts = OPTIONS_BY_NAME["max_publish_attempts"].default  # what users run
+    cluster = make_cluster(max_delay_ms=MAX_DELAY_MS)
     node = cluster.start()
     cluster.wait_ready()
     now = datetime.now(UTC)

@@ -59,7 +59,7 @@ def test_the_overdue_backlog_fires_at_the_catchup_rate_and_the_stream_on_time(
     backlog_size, rate, stream_rate, away_s = (
         (60_000, 2_000, 100, 60.0) if long_run else (6_000, 500, 100, 6.0)
     )
-    cluster = make_cluster(catchup_rate=rate, catchup_after_ms=1_000)
+    cluster = make_cluster(catchup_rate=rate)
     cluster.start_many(NODES)
     cluster.wait_ready()
     lead_s = 10.0 if not long_run else 60.0  # time to send and store the backlog (~2 s)

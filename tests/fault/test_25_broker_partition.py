@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 
-from chronos.config.settings import OPTIONS_BY_NAME
 from chronos.firing.cutoff import ASK_EVERY_S, CUT_OFF_AFTER_S, HEARTBEAT_LAG_S
 from chronos.firing.loop import WRITE_PROBE_ROWS
 from chronos.kafka.config import SESSION_TIMEOUT_MS
@@ -43,7 +42,7 @@ from tests.fault.test_05_postgres_faults import committed_offsets
 from tests.fault.test_16_dependency_outages import LivenessProbe
 from tests.fault.test_21_broker_failover import readiness
 from tests.support.checker import Load, ScenarioResult, expectations, record_result
-from tests.support.cluster import FAST_TIMINGS, Cluster, NodeProcess
+from tests.support.cluster import SHIPPED_TIMINGS, Cluster, NodeProcess
 from tests.support.kafka import new_topics
 from tests.support.partition import PartitionableBroker
 
@@ -59,10 +58,7 @@ FULL_WARMUP_S = 12.0
 FULL_PARTITION_S = float(os.environ.get("CHRONOS_TEST_OUTAGE_S", "20"))
 TAIL_S = 3.0
 
-# The production defaults of every timing the fault suite usually shortens (logs stay JSON).
-DEFAULTS: dict[str, Any] = {
-    name: OPTIONS_BY_NAME[name].default for name in FAST_TIMINGS if name != "log_format"
-}
+DEFAULTS: dict[str, Any] = dict(SHIPPED_TIMINGS)
 # The cut node finds itself cut off (chronos.firing.cutoff): its deliveries stalled for
 # CUT_OFF_AFTER_S, it asks within ASK_EVERY_S whether a peer delivered since (a peer's word is
 # up to HEARTBEAT_LAG_S old), then gives everything back; a poll interval and a statement more.
