@@ -9,6 +9,7 @@ from chronos.kafka.clients import (
     Publisher,
     delivery_error,
     is_permanent,
+    is_refused_record,
     make_consumer,
     make_publisher,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "failover_config",
     "import_producer_config",
     "is_permanent",
+    "is_refused_record",
     "make_consumer",
     "make_publisher",
     "missing_operation",

@@ -292,24 +292,31 @@ def make_consumer(settings: Settings, **callbacks: Any) -> Consumer:
     return Consumer(conf)
 
 
-# What librdkafka logs when the broker refuses the client's security settings: not an outage
-# to wait for but a setting to fix (start-up stops with status 2, naming the settings).
-_PERMANENT_CODES = {
-    getattr(KafkaError, name)
-    for name in (
-        "UNKNOWN_TOPIC_OR_PART",
-        "_UNKNOWN_TOPIC",
-        "TOPIC_AUTHORIZATION_FAILED",
-        "TOPIC_EXCEPTION",
-        "MSG_SIZE_TOO_LARGE",
-        "_MSG_SIZE_TOO_LARGE",
-        "INVALID_RECORD",
-        "CORRUPT_MESSAGE",
-        "RECORD_LIST_TOO_LARGE",
-        "_INVALID_ARG",
-    )
-    if hasattr(KafkaError, name)
-}
+def _codes(*names: str) -> set[int]:
+    return {getattr(KafkaError, name) for name in names if hasattr(KafkaError, name)}
+
+
+# Delivery errors that retrying does not fix. Of the topic: it may be created, or the node granted
+# access, while a publish is retried with back-off. Of the record itself: refused again whenever
+# it is sent, however long one waits.
+_TOPIC_CODES = _codes(
+    "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "TOPIC_AUTHORIZATION_FAILED", "TOPIC_EXCEPTION"
+)
+_RECORD_CODES = _codes(
+    "MSG_SIZE_TOO_LARGE",
+    "_MSG_SIZE_TOO_LARGE",
+    "INVALID_RECORD",
+    "CORRUPT_MESSAGE",
+    "RECORD_LIST_TOO_LARGE",
+    "_INVALID_ARG",
+)
+_PERMANENT_CODES = _TOPIC_CODES | _RECORD_CODES
+
+
+def is_refused_record(err: KafkaError | None) -> bool:
+    """The broker (or the client) refuses the record itself, e.g. as too large: waiting before
+    sending it again changes nothing."""
+    return err is not None and err.code() in _RECORD_CODES
 
 
 def is_permanent(err: KafkaError | None) -> bool:

@@ -8,6 +8,7 @@ from typing import cast
 
 from confluent_kafka import Consumer, KafkaError
 
+from chronos.intake.settlement import REFUSED_RETRY_S
 from chronos.protocol import (
     DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_REASON_HEADER,
@@ -172,6 +173,48 @@ def test_a_lapsed_record_the_output_topic_refuses_for_good_does_not_stall_intake
     (dead,) = t.publisher.delivered(DEAD_LETTER)
     assert dict(dead.headers)[DEAD_LETTER_CODE_HEADER] == b"publish_failed"
     assert t.consumer.stored == {(INPUT, 0): 2}
+
+
+def test_a_refused_record_goes_again_at_once_however_often_it_is_refused() -> None:
+    """At the shipped max_publish_attempts a lapsed record too large for the output topic and for
+    the dead-letter topic is refused ten times before its reduced dead letter goes through: each
+    time it goes again after the back-off's first step, never after a doubled one (the doubling
+    held the partition 12 s on the real broker: scenario 11). An outage still backs off."""
+    t = Intake()
+    attempts = t.loop.settings.max_publish_attempts
+    t.publisher.decide = lambda r: (
+        KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+        if r.topic == OUTPUT or (r.topic == DEAD_LETTER and r.value is not None)
+        else None
+    )
+    waits = _recorded_waits(t)
+    assert t.process(t.record("big", -5))
+    assert len(t.publisher.produced(OUTPUT)) == attempts
+    assert len(t.publisher.produced(DEAD_LETTER)) == attempts + 1  # then the reduced one
+    assert len(waits) == 2 * attempts and max(waits) == REFUSED_RETRY_S, waits
+    (reduced,) = t.publisher.delivered(DEAD_LETTER)
+    assert reduced.value is None and t.consumer.stored == {(INPUT, 0): 2}
+
+
+def test_an_outage_backs_off() -> None:
+    t = Intake()
+    t.publisher.fail_next(4, KafkaError._TRANSPORT)
+    waits = _recorded_waits(t)
+    assert t.process(t.record("late", -5))
+    assert len(waits) == 4 and waits[-1] > REFUSED_RETRY_S, waits  # 0.4-0.8 s by the fourth
+
+
+def _recorded_waits(t: Intake) -> list[float]:
+    """The pauses the intake's settlement asks for, recorded as it waits them."""
+    waits: list[float] = []
+    wait = t.loop.settlement.wait
+
+    def recorded(seconds: float) -> bool:
+        waits.append(seconds)
+        return wait(seconds)
+
+    t.loop.settlement.wait = recorded
+    return waits
 
 
 def test_database_errors_are_retried() -> None:
