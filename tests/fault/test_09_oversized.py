@@ -27,7 +27,8 @@ from collections.abc import Callable
 import pytest
 
 from chronos.config.settings import OPTIONS_BY_NAME
-from chronos.protocol import DEAD_LETTER_SOURCE_HEADER
+from chronos.kafka.clients import DELIVERY_TOO_LARGE
+from chronos.protocol import DEAD_LETTER_CODE_HEADER, DEAD_LETTER_SOURCE_HEADER
 from tests.fault.bounds import ON_TIME_MS
 from tests.fault.injections import OUTPUT_MAX_BYTES_ENV, REFUSAL_MARK, REFUSE_LARGE_OUTPUT
 from tests.support import Topics
@@ -84,7 +85,8 @@ def test_oversized_record_is_dead_lettered_when_the_dead_letter_topic_takes_it(
     assert refusals == ATTEMPTS, f"refused {refusals} times, expected {ATTEMPTS}"
     (record,) = dead
     reason = record.reason or ""
-    assert "MSG_SIZE_TOO_LARGE" in reason or "too large" in reason.lower(), reason
+    assert header(record.headers, DEAD_LETTER_CODE_HEADER) == b"publish_failed"
+    assert DELIVERY_TOO_LARGE in reason, reason  # Chronos's words for the broker's refusal
     assert f"{ATTEMPTS} times" in reason, reason
     assert (record.key, record.value) == (big.key, big.value)
     assert record.headers[: len(big.relayed_headers)] == big.relayed_headers
@@ -135,7 +137,7 @@ def test_record_no_topic_accepts_is_parked_not_lost(
     assert report.late.max <= ON_TIME_MS, f"other messages delayed: {report.late}"
     assert attempts == park, f"{attempts} attempts, parked at {park}"
     assert readied_at is None, "the parked row is still claimed"
-    assert last_error and ("too large" in last_error.lower() or "SIZE" in last_error), last_error
+    assert last_error and last_error.startswith(DELIVERY_TOO_LARGE), last_error
     assert failures_then >= park, f"only {failures_then} failed publishes counted"
     assert failures_after == 0, f"{failures_after} more failed publishes after parking"
     assert cluster.table.count() == 1, "the oversized message was dropped"
