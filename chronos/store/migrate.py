@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.operations import Operations
+from psycopg import sql
 
 
 def migrations_dir() -> Path:
@@ -69,19 +72,42 @@ UNINDEXED_PARTITIONS = sa.text(
 )
 
 
-def index_partitions(op: Operations, parent: str, index: str, definition: str, suffix: str) -> None:
+def index_partitions(
+    op: Operations, parent: str, index: str, definition: sql.Composable, suffix: str
+) -> None:
     """Index partitioned table ``parent`` without holding its writes: ``CREATE INDEX index ON ONLY
     parent definition`` (no partition read: an instant), then each partition's own built
     CONCURRENTLY (named ``<partition><suffix>``) and attached; once every partition has one, the
     parent's is valid. A partition created meanwhile gets it when it is attached. Re-runnable: a
     partition whose build was interrupted (INVALID) is built again, one built but not attached is
-    attached, the others are skipped. ``definition`` is the column list and any ``WHERE``, as
-    constant SQL. Call it inside the migration's autocommit block."""
+    attached, the others are skipped. ``definition`` is the column list and any ``WHERE``.
+    Call it inside the migration's autocommit block."""
     bind = op.get_bind()
-    op.execute(f"CREATE INDEX IF NOT EXISTS {index} ON ONLY {parent} {definition}")
+    raw = driver_connection(op)
+    raw.execute(
+        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON ONLY {} {}").format(
+            sql.Identifier(index), sql.Identifier(parent), definition
+        )
+    )
     missing = bind.execute(UNINDEXED_PARTITIONS, {"parent": parent, "index": index})
     for partition in missing.scalars().all():
         name = partition[: 63 - len(suffix)] + suffix  # within the 63 bytes of an identifier
         drop_invalid_index(op, name, partition)
-        op.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {partition} {definition}")
-        op.execute(f"ALTER INDEX {index} ATTACH PARTITION {name}")
+        raw.execute(
+            sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} {}").format(
+                sql.Identifier(name), sql.Identifier(partition), definition
+            )
+        )
+        raw.execute(
+            sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
+                sql.Identifier(index), sql.Identifier(name)
+            )
+        )
+
+
+def driver_connection(op: Operations) -> psycopg.Connection[Any]:
+    """The migration's psycopg connection, for statements composed with ``psycopg.sql`` (names
+    quoted as identifiers, never formatted into the text)."""
+    raw = op.get_bind().connection.driver_connection
+    assert isinstance(raw, psycopg.Connection)
+    return raw

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from psycopg import sql
 
 from chronos.store.migrate import index_partitions
 
@@ -41,9 +42,8 @@ depends_on = None
 
 TABLE = "chronos_history"
 INDEX = "chronos_history_key_idx"
-KEY_HEAD = "substring(message_key from 1 for 64)"  # chronos.store.filters.KEY_INDEXED_BYTES
-
-DEFINITION = f"({KEY_HEAD}, outcome, deadline, id)"
+# The key's first chronos.store.filters.KEY_INDEXED_BYTES bytes, then the list's order.
+DEFINITION = sql.SQL("(substring(message_key from 1 for 64), outcome, deadline, id)")
 
 
 def upgrade() -> None:

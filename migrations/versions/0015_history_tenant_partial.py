@@ -31,10 +31,10 @@ from __future__ import annotations
 import time
 
 import psycopg
-import sqlalchemy as sa
 from alembic import op
+from psycopg import sql
 
-from chronos.store.migrate import index_partitions
+from chronos.store.migrate import driver_connection, index_partitions
 
 revision = "0015"
 down_revision = "0014"
@@ -44,36 +44,36 @@ depends_on = None
 TABLE = "chronos_history"
 FULL = "chronos_history_tenant_idx"
 PARTIAL = "chronos_history_tenanted_idx"
-COLUMNS = "(tenant, outcome, deadline, id)"
-LOCK_TIMEOUT = "2s"
+FULL_DEFINITION = sql.SQL("(tenant, outcome, deadline, id)")
+PARTIAL_DEFINITION = sql.SQL("(tenant, outcome, deadline, id) WHERE tenant <> ''")
+LOCK_TIMEOUT = "SET lock_timeout = '2s'"
 DROP_TRIES = 10
 
 
 def _drop(index: str) -> None:
-    """Drop partitioned index ``index`` (and its partitions'), waiting ``LOCK_TIMEOUT`` at most
-    for the table's lock each try."""
+    """Drop partitioned index ``index`` (and its partitions'), waiting 2 s at most for the
+    table's lock each try."""
+    raw = driver_connection(op)
     for attempt in range(1, DROP_TRIES + 1):
         try:
-            op.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-            op.execute(f"DROP INDEX IF EXISTS {index}")
-            op.execute("RESET lock_timeout")
+            raw.execute(LOCK_TIMEOUT)
+            raw.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(index)))
             return
-        except sa.exc.OperationalError as error:
-            op.execute("RESET lock_timeout")
-            if not isinstance(error.orig, psycopg.errors.LockNotAvailable) or (
-                attempt == DROP_TRIES
-            ):
+        except psycopg.errors.LockNotAvailable:
+            if attempt == DROP_TRIES:
                 raise
             time.sleep(1)
+        finally:
+            raw.execute("RESET lock_timeout")
 
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
-        index_partitions(op, TABLE, PARTIAL, f"{COLUMNS} WHERE tenant <> ''", "_tenanted_idx")
+        index_partitions(op, TABLE, PARTIAL, PARTIAL_DEFINITION, "_tenanted_idx")
         _drop(FULL)
 
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
-        index_partitions(op, TABLE, FULL, COLUMNS, "_tenant_idx")
+        index_partitions(op, TABLE, FULL, FULL_DEFINITION, "_tenant_idx")
         _drop(PARTIAL)
