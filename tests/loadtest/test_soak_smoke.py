@@ -22,8 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 VERDICTS = ["lost", "early", "actions", "p99.9", "drift", "memory", "table", "drained", "wal"]
 
 
+# With the machine to itself: beside the fault worker's scenarios its nodes fired 4-7 s late,
+# so reschedules reached intake after their messages were claimed (not applied, by contract) and
+# the analysis counted those messages lost (twice in CI); alone it passes in 81 s.
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.exclusive
 @pytest.mark.timeout(480)
 def test_a_short_soak(tmp_path: Path) -> None:
     if shutil.which("java") is None:
