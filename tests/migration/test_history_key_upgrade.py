@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from chronos.store import migrate
+from tests.migration.helpers import attached_indexes, history_days
 
 pytestmark = pytest.mark.integration
 
@@ -21,34 +22,13 @@ OLD_HISTORY_INSERT = (
 )
 
 
-def _days(url: str, first: int, count: int) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for day in range(first, first + count):
-            conn.execute(
-                "SELECT chronos_history_create_partition(current_date + %s, 86400000)", (day,)
-            )
-
-
 def _indexes(url: str) -> dict[str, tuple[bool, str | None]]:
     """Each partition of the history: whether it has an index attached to the parent's key
     index, and that index's validity; and the parent's own (``chronos_history``)."""
-    with psycopg.connect(url) as conn:
-        parent = conn.execute(
-            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)", (INDEX,)
-        ).fetchone()
-        rows = conn.execute(
-            "SELECT c.relname, x.indisvalid "
-            "FROM pg_inherits p JOIN pg_class c ON c.oid = p.inhrelid "
-            "LEFT JOIN (pg_index x JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid "
-            "           AND xi.inhparent = to_regclass(%s)) ON x.indrelid = c.oid "
-            "WHERE p.inhparent = 'chronos_history'::regclass ORDER BY 1",
-            (INDEX,),
-        ).fetchall()
-    found = {
-        name: (valid is not None, None if valid is None else str(valid)) for name, valid in rows
+    return {
+        name: (valid is not None, None if valid is None else str(valid))
+        for name, valid in attached_indexes(url, INDEX).items()
     }
-    found["chronos_history"] = (parent is not None, None if parent is None else str(parent[0]))
-    return found
 
 
 def _all_valid(url: str) -> bool:
@@ -59,7 +39,7 @@ def test_migration_0014_indexes_every_day_and_the_previous_release_writes_beside
     database_url: str,
 ) -> None:
     migrate.upgrade(database_url, "0013")
-    _days(database_url, 0, 3)
+    history_days(database_url, 0, 3)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(OLD_HISTORY_INSERT, ("before",))
     migrate.upgrade(database_url, "0014")
@@ -74,7 +54,7 @@ def test_migration_0014_indexes_every_day_and_the_previous_release_writes_beside
         found = conn.execute("SELECT id, message_key FROM chronos_history").fetchall()
         keys: dict[str, bytes | None] = dict(found)
     assert keys == {"before": None, "beside": None, "keyed": b"order-1"}
-    _days(database_url, 3, 1)  # a day the leader creates after the upgrade
+    history_days(database_url, 3, 1)  # a day the leader creates after the upgrade
     assert len(_indexes(database_url)) == 5 and _all_valid(database_url)
     migrate.upgrade(database_url)  # a re-run at head changes nothing
     assert _all_valid(database_url)
@@ -97,7 +77,7 @@ def test_migration_0014_interrupted_in_its_builds_runs_again_and_finishes(
     database_url: str,
 ) -> None:
     migrate.upgrade(database_url, "0014")
-    _days(database_url, 0, 3)
+    history_days(database_url, 0, 3)
     today, tomorrow, after = sorted(n for n in _indexes(database_url) if n != "chronos_history")
     columns = "substring(message_key from 1 for 64), outcome, deadline, id"
     # What an interruption leaves: the parent's index (invalid while a day lacks its own), one

@@ -14,6 +14,7 @@ import pytest
 
 from chronos.store import migrate
 from chronos.store.postgres.sql import query
+from tests.migration.helpers import attached_indexes, history_days
 
 pytestmark = pytest.mark.integration
 
@@ -28,36 +29,8 @@ OLD_HISTORY_INSERT = (
 )
 
 
-def _days(url: str, first: int, count: int) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for day in range(first, first + count):
-            conn.execute(
-                "SELECT chronos_history_create_partition(current_date + %s, 86400000)", (day,)
-            )
-
-
-def _attached(url: str, index: str) -> dict[str, bool | None]:
-    """Each partition: the validity of its index attached to the parent's ``index`` (None: none
-    attached); and the parent's own under ``chronos_history`` (None: no such index)."""
-    with psycopg.connect(url) as conn:
-        parent = conn.execute(
-            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (index,)
-        ).fetchone()
-        rows = conn.execute(
-            "SELECT c.relname, x.indisvalid "
-            "FROM pg_inherits p JOIN pg_class c ON c.oid = p.inhrelid "
-            "LEFT JOIN (pg_index x JOIN pg_inherits xi ON xi.inhrelid = x.indexrelid "
-            "           AND xi.inhparent = to_regclass(%s)) ON x.indrelid = c.oid "
-            "WHERE p.inhparent = 'chronos_history'::regclass ORDER BY 1",
-            (index,),
-        ).fetchall()
-    found: dict[str, bool | None] = dict(rows)
-    found["chronos_history"] = None if parent is None else parent[0]
-    return found
-
-
 def _all_valid(url: str, index: str) -> bool:
-    return all(_attached(url, index).values())
+    return all(attached_indexes(url, index).values())
 
 
 def _entries(url: str, index: str) -> int:
@@ -85,15 +58,15 @@ def test_migration_0015_indexes_the_named_tenants_only_and_the_downgrade_restore
     database_url: str,
 ) -> None:
     migrate.upgrade(database_url, "0014")
-    _days(database_url, 0, 3)
+    history_days(database_url, 0, 3)
     with psycopg.connect(database_url, autocommit=True) as conn:
         for i in range(20):
             conn.execute(OLD_HISTORY_INSERT, (f"default-{i}", ""))
         conn.execute(OLD_HISTORY_INSERT, ("acme-0", "acme"))
     assert _entries(database_url, FULL) == 21
     migrate.upgrade(database_url, "0015")
-    assert _all_valid(database_url, PARTIAL), _attached(database_url, PARTIAL)
-    assert _attached(database_url, FULL)["chronos_history"] is None
+    assert _all_valid(database_url, PARTIAL), attached_indexes(database_url, PARTIAL)
+    assert attached_indexes(database_url, FULL)["chronos_history"] is None
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(OLD_HISTORY_INSERT, ("acme-1", "acme"))  # a node of the previous release
         conn.execute(OLD_HISTORY_INSERT, ("default-beside", ""))
@@ -108,13 +81,13 @@ def test_migration_0015_indexes_the_named_tenants_only_and_the_downgrade_restore
             for tenant in ("acme", "")
         }
     assert counts == {"acme": (2,), "": (21,)}
-    _days(database_url, 3, 1)  # a day the leader creates after the upgrade
-    assert len(_attached(database_url, PARTIAL)) == 5 and _all_valid(database_url, PARTIAL)
+    history_days(database_url, 3, 1)  # a day the leader creates after the upgrade
+    assert len(attached_indexes(database_url, PARTIAL)) == 5 and _all_valid(database_url, PARTIAL)
     migrate.upgrade(database_url)  # a re-run at head changes nothing
     assert _all_valid(database_url, PARTIAL)
     migrate.downgrade(database_url, "0014")
-    assert _all_valid(database_url, FULL), _attached(database_url, FULL)
-    assert _attached(database_url, PARTIAL)["chronos_history"] is None
+    assert _all_valid(database_url, FULL), attached_indexes(database_url, FULL)
+    assert attached_indexes(database_url, PARTIAL)["chronos_history"] is None
     assert _entries(database_url, FULL) == 23
     migrate.upgrade(database_url)
     assert _all_valid(database_url, PARTIAL)
@@ -124,7 +97,7 @@ def test_migration_0015_waits_for_a_transaction_holding_the_history_then_drops_t
     database_url: str,
 ) -> None:
     migrate.upgrade(database_url, "0014")
-    _days(database_url, 0, 2)
+    history_days(database_url, 0, 2)
     held = threading.Event()
 
     def hold() -> None:  # a long admin read of the history: the drop must wait for it
@@ -142,4 +115,4 @@ def test_migration_0015_waits_for_a_transaction_holding_the_history_then_drops_t
     holder.join()
     assert waited >= HOLD_S - 0.5, waited  # it waited out the reader, longer than one try
     assert _all_valid(database_url, PARTIAL)
-    assert _attached(database_url, FULL)["chronos_history"] is None
+    assert attached_indexes(database_url, FULL)["chronos_history"] is None
