@@ -82,7 +82,10 @@ def _parse_option(option: Option, raw: str, source: str) -> Any:
     try:
         value = option.parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{source}={raw!r} is invalid: {exc}") from None
+        given = (
+            f"{source} (a secret: its value not shown)" if option.secret else f"{source}={raw!r}"
+        )
+        raise ConfigError(f"{given} is invalid: {exc}") from None
     return Secret(value) if option.secret else value
 
 

@@ -96,3 +96,18 @@ def test_a_secret_inside_a_library_error_is_redacted_from_every_log_line(
     assert "***" in out
     for secret in (PASSWORD, "s3cret-db", "token-abcdef"):
         assert secret not in out, out
+
+
+def test_a_refused_secret_is_named_without_its_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A secret setting whose value is refused stops start-up naming it, never printing it (the
+    URL's password)."""
+    from chronos import cli
+
+    monkeypatch.setenv("CHRONOS_DATABASE_URL", URL)
+    monkeypatch.setenv("CHRONOS_MIGRATION_DATABASE_URL", "mysql://chronos:s3cret-m@db/chronos")
+    assert cli.main(["migrate"]) == 2
+    err = capsys.readouterr().err
+    assert "CHRONOS_MIGRATION_DATABASE_URL" in err and "postgresql://" in err
+    assert "s3cret" not in err
