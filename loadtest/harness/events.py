@@ -17,6 +17,7 @@ SENT_FILE = "sent.parquet"
 RECEIVED_FILE = "received.parquet"
 PRODUCE_ERRORS_FILE = "produce_errors.parquet"
 RUN_FILE = "run.json"
+FOLLOWUPS_FILE = "followups.parquet"  # the soak mix's cancels and reschedules
 
 # One row per message handed to the producer.
 SENT_SCHEMA = pa.schema(
@@ -48,6 +49,14 @@ RECEIVED_SCHEMA = pa.schema(
 )
 
 # Messages whose delivery to the input topic failed (absent when there were none).
+FOLLOWUPS_SCHEMA = pa.schema(
+    [
+        pa.field("message_id", pa.string(), nullable=False),  # chronosMessageId
+        pa.field("never_id", pa.string(), nullable=False),  # the schedule it cancels or replaces
+        pa.field("fire_id", pa.string()),  # a reschedule's fire; null for a cancel
+    ]
+)
+
 PRODUCE_ERRORS_SCHEMA = pa.schema(
     [pa.field("id", pa.string(), nullable=False), pa.field("error", pa.string(), nullable=False)]
 )

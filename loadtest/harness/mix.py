@@ -122,6 +122,7 @@ class _FollowUp:
     order: int
     kind: str = field(compare=False)
     message: int = field(compare=False)
+    never: int = field(compare=False, default=0)  # the tracking number that must never fire
 
 
 class MixPlanner:
@@ -153,6 +154,10 @@ class MixPlanner:
         self._tenants = [n.encode() for n in mix.tenant_names]
         self._pending: list[_FollowUp] = []
         self._messages = 0
+        # Each follow-up sent: (chronosMessageId, the id that must never fire, the id of the
+        # reschedule's fire or None for a cancel): the analysis needs them to tell a follow-up
+        # that reached its message while claimed (not applied, by contract) from a loss.
+        self.followups: list[tuple[str, str, str | None]] = []
         self._every = f"PT{mix.series_every_ms // 1000}S"
 
     def next(self, now_ms: int) -> Planned:
@@ -225,7 +230,7 @@ class MixPlanner:
         else:
             tracking = -(2 * c.rescheduled + 2)
             c.rescheduled += 1
-        heapq.heappush(self._pending, _FollowUp(due, message, kind, message))
+        heapq.heappush(self._pending, _FollowUp(due, message, kind, message, tracking))
         return Planned(
             key_ix, tenant_ix, self._headers(message, tracking, deadline, now_ms, tenant_ix), []
         )
@@ -255,14 +260,18 @@ class MixPlanner:
 
     def _followup(self, followup: _FollowUp, now_ms: int) -> Planned:
         key_ix, tenant_ix = self._key_tenant(followup.message)
+        message_id, never = f"{self._prefix}m{followup.message}", f"{self._prefix}{followup.never}"
         if followup.kind == CANCEL:
+            self.followups.append((message_id, never, None))
             headers: Headers = [
-                (h.CHRONOS_MESSAGE_ID, f"{self._prefix}m{followup.message}"),
+                (h.CHRONOS_MESSAGE_ID, message_id),
                 (h.CHRONOS_ACTION, CANCEL),
             ]
             return Planned(key_ix, tenant_ix, headers, [])
         deadline = self.delay.deadline_ms(now_ms, self.start_ms, self.rng)
-        headers = self._headers(followup.message, self._number(1), deadline, now_ms, tenant_ix)
+        tracking = self._number(1)
+        self.followups.append((message_id, never, f"{self._prefix}{tracking}"))
+        headers = self._headers(followup.message, tracking, deadline, now_ms, tenant_ix)
         headers.append((h.CHRONOS_ACTION, RESCHEDULE))
         return Planned(key_ix, tenant_ix, headers, [deadline])
 

@@ -20,7 +20,13 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from loadtest.harness import headers as h
 from loadtest.harness.delays import BurstDelay, Delay, FixedDelay
-from loadtest.harness.events import PRODUCE_ERRORS_SCHEMA, SENT_SCHEMA, ParquetSink
+from loadtest.harness.events import (
+    FOLLOWUPS_FILE,
+    FOLLOWUPS_SCHEMA,
+    PRODUCE_ERRORS_SCHEMA,
+    SENT_SCHEMA,
+    ParquetSink,
+)
 from loadtest.harness.mix import Mix, MixCounts, MixPlanner, Planned
 from loadtest.harness.schedule import LagTracker, PacingResult, RateSchedule, Slots, pace
 from loadtest.harness.tenants import PlannedSchedule, TenantLoad
@@ -123,6 +129,8 @@ class LoadProducer:
         )
         self._sink = ParquetSink(out_dir / "sent.parquet", SENT_SCHEMA)
         self._errors_path = out_dir / "produce_errors.parquet"
+        self._followups_path = out_dir / FOLLOWUPS_FILE
+        self._planner: MixPlanner | None = None
         self._errors: list[tuple[str, str]] = []
         self._deadlines = array("q")
         self._sent_ms = array("q")
@@ -334,6 +342,7 @@ class LoadProducer:
             fmt=fmt,
         )
         stats.mix = planner.counts
+        self._planner = planner
         time_ns = time.time_ns
 
         def emit(first: int, end: int) -> None:
@@ -384,6 +393,13 @@ class LoadProducer:
 
     def close(self) -> None:
         self._sink.close()
+        if self._planner is not None and self._planner.followups:
+            message_ids, never_ids, fire_ids = zip(*self._planner.followups, strict=True)
+            table = pa.Table.from_arrays(
+                [pa.array(message_ids), pa.array(never_ids), pa.array(fire_ids, pa.string())],
+                schema=FOLLOWUPS_SCHEMA,
+            )
+            pq.write_table(table, str(self._followups_path))
         if self._errors:
             table = pa.Table.from_pylist(
                 [{"id": i, "error": e} for i, e in self._errors], schema=PRODUCE_ERRORS_SCHEMA

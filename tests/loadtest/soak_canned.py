@@ -13,7 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadtest.analysis.soak.samples import PgSample, SoakSample
-from loadtest.harness.events import RECEIVED_SCHEMA, SENT_SCHEMA
+from loadtest.harness.events import (
+    FOLLOWUPS_FILE,
+    FOLLOWUPS_SCHEMA,
+    RECEIVED_SCHEMA,
+    SENT_SCHEMA,
+)
 
 BASE = 1_700_000_000_000  # the first send (epoch ms)
 SEND_S = 600  # ten minutes: the windows are its first and last fifth, 120 s each
@@ -121,6 +126,36 @@ def write_soak(path: Path, sampled: list[SoakSample] | None = None) -> None:
     fire("r--1", BASE + 10_000, 0, 100_000)  # a cancelled message fired
     fire("r--3", BASE + 10_000, 0, 100_001)  # another
     fire("r--2", BASE + 20_000, 0, 100_002)  # a schedule a reschedule replaced
+    # A reschedule and a cancel that reached their messages while claimed (the nodes logged
+    # it): not applied, by contract, so the first schedules fire and the reschedule's own fire
+    # (r-6000, in the sent log) never comes; neither is a loss nor a forbidden fire.
+    sent.append(
+        {"id": f"r-{MESSAGES}", "key": "key-0", "deadline_ms": BASE + 30_000,
+         "sent_ms": BASE + 20_000, "payload_bytes": 100, "slot_ms": BASE + 20_000,
+         "tenant": "soak-00"}
+    )  # fmt: skip
+    fire("r--4", BASE + 25_000, 0, 100_003)
+    fire("r--5", BASE + 26_000, 0, 100_004)
+    followups = [
+        ("r-m1", "r--1", None),  # not logged as claimed: its fire still counts
+        ("r-m3", "r--3", None),
+        ("r-m2", "r--2", None),
+        ("r-m7", "r--4", f"r-{MESSAGES}"),
+        ("r-m9", "r--5", None),
+    ]
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"message_id": m, "never_id": n, "fire_id": f} for m, n, f in followups],
+            schema=FOLLOWUPS_SCHEMA,
+        ),
+        events / FOLLOWUPS_FILE,
+    )
+    node_log = [
+        {"event": "partitions_assigned", "message": "assigned _claimed"},
+        {"event": "action_reschedule_claimed", "message_id": "r-m7"},
+        {"event": "action_cancel_claimed", "message_id": "r-m9"},
+    ]
+    (path / "node-0.log").write_text("\n".join(map(json.dumps, node_log)) + "\nnot json _claimed\n")
     pq.write_table(pa.Table.from_pylist(sent, schema=SENT_SCHEMA), events / "sent.parquet")
     pq.write_table(
         pa.Table.from_pylist(received, schema=RECEIVED_SCHEMA), events / "received.parquet"

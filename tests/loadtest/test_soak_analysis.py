@@ -28,6 +28,8 @@ def test_whole_run(soak: tuple[Path, dict[str, Any]]) -> None:
     assert counts["sent"] == MESSAGES and counts["lost"] == 1 and counts["duplicate_ids"] == 1
     assert counts["unexpected_ids"] == 3  # the fires of ids that must never fire
     assert summary["never_fire"] == {"cancelled_fired": 2, "superseded_fired": 1}
+    # r-6000 (a reschedule that reached its claimed message) is neither sent nor lost here
+    assert summary["not_applied"] == {"cancels": 1, "reschedules": 1}
     assert summary["run"]["lateness_ms"]["p99_9"] == 40
     assert summary["mix"] == {"records": MESSAGES, "cancelled": 2, "rescheduled": 1}
 
@@ -67,6 +69,8 @@ def test_verdicts_and_files(soak: tuple[Path, dict[str, Any]]) -> None:
         "memory": "PASS", "table": "PASS", "drained": "PASS", "wal": "PASS",
     }  # fmt: skip
     assert (summary["passed"], summary["failed"]) == (7, 2)
+    actions = next(v for v in summary["verdicts"] if v["name"] == "actions")
+    assert "2 cancelled, 1 replaced fired (2 reached a claimed message" in actions["value"]
     written = json.loads((results / "summary.json").read_text())
     assert written["verdicts"] == summary["verdicts"]
     assert written["analysis"]["elapsed_s"] > 0

@@ -124,6 +124,7 @@ def test_the_planner_numbers_every_expected_fire_once() -> None:
     assert min(c.one_shot, c.series, c.cancelled, c.rescheduled) > 0
     numbers: list[int] = []
     message_of: dict[str, tuple[int, Any]] = {}  # chronos id -> (sent at, its schedule)
+    followups: list[tuple[str, str, str | None]] = []  # as the analysis reads them
     for at, planned in records:
         hs = _headers(planned)
         cid = hs[h.CHRONOS_MESSAGE_ID]
@@ -137,6 +138,7 @@ def test_the_planner_numbers_every_expected_fire_once() -> None:
             assert first_at < at <= deadline - mix.margin_ms
             tracking = int(_headers(first)[h.ID].removeprefix("r-"))
             assert tracking < 0 and tracking % 2 == (1 if action == "cancel" else 0)
+            followups.append((cid, _headers(first)[h.ID], hs.get(h.ID)))
         if planned.deadlines:
             first_number = int(hs[h.ID].removeprefix("r-"))
             numbers += range(first_number, first_number + len(planned.deadlines))
@@ -152,6 +154,9 @@ def test_the_planner_numbers_every_expected_fire_once() -> None:
     assert numbers == list(range(planner.fires))  # consecutive, each once
     assert c.occurrences == 3 * c.series
     assert planner.fires == c.one_shot + c.occurrences + c.rescheduled
+    # every follow-up recorded for the analysis: its message, the schedule it cancels or
+    # replaces, and a reschedule's own fire
+    assert planner.followups == followups and len(followups) == c.cancelled + c.rescheduled
 
 
 def test_no_follow_up_after_the_last_slot() -> None:

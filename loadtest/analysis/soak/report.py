@@ -220,7 +220,11 @@ def write_report(summary: dict[str, Any], out: Path) -> Path:
         _verdict_table(summary["verdicts"]),
         f"<p>Windows: {html.escape(summary['windows']['basis'])}, "
         f"{summary['windows']['seconds']:g} s each.</p>",
-        "<h2>Whole run</h2><table>" + _rows(counts) + _rows(summary["never_fire"]) + "</table>",
+        "<h2>Whole run</h2><table>"
+        + _rows(counts)
+        + _rows(summary["never_fire"])
+        + _rows({f"not applied ({k})": v for k, v in summary.get("not_applied", {}).items()})
+        + "</table>",
         "<h2>Lateness (ms, whole run)</h2><table>" + _rows(late) + "</table>",
         "<h2>The drain</h2><table>" + _rows(summary.get("drain") or {}) + "</table>",
         "".join(image_html(out / name) for name in PLOTS),

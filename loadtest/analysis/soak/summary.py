@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from loadtest.analysis.soak.figures import (
     bucket_s,
@@ -26,6 +27,7 @@ from loadtest.analysis.soak.figures import (
     sample_minutes,
     window_lateness,
 )
+from loadtest.analysis.soak.followups import claimed_message_ids, not_applied
 from loadtest.analysis.soak.samples import SAMPLES_FILE, read_samples
 from loadtest.analysis.soak.verdicts import RunFigures, Windows, sample_figures, verdicts
 from loadtest.analysis.summary import analyze, load_run
@@ -56,6 +58,13 @@ def analyze_soak(spark: SparkSession, results: Path, out: Path | None = None) ->
     w = Windows.of(start_ms, end_ms)
     sent = spark.read.parquet(str(events / SENT_FILE))
     received = spark.read.parquet(str(events / RECEIVED_FILE))
+    excused = not_applied(events, claimed_message_ids(results))
+    if excused.never_ids:
+        # Not applied: a reschedule's own fire is not expected, and the first schedule's fire
+        # (of a cancelled or replaced message) is the message's own, not a fire that must never
+        # happen; neither is judged.
+        sent = sent.where(~F.col("id").isin(excused.fire_ids))
+        received = received.where(~F.col("id").isin(excused.fire_ids + excused.never_ids))
     whole = analyze(spark, sent, received, run=run)
     steps = {"whole_run_s": round(time.monotonic() - started, 1)}
     first = first_copies(received).cache()
@@ -83,6 +92,7 @@ def analyze_soak(spark: SparkSession, results: Path, out: Path | None = None) ->
         advance_ms=int(whole["timing_advance_ms"]),
         first=first_w,
         last=last_w,
+        not_applied=excused.cancels + excused.reschedules,
     )
     judged = verdicts(figures_run, figures, w)
     summary: dict[str, Any] = {
@@ -96,6 +106,7 @@ def analyze_soak(spark: SparkSession, results: Path, out: Path | None = None) ->
             **figures,
         },
         "never_fire": never,
+        "not_applied": excused.as_dict(),
         "verdicts": [v.as_dict() for v in judged],
         "passed": sum(1 for v in judged if v.ok is True),
         "failed": sum(1 for v in judged if v.ok is False),

@@ -88,6 +88,7 @@ class RunFigures:
     advance_ms: int
     first: WindowLateness
     last: WindowLateness
+    not_applied: int = 0  # follow-ups that reached a claimed message (not applied, by contract)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +208,12 @@ def verdicts(run: RunFigures, figures: dict[str, Any], w: Windows) -> list[Verdi
         Verdict(
             "actions",
             "no cancelled or replaced message fires",
-            f"{run.cancelled_fired} cancelled, {run.superseded_fired} replaced fired",
+            f"{run.cancelled_fired} cancelled, {run.superseded_fired} replaced fired"
+            + (
+                f" ({run.not_applied} reached a claimed message: not applied)"
+                if run.not_applied
+                else ""
+            ),
             run.cancelled_fired == 0 and run.superseded_fired == 0,
         ),
         Verdict(
