@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,9 @@ from pathlib import Path
 import pytest
 
 EXCLUSIVE = "exclusive"
+WAITED = "machine_wait_s"
+"""The seconds ``item`` waited for the lock, in its reports' ``user_properties`` (the run's
+summary adds them up per worker: ``tests/support/worker_time.py``)."""
 
 
 @contextmanager
@@ -38,7 +42,9 @@ def machine_share(item: pytest.Item) -> Iterator[None]:
     lock_path = Path(tempfile.gettempdir()) / f"chronos-tests-{run}.lock"
     alone = item.get_closest_marker(EXCLUSIVE) is not None
     with lock_path.open("a") as handle:
+        asked = time.monotonic()
         fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        item.user_properties.append((WAITED, time.monotonic() - asked))
         try:
             yield
         finally:

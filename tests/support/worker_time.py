@@ -6,15 +6,20 @@ thirty tests, which cannot tell which worker bounds the wall clock."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import pytest
+
+from tests.support.machine import WAITED
 
 
 class WorkerTime:
     def __init__(self) -> None:
         # worker -> tier -> seconds (setup + call + teardown)
         self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        # worker -> seconds its tests waited for the machine (the other worker's exclusive
+        # tests, or the other worker's tests under way when its own was exclusive)
+        self.waited: dict[str, float] = defaultdict(float)
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -22,6 +27,10 @@ class WorkerTime:
         worker = str(getattr(getattr(node, "gateway", None), "id", "main"))
         tier = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"
         self.seconds[worker][tier] += report.duration
+        if report.when == "setup":  # the same properties ride on all three reports
+            self.waited[worker] += sum(
+                cast(float, v) for k, v in report.user_properties if k == WAITED
+            )
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -30,7 +39,8 @@ class WorkerTime:
         terminalreporter.section("time per worker")
         for worker, tiers in sorted(self.seconds.items()):
             parts = ", ".join(f"{t} {s:.0f} s" for t, s in sorted(tiers.items(), key=_slowest))
-            terminalreporter.write_line(f"{worker}: {sum(tiers.values()):.0f} s ({parts})")
+            waited = f", waited for the machine {self.waited[worker]:.0f} s"
+            terminalreporter.write_line(f"{worker}: {sum(tiers.values()):.0f} s ({parts}){waited}")
 
 
 def _slowest(item: tuple[str, float]) -> float:

@@ -10,14 +10,17 @@ from typing import cast
 
 import pytest
 
-from tests.support.machine import EXCLUSIVE, machine_share
+from tests.support.machine import EXCLUSIVE, WAITED, machine_share
 
 
 def item(exclusive: bool) -> pytest.Item:
     marker = object() if exclusive else None
     return cast(
         pytest.Item,
-        SimpleNamespace(get_closest_marker=lambda name: marker if name == EXCLUSIVE else None),
+        SimpleNamespace(
+            get_closest_marker=lambda name: marker if name == EXCLUSIVE else None,
+            user_properties=[],
+        ),
     )
 
 
@@ -26,12 +29,15 @@ def test_an_exclusive_test_waits_for_the_others_and_they_for_it(
 ) -> None:
     monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", uuid.uuid4().hex)
     spans: dict[str, list[float]] = {}
+    waited: dict[str, float] = {}
 
     def run(name: str, exclusive: bool, seconds: float) -> None:
-        with machine_share(item(exclusive)):
+        test = item(exclusive)
+        with machine_share(test):
             start = time.monotonic()
             time.sleep(seconds)
             spans[name] = [start, time.monotonic()]
+        waited[name] = cast(float, dict(test.user_properties)[WAITED])
 
     first = [threading.Thread(target=run, args=(n, False, 0.4)) for n in ("a", "b")]
     for thread in first:
@@ -46,6 +52,9 @@ def test_an_exclusive_test_waits_for_the_others_and_they_for_it(
     alone.join()
     assert spans["a"][0] < spans["b"][1] and spans["b"][0] < spans["a"][1]  # side by side
     assert spans["alone"][0] >= max(spans["a"][1], spans["b"][1])
+    # what each waited is recorded for the run's summary: the exclusive one, the others' rest
+    assert waited["a"] < 0.1 and waited["b"] < 0.1
+    assert 0.2 <= waited["alone"] < 0.4
 
 
 def test_outside_xdist_nothing_is_locked(monkeypatch: pytest.MonkeyPatch) -> None:
