@@ -18,10 +18,12 @@ says, per process (the node's firing process and its intake process), how many s
 in all, which of them found every thread waiting (the process was not scheduled) and, for the
 others, the frames of the threads that were running (the lock's likely holders), heaviest first.
 
-The probe costs its process a wake-up every 2 ms (the benchmark's precision runs moved by less
-than their run-to-run noise with it); a thread shown in a Python frame may be inside a C call
-that released the lock (a consumer's ``consume``, a statement's network wait): read the frames
-as where the thread stood, not as proof that it held the lock.
+The probe costs its process a wake-up every 2 ms. How to read the frames: the probe runs again
+when the thread that held the lock lets go of it, either because the interpreter made it (every
+switch interval, 5 ms by default) or because it entered a C call that releases the lock (a
+statement sent to Postgres, a consumer's ``consume``). So a frame that shows up often is where a
+thread lets go, and what held the lock is the Python that thread ran just before it: a firing
+loop seen at psycopg's ``_send_query_prepared`` had been adapting the statement's parameters.
 """
 
 from __future__ import annotations

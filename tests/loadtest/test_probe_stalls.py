@@ -66,3 +66,18 @@ def test_roles_and_waiting_threads() -> None:
         "idle": [],
     }
     assert running_threads(stacks) == ["chronos-firing @ array.py:58:_find_list_element"]
+
+
+def test_the_switch_interval_is_set_again_after_the_process_set_its_own(tmp_path: Path) -> None:
+    """What a comparison of switch intervals relies on: the hook's interval wins over one the
+    process sets at start-up."""
+    program = (
+        "import sys, time; sys.setswitchinterval(0.001); a = sys.getswitchinterval(); "
+        "time.sleep(3.5); print(a, round(sys.getswitchinterval(), 6))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SITE), "LOADTEST_SWITCH_INTERVAL_MS": "7"}
+    done = subprocess.run(
+        [sys.executable, "-c", program, "chronos"], env=env, capture_output=True, text=True,
+        check=True, timeout=30,
+    )  # fmt: skip
+    assert done.stdout.split() == ["0.001", "0.007"]

@@ -4,8 +4,9 @@ when its folder is on ``PYTHONPATH``; with ``LOADTEST_STALL_PROBE=DIR`` set, a C
 time. When it wakes more than ``LOADTEST_STALL_PROBE_MS`` (default 10) later than it asked, the
 process stalled: it writes the gap and where every other thread of the process stood at that
 moment to ``DIR/stalls-<pid>.jsonl``. With ``LOADTEST_SWITCH_INTERVAL_MS`` it also sets the
-interpreter's switch interval (Python's default 5 ms: how long a running thread keeps the lock
-from one that asks for it), to try that remedy without changing Chronos. Self-contained (the
+interpreter's switch interval (how long a running thread keeps the lock from one that asks for
+it; Python's default 5 ms), at start and again 3 s later (in case the process set its own at
+start-up): to compare intervals without changing Chronos. Self-contained (the
 standard library only): it runs before anything else of the process is imported."""
 
 from __future__ import annotations
@@ -50,15 +51,21 @@ def _watch(path: str, threshold_s: float) -> None:
 
 
 def _start() -> None:
-    directory = os.environ.get("LOADTEST_STALL_PROBE")
-    if not directory or "chronos" not in " ".join(sys.orig_argv):
+    if "chronos" not in " ".join(sys.orig_argv):
         return
-    threshold = float(os.environ.get("LOADTEST_STALL_PROBE_MS", "10")) / 1000
     switch = os.environ.get("LOADTEST_SWITCH_INTERVAL_MS")
-    if switch:
+    if switch:  # now, and again once the process has set its own at start-up
         sys.setswitchinterval(float(switch) / 1000)
-    path = os.path.join(directory, f"stalls-{os.getpid()}.jsonl")
-    threading.Thread(target=_watch, args=(path, threshold), name="stall-probe", daemon=True).start()
+        timer = threading.Timer(3.0, sys.setswitchinterval, args=(float(switch) / 1000,))
+        timer.daemon = True
+        timer.start()
+    directory = os.environ.get("LOADTEST_STALL_PROBE")
+    if directory:
+        threshold = float(os.environ.get("LOADTEST_STALL_PROBE_MS", "10")) / 1000
+        path = os.path.join(directory, f"stalls-{os.getpid()}.jsonl")
+        watch = threading.Thread(target=_watch, args=(path, threshold), name="stall-probe")
+        watch.daemon = True
+        watch.start()
 
 
 _start()
