@@ -43,7 +43,7 @@ class ClaimedRow(NamedTuple):
     attempts: int
     last_error: str | None
     target_topic: str | None
-    remaining_ms: float  # deadline minus the database clock, as the claim statement finished
+    remaining_ms: float  # the time left until the deadline when the claim result arrived
     claimed_monotonic: float  # this process's time.monotonic() when the claim result arrived
     tenant: str = ""  # the message's tenant ('' : the default tenant)
     recurrence: str | None = None  # a series' stored rule (chronos.recurrence); None: once

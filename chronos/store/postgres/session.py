@@ -182,20 +182,34 @@ class PostgresSession:
         self, name: str, params: dict[str, Any]
     ) -> tuple[list[tuple[Any, ...]], float]:
         """Hot-path variant: binary results, plain tuples (no per-row dict), and the monotonic
-        time the result arrived (before any row is converted)."""
+        time the result arrived (its rows decoded)."""
+        rows, _, arrived = self._execute_timed(name, params)
+        return rows, arrived
+
+    def _execute_timed(
+        self, name: str, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], float, float]:
+        """``_execute_tuples`` with the monotonic time the statement was sent besides."""
 
         def run(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             with conn.cursor(row_factory=tuple_row, binary=True) as cur:
                 cur.execute(query(name), params)
                 return cur.fetchall()
 
-        return self._run(name, run)
+        return self._run_timed(name, run)
 
     def _run(self, name: str, run: Callable[[psycopg.Connection[Any]], _T]) -> tuple[_T, float]:
+        """``_run_timed`` without the time the statement was sent."""
+        result, _, arrived = self._run_timed(name, run)
+        return result, arrived
+
+    def _run_timed(
+        self, name: str, run: Callable[[psycopg.Connection[Any]], _T]
+    ) -> tuple[_T, float, float]:
         """Run one statement: time it (a slow one is counted and logged, a running one shows
         in a gauge), retry it when Postgres broke a deadlock by aborting it (the statement is
         its own transaction, so running it again is safe). Returns the result and the
-        monotonic time it arrived."""
+        monotonic times the statement (its last attempt) was sent and its result arrived."""
         attempt = 0
         while True:
             conn = self._conn()
@@ -222,7 +236,7 @@ class PostgresSession:
                 del self._running[token]
                 self._observe(name, time.monotonic() - started)
             POSTGRES.succeeded()
-            return result, time.monotonic()
+            return result, started, time.monotonic()
 
     def _observe(self, name: str, seconds: float) -> None:
         if seconds < self._slow_statement_s:

@@ -27,6 +27,7 @@ from chronos.store.batch import (
 from chronos.store.flow import Catchup, PauseSet
 from chronos.store.history import Ending
 from chronos.store.postgres.admin import AdminQueries
+from chronos.store.postgres.clock import ClockOffset
 from chronos.store.postgres.find import FindQueries
 from chronos.store.postgres.flow import FlowQueries
 from chronos.store.postgres.history import HistoryQueries, history_params
@@ -79,6 +80,7 @@ class PostgresStore(
         self._known_since = time.monotonic()  # forgotten every KNOWN_TENANTS_TTL_S (pruning)
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
+        self._clock = ClockOffset()  # the claims' clocks (the firing thread's alone)
         self.history = history
 
     def _forget_known_tenants(self) -> None:
@@ -166,7 +168,7 @@ class PostgresStore(
             "catchup_limit": catchup.limit if catchup else 0,
         }
         if catchup or (not fair and not exclude_tenants):
-            rows, arrived = self._execute_tuples("claim_due", params)
+            rows, sent, arrived = self._execute_timed("claim_due", params)
         else:
             params |= {
                 "cursor": self._fair_cursor,
@@ -174,10 +176,17 @@ class PostgresStore(
                 "exclude_tenants": list(exclude_tenants),
                 "fill": not exclude_tenants,
             }
-            rows, arrived = self._execute_tuples("claim_due_fair", params)
+            rows, sent, arrived = self._execute_timed("claim_due_fair", params)
             self._fair_cursor = next(r[11] for r in rows if r[0] is None)
             rows = [r for r in rows if r[0] is not None]
         rows.sort(key=lambda r: r[1])  # oldest first (RETURNING keeps no order)
+        if rows:
+            # Each row's database time when it was read: its deadline minus what was left. The
+            # timers start from the clocks' offset (chronos.store.postgres.clock), not from
+            # this statement's arrival: a slow claim no longer fires its batch late.
+            read = [r[1] - r[10] / 1000 for r in rows]
+            offset = self._clock.observe(sent, arrived, min(read), max(read))
+            rows = [(*r[:10], (r[1] - offset - arrived) * 1000, *r[11:]) for r in rows]
         # One tuple per row, the headers zipped from the two arrays the statement decoded.
         return [
             ClaimedRow(
