@@ -180,13 +180,14 @@ class PostgresStore(
             self._fair_cursor = next(r[11] for r in rows if r[0] is None)
             rows = [r for r in rows if r[0] is not None]
         rows.sort(key=lambda r: r[1])  # oldest first (RETURNING keeps no order)
-        if rows:
-            # Each row's database time when it was read: its deadline minus what was left. The
-            # timers start from the clocks' offset (chronos.store.postgres.clock), not from
-            # this statement's arrival: a slow claim no longer fires its batch late.
-            read = [r[1] - r[10] / 1000 for r in rows]
-            offset = self._clock.observe(sent, arrived, min(read), max(read))
-            rows = [(*r[:10], (r[1] - offset - arrived) * 1000, *r[11:]) for r in rows]
+        if not rows:
+            return []
+        # Each row's database time when it was read is its deadline minus what was left then.
+        # Its timer starts from the clocks' offset (chronos.store.postgres.clock), not from this
+        # statement's arrival: a slow claim no longer fires its batch late. The time left at the
+        # arrival is the deadline minus the database clock at the arrival, as the offset has it.
+        read = [r[1] - r[10] / 1000 for r in rows]
+        clock_at_arrival = self._clock.observe(sent, arrived, min(read), max(read)) + arrived
         # One tuple per row, the headers zipped from the two arrays the statement decoded.
         return [
             ClaimedRow(
@@ -199,7 +200,7 @@ class PostgresStore(
                 attempts,
                 last_error,
                 topic,
-                remaining_ms,
+                (deadline - clock_at_arrival) * 1000,
                 arrived,
                 tenant or "",
                 recurrence,
@@ -216,7 +217,7 @@ class PostgresStore(
                 attempts,
                 last_error,
                 topic,
-                remaining_ms,
+                _read_remaining_ms,
                 tenant,
                 recurrence,
                 expires_ms,
