@@ -16,17 +16,27 @@ workers then end within a few short tests of each other. xdist's own order (the 
 most tests first) once gave the fault worker the Spark group as well (3.7 minutes): it ran 2.6
 minutes longer than the other, and the suite's wall clock with it.
 
+An ``exclusive`` test (``tests/support/machine.py``) waits for the other worker's test under
+way, then idles that worker while it runs. Every module that marks one (but the Spark group's,
+which shares its session there) joins the fault group, and the fault group runs them last: by
+then the other worker is down to the fast end of the queue, so an exclusive test waits seconds
+for a unit or integration test, not up to two minutes for a fault scenario or the soak's smoke run
+(205 s of waits per worker in a full run, most of it that).
+
 The grouping is this scheduler's own rule, not the ``xdist_group`` mark: pytest-xdist 3.8 marks a
 group by renaming the test's node id, which pytest 9 no longer lets it do, so the mark groups
 nothing (two fault scenarios ran at once, one per worker)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from xdist.scheduler.loadgroup import LoadGroupScheduling
+
+from tests.support.machine import EXCLUSIVE
 
 FAULT_GROUP, SPARK_GROUP = "fault", "spark"
 FAULT_TIER, LOADTEST_TIER = "tests/fault/", "tests/loadtest/"
@@ -42,11 +52,11 @@ class SuiteScheduling(LoadGroupScheduling):  # type: ignore[misc]  # xdist: unty
         self.fault_worker: Any = None
 
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith(FAULT_TIER):
-            return FAULT_GROUP
         module = nodeid.split("::", 1)[0]
         if module.startswith(LOADTEST_TIER) and runs_spark(self.root / module):
             return SPARK_GROUP
+        if module.startswith(FAULT_TIER) or runs_alone(self.root / module):
+            return FAULT_GROUP
         return str(super()._split_scope(nodeid))
 
     def _assign_work_unit(self, node: Any) -> None:
@@ -56,12 +66,20 @@ class SuiteScheduling(LoadGroupScheduling):  # type: ignore[misc]  # xdist: unty
             ordered = sorted(self.workqueue.items(), key=lambda item: queue_rank(item[0]))
             self.workqueue.clear()
             self.workqueue.update(ordered)
+            if FAULT_GROUP in self.workqueue:
+                self.workqueue[FAULT_GROUP] = self.alone_last(self.workqueue[FAULT_GROUP])
             self.ordered = True
         if node is self.fault_worker:
             self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
         elif self.fault_worker is None and next(iter(self.workqueue)) == FAULT_GROUP:
             self.fault_worker = node
         super()._assign_work_unit(node)
+
+    def alone_last(self, unit: dict[str, bool]) -> dict[str, bool]:
+        """The fault group's tests in collection order, the modules with exclusive tests last
+        (module by module: a module's fixtures are set up once)."""
+        order = sorted(unit, key=lambda nodeid: runs_alone(self.root / nodeid.split("::", 1)[0]))
+        return OrderedDict((nodeid, unit[nodeid]) for nodeid in order)
 
 
 def queue_rank(scope: str) -> int:
@@ -78,10 +96,20 @@ def queue_rank(scope: str) -> int:
 @cache
 def runs_spark(module: Path) -> bool:
     """Whether a test module uses the ``spark`` fixture (tests/loadtest/conftest.py)."""
+    return "spark" in _text(module)
+
+
+@cache
+def runs_alone(module: Path) -> bool:
+    """Whether a test module marks a test ``exclusive`` (``tests/support/machine.py``)."""
+    return f"mark.{EXCLUSIVE}" in _text(module)
+
+
+def _text(module: Path) -> str:
     try:
-        return "spark" in module.read_text()
+        return module.read_text()
     except OSError:
-        return False
+        return ""
 
 
 def make_scheduler(config: Any, log: Any) -> SuiteScheduling | None:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.machine import WAITED
 
+LONG_WAIT_S, LONGEST_WAITS = 1.0, 10  # the waits listed: the ten longest of a second or more
+
 
 class WorkerTime:
     def __init__(self) -> None:
@@ -20,6 +22,8 @@ class WorkerTime:
         # worker -> seconds its tests waited for the machine (the other worker's exclusive
         # tests, or the other worker's tests under way when its own was exclusive)
         self.waited: dict[str, float] = defaultdict(float)
+        # (seconds, worker, test) of the longest waits, to say which tests cost them
+        self.waits: list[tuple[float, str, str]] = []
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -28,9 +32,10 @@ class WorkerTime:
         tier = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"
         self.seconds[worker][tier] += report.duration
         if report.when == "setup":  # the same properties ride on all three reports
-            self.waited[worker] += sum(
-                cast(float, v) for k, v in report.user_properties if k == WAITED
-            )
+            waited = sum(cast(float, v) for k, v in report.user_properties if k == WAITED)
+            self.waited[worker] += waited
+            if waited >= LONG_WAIT_S:
+                self.waits.append((waited, worker, report.nodeid))
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -41,6 +46,8 @@ class WorkerTime:
             parts = ", ".join(f"{t} {s:.0f} s" for t, s in sorted(tiers.items(), key=_slowest))
             waited = f", waited for the machine {self.waited[worker]:.0f} s"
             terminalreporter.write_line(f"{worker}: {sum(tiers.values()):.0f} s ({parts}){waited}")
+        for seconds, worker, nodeid in sorted(self.waits, reverse=True)[:LONGEST_WAITS]:
+            terminalreporter.write_line(f"  {worker} waited {seconds:.0f} s before {nodeid}")
 
 
 def _slowest(item: tuple[str, float]) -> float:

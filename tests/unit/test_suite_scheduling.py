@@ -25,13 +25,14 @@ COLLECTION = [
 
 
 class Worker:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, collection: list[str] = COLLECTION) -> None:
         self.gateway = SimpleNamespace(id=name)
+        self.collection = collection
         self.shutting_down = False
         self.sent: list[list[str]] = []
 
     def send_runtest_some(self, indexes: list[int]) -> None:
-        self.sent.append([COLLECTION[i] for i in indexes])
+        self.sent.append([self.collection[i] for i in indexes])
 
     def shutdown(self) -> None:
         self.shutting_down = True
@@ -74,3 +75,40 @@ def test_the_fault_worker_takes_from_the_fast_end_and_the_other_from_the_slow_en
     assert first.sent[-1] == ["tests/unit/test_a.py::test_3"]
     sched.mark_test_complete(second, COLLECTION.index("tests/e2e/test_c.py::test_1"))
     assert second.sent[-1] == ["tests/migration/test_d.py::test_1"]
+
+
+def test_the_exclusive_modules_run_last_on_the_fault_worker(tmp_path: Path) -> None:
+    """A module with an exclusive test joins the fault group (unless it runs Spark) and the
+    group runs such modules last, when the other worker is down to short tests."""
+    collection = [
+        "tests/e2e/test_alone.py::test_1",
+        "tests/fault/test_01_x.py::test_1",
+        "tests/fault/test_02_alone.py::test_1",
+        "tests/fault/test_02_alone.py::test_2",
+        "tests/fault/test_03_z.py::test_1",
+        "tests/loadtest/test_spark_alone.py::test_1",
+        "tests/unit/test_a.py::test_1",
+    ]
+    for module, text in {
+        "tests/e2e/test_alone.py": "pytestmark = [pytest.mark.exclusive]",
+        "tests/fault/test_02_alone.py": "@pytest.mark.exclusive",
+        "tests/loadtest/test_spark_alone.py": "@pytest.mark.exclusive\ndef test_1(spark): ...",
+    }.items():
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text(text)
+    sched = scheduler(tmp_path)
+    first, second = Worker("gw0", collection), Worker("gw1", collection)
+    for worker in (first, second):
+        sched.add_node(worker)
+        sched.add_node_collection(worker, collection)
+    sched.schedule()
+    assert first.sent == [
+        [
+            "tests/fault/test_01_x.py::test_1",
+            "tests/fault/test_03_z.py::test_1",
+            "tests/e2e/test_alone.py::test_1",
+            "tests/fault/test_02_alone.py::test_1",
+            "tests/fault/test_02_alone.py::test_2",
+        ]
+    ]
+    assert second.sent[0] == ["tests/loadtest/test_spark_alone.py::test_1"]  # its Spark group
