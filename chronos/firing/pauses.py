@@ -1,5 +1,6 @@
 """The pause set as one node sees it: read from the store every ``PAUSE_REFRESH_S`` by the firing
-loop, passed to its claims (which skip the paused tenants and topics), and checked against the
+loop (every ``RESUME_REFRESH_S`` while something is paused, so that a resume frees its messages
+at once), passed to its claims (which skip the paused tenants and topics), and checked against the
 rows it already holds (claimed ahead before the pause: given back, not fired).
 
 Until the pause set has been read, and while a read fails (a role without the grant on
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from chronos.errors import StoreError
 from chronos.observability import metrics
 from chronos.observability.dependencies import FLOW_CONTROL
-from chronos.store import PAUSE_REFRESH_S, ClaimedRow, Pause, PauseSet, Store
+from chronos.store import PAUSE_REFRESH_S, RESUME_REFRESH_S, ClaimedRow, Pause, PauseSet, Store
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ class PauseWatch:
         self._series: set[tuple[str, str]] = set()
 
     def due(self, now: float) -> bool:
-        return self.read_at is None or now - self.read_at >= PAUSE_REFRESH_S
+        every = RESUME_REFRESH_S if self.current else PAUSE_REFRESH_S
+        return self.read_at is None or now - self.read_at >= every
 
     def refresh(self, now: float) -> bool:
         """Read the pause set; True when something new is paused (the held rows are checked)."""

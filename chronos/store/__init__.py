@@ -12,7 +12,15 @@ from chronos.store.filters import (
     MessageCount,
     MessageFilter,
 )
-from chronos.store.flow import PAUSE_REFRESH_S, Catchup, Limit, Pause, PauseKind, PauseSet
+from chronos.store.flow import (
+    PAUSE_REFRESH_S,
+    RESUME_REFRESH_S,
+    Catchup,
+    Limit,
+    Pause,
+    PauseKind,
+    PauseSet,
+)
 from chronos.store.history import (
     EndedOnArrival,
     EndedRecord,
@@ -57,6 +65,7 @@ __all__ = [
     "LIST_QUERIES",
     "OUTCOMES",
     "PAUSE_REFRESH_S",
+    "RESUME_REFRESH_S",
     "UNBOUNDED_BYTES",
     "Advance",
     "Backlog",

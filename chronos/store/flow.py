@@ -17,6 +17,11 @@ from enum import Enum
 PAUSE_REFRESH_S = 1.0
 """Seconds between two reads of the pause set by a node: a pause is in force within this."""
 
+RESUME_REFRESH_S = 0.1
+"""The same while something is paused: a resume is seen within this, and the overdue messages
+it frees fire at once, not up to a second later (a read of the few pause rows, ten a second,
+and only while a pause lasts)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Catchup:

@@ -55,6 +55,19 @@ def test_a_paused_tenant_waits_and_fires_on_resume_while_others_fire() -> None:
     assert _fired(firing) == {b"o1", b"a1"}
 
 
+def test_a_resume_frees_the_overdue_messages_at_once_not_at_the_next_second() -> None:
+    """While something is paused the pause set is read every RESUME_REFRESH_S: a resume just
+    after a read (a second before the next, at PAUSE_REFRESH_S) fires within a poll or two."""
+    firing = Firing.create(dead_letter_topic=DLT)
+    firing.store.pause(PauseKind.TENANT, "acme", "ops")
+    firing.store.enqueue([_msg("a1", firing, 200, "acme")], 0)
+    firing.run_for(2020, step_ms=5)  # the pause set read at 0, 1000 and 2000 ms
+    assert _fired(firing) == set()
+    firing.store.resume(PauseKind.TENANT, "acme")
+    firing.run_for(250, step_ms=5)  # RESUME_REFRESH_S and a claim, not PAUSE_REFRESH_S
+    assert _fired(firing) == {b"a1"}
+
+
 def test_a_message_claimed_ahead_is_given_back_when_its_topic_is_paused() -> None:
     firing = Firing.create(
         dead_letter_topic=DLT, lookahead_ms=3000, hold_time_ms=10_000, delivery_timeout_ms=3000
