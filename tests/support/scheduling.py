@@ -21,7 +21,8 @@ way, then idles that worker while it runs. Every module that marks one (but the 
 which shares its session there) joins the fault group, and the fault group runs them last: by
 then the other worker is down to the fast end of the queue, so an exclusive test waits seconds
 for a unit or integration test, not up to two minutes for a fault scenario or the soak's smoke run
-(205 s of waits per worker in a full run, most of it that).
+(the waits per worker of a full run: 104 and 151 s before, in the run's summary with the ten
+longest).
 
 The grouping is this scheduler's own rule, not the ``xdist_group`` mark: pytest-xdist 3.8 marks a
 group by renaming the test's node id, which pytest 9 no longer lets it do, so the mark groups
