@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tests.support.machine import EXCLUSIVE
 from tests.support.scheduling import FAULT_GROUP, SPARK_GROUP, SuiteScheduling, queue_rank
 
 COLLECTION = [
@@ -90,9 +91,10 @@ def test_the_exclusive_modules_run_last_on_the_fault_worker(tmp_path: Path) -> N
         "tests/unit/test_a.py::test_1",
     ]
     for module, text in {
-        "tests/e2e/test_alone.py": "pytestmark = [pytest.mark.exclusive]",
-        "tests/fault/test_02_alone.py": "@pytest.mark.exclusive",
-        "tests/loadtest/test_spark_alone.py": "@pytest.mark.exclusive\ndef test_1(spark): ...",
+        # (the mark spelled from its name: this module must not look exclusive itself)
+        "tests/e2e/test_alone.py": f"pytestmark = [pytest.mark.{EXCLUSIVE}]",
+        "tests/fault/test_02_alone.py": f"@pytest.mark.{EXCLUSIVE}",
+        "tests/loadtest/test_spark_alone.py": f"@pytest.mark.{EXCLUSIVE}\ndef test_1(spark): ...",
     }.items():
         (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / module).write_text(text)
