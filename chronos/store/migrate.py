@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,29 @@ def index_partitions(
                 sql.Identifier(index), sql.Identifier(name)
             )
         )
+
+
+DROP_LOCK_TIMEOUT = "SET lock_timeout = '2s'"
+DROP_TRIES = 10
+
+
+def drop_partitioned_index(op: Operations, index: str) -> None:
+    """Drop partitioned index ``index`` (and its partitions'). It cannot be dropped CONCURRENTLY,
+    so the drop takes the table's lock for an instant, waiting at most 2 s for it (a long
+    transaction on the table) and trying again ``DROP_TRIES`` times, a second apart, before it
+    fails; a re-run goes on from there. Call it inside the migration's autocommit block."""
+    raw = driver_connection(op)
+    for attempt in range(1, DROP_TRIES + 1):
+        try:
+            raw.execute(DROP_LOCK_TIMEOUT)
+            raw.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(index)))
+            return
+        except psycopg.errors.LockNotAvailable:
+            if attempt == DROP_TRIES:
+                raise
+            time.sleep(1)
+        finally:
+            raw.execute("RESET lock_timeout")
 
 
 def driver_connection(op: Operations) -> psycopg.Connection[Any]:

@@ -15,8 +15,8 @@ tenant's are read through the outcome index, filtered.
 The new index is built as 0014 builds its own (``index_partitions``: on the parent ONLY, then
 CONCURRENTLY partition by partition, each attached), so the build never holds the inserts of the
 statements that end messages. Then the old one is dropped: a partitioned index cannot be dropped
-CONCURRENTLY, so the drop takes the table's lock for an instant, waiting at most ``LOCK_TIMEOUT``
-for it (a long transaction on the history) and trying again ``DROP_TRIES`` times before it
+CONCURRENTLY, so the drop takes the table's lock for an instant, waiting at most 2 s for
+it (a long transaction on the history) and trying again ten times before it
 fails; a re-run goes on from there.
 
 Rolling upgrade: compatible with the previous release both ways. Its inserts write the new index
@@ -28,13 +28,10 @@ Re-runnable both ways.
 
 from __future__ import annotations
 
-import time
-
-import psycopg
 from alembic import op
 from psycopg import sql
 
-from chronos.store.migrate import driver_connection, index_partitions
+from chronos.store.migrate import drop_partitioned_index, index_partitions
 
 revision = "0015"
 down_revision = "0014"
@@ -46,34 +43,15 @@ FULL = "chronos_history_tenant_idx"
 PARTIAL = "chronos_history_tenanted_idx"
 FULL_DEFINITION = sql.SQL("(tenant, outcome, deadline, id)")
 PARTIAL_DEFINITION = sql.SQL("(tenant, outcome, deadline, id) WHERE tenant <> ''")
-LOCK_TIMEOUT = "SET lock_timeout = '2s'"
-DROP_TRIES = 10
-
-
-def _drop(index: str) -> None:
-    """Drop partitioned index ``index`` (and its partitions'), waiting 2 s at most for the
-    table's lock each try."""
-    raw = driver_connection(op)
-    for attempt in range(1, DROP_TRIES + 1):
-        try:
-            raw.execute(LOCK_TIMEOUT)
-            raw.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(index)))
-            return
-        except psycopg.errors.LockNotAvailable:
-            if attempt == DROP_TRIES:
-                raise
-            time.sleep(1)
-        finally:
-            raw.execute("RESET lock_timeout")
 
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
         index_partitions(op, TABLE, PARTIAL, PARTIAL_DEFINITION, "_tenanted_idx")
-        _drop(FULL)
+        drop_partitioned_index(op, FULL)
 
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
         index_partitions(op, TABLE, FULL, FULL_DEFINITION, "_tenant_idx")
-        _drop(PARTIAL)
+        drop_partitioned_index(op, PARTIAL)

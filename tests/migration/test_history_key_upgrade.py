@@ -56,7 +56,7 @@ def test_migration_0014_indexes_every_day_and_the_previous_release_writes_beside
     assert keys == {"before": None, "beside": None, "keyed": b"order-1"}
     history_days(database_url, 3, 1)  # a day the leader creates after the upgrade
     assert len(_indexes(database_url)) == 5 and _all_valid(database_url)
-    migrate.upgrade(database_url)  # a re-run at head changes nothing
+    migrate.upgrade(database_url, "0015")  # the next revision keeps it (0016 replaces it)
     assert _all_valid(database_url)
     migrate.downgrade(database_url, "0013")
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -69,7 +69,7 @@ def test_migration_0014_indexes_every_day_and_the_previous_release_writes_beside
         conn.execute(OLD_HISTORY_INSERT, ("after",))
     assert gone and columns == (0,)
     assert ids == {"before", "beside", "keyed"}
-    migrate.upgrade(database_url)
+    migrate.upgrade(database_url, "0015")
     assert _all_valid(database_url)
 
 

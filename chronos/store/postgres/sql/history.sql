@@ -56,12 +56,13 @@ LIMIT %(limit)s;
 -- prefix, deadline range, recurring or not) after a (deadline, id) cursor, in (deadline, id,
 -- ended_at) order: one LIMIT-ed walk per outcome asked for (the outcome index, the tenant index
 -- with a named tenant: (tenant, outcome, deadline, id) WHERE tenant <> '', which the session's
--- custom plans prove from the tenant given, or the key index with a key: (first 64 bytes of
--- the key, outcome, deadline, id), an exact key or a prefix being a range of it, as find_messages
--- reads the waiting rows' key index), each a merge of the partitions' index scans, then merged. A
--- page of `limit` rows reads about `limit` index entries per outcome, whatever the number of
--- records (a key prefix: the entries of its range). A record without a key (NULL: written before
--- 0014, or by the release before it) never matches a key.
+-- custom plans prove from the tenant given), each a merge of the partitions' index scans, then
+-- merged: a page of `limit` rows reads about `limit` index entries per outcome, whatever the
+-- number of records. With a key, the key index instead (the key's first 64 bytes: an exact key
+-- or a prefix is a range of it), its records checked for the outcome and the whole key and
+-- sorted (a key's few records; a key most records share is read through the outcome index,
+-- filtered). A record without a key (NULL: written before 0014, or by the release before it)
+-- never matches a key.
 -- Bounded by bytes like find_messages: records are taken while the keys before theirs stay
 -- under `max_bytes` (the crossing message is returned as well: the caller's sign that there is
 -- more), a message's records (fired twice) all or none, as the (deadline, id) cursor resumes
