@@ -1,8 +1,9 @@
 """The history arrays of ``delete_fired`` / ``advance_fired`` (``history_params``) and how the
 Postgres store sends them: a batch with no record at all (every claim fired while
 CHRONOS_HISTORY_FIRED=false) runs with the history off, so the statement reads no array and
-inserts nothing; one record in it and the batch records as before. No database: the statement
-runner is replaced."""
+inserts nothing; one record in it and the batch records as before. The same for an enqueue: a
+batch of schedules alone ends no message and runs without the history's part; a cancel or a
+reschedule in it and it records. No database: the statement runner is replaced."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from chronos.errors import StoreError
+from chronos.protocol import Action, ScheduledMessage
 from chronos.store import Ending, PostgresStore
 from chronos.store.history import DEAD_LETTERED, EXPIRED, FIRED
 from chronos.store.postgres.history import history_params
@@ -74,6 +76,8 @@ class Recorder:
         if self.fail is not None:
             fail, self.fail = self.fail, None
             raise fail
+        if name == "enqueue_batch":
+            return [], 0.0  # every schedule inserted
         return [(claim_id,) for claim_id in params["ids"]], 0.0
 
 
@@ -111,3 +115,21 @@ def test_a_batch_without_records_never_takes_an_error_for_a_history_failure() ->
     recorded = Recorder(fail=no_partition)
     _store(recorded).delete_fired(NODE, CLAIMS)  # the record lost, the delete run again
     assert recorded.runs == [("delete_fired", True), ("delete_fired", False)]
+
+
+def test_an_enqueue_of_schedules_alone_runs_without_the_history_and_an_ending_one_records() -> None:
+    runner = Recorder()
+    store = _store(runner)
+    schedules = [ScheduledMessage(f"s{i}", AT, b"k", b"v", []) for i in range(3)]
+    cancel = ScheduledMessage("s0", AT, b"k", None, [], action=Action.CANCEL)
+    reschedule = ScheduledMessage("s1", AT, b"k", b"v", [], action=Action.RESCHEDULE)
+    store.enqueue(schedules, 0)
+    store.enqueue([*schedules[2:], cancel], 0)
+    store.enqueue([reschedule], 0)
+    _store(off := Recorder(), history=False).enqueue([cancel], 0)
+    assert runner.runs == [
+        ("enqueue_batch", False),
+        ("enqueue_batch", True),
+        ("enqueue_batch", True),
+    ]
+    assert off.runs == [("enqueue_batch", False)]
