@@ -1,1 +1,2 @@
-"""Consume-and-enqueue: the intake loop, its process and child, the header quarantine, actions."""
+"""Consume-and-enqueue: the intake loop, its process and child, the header quarantine, actions,
+and its side of the consumer group (``group``)."""
