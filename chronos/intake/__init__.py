@@ -1,2 +1,1 @@
-"""Consume-and-enqueue: the intake loop, its process and child, the header quarantine, actions,
-and its side of the consumer group (``group``)."""
+"""Consume-and-enqueue: the intake loop, its process and child, the header quarantine, actions."""

@@ -12,11 +12,11 @@ One iteration handles one consumed batch:
    next batches are parsed and enqueued (a batch of late messages costs the loop no round trip to
    the broker, so intake does not slow down exactly when its input is late);
 4. store a batch's offsets only once every record it published is confirmed, and in consumed
-   order (a batch's offsets wait for the batches before it). They are committed every 200 ms,
-   one commit at a time (``commits``), and synchronously at shutdown; a crash before step 4
-   replays the batch: at-least-once, and idempotent on the message id. Then the history records
-   of what it ended without storing it are written (``history``: one store call per settle
-   pass, on the enqueue thread).
+   order (a batch's offsets wait for the batches before it). The consumer commits them in the
+   background and synchronously at shutdown; a crash before step 4 replays the batch:
+   at-least-once, and idempotent on the message id. Then the history records of what it ended
+   without storing it are written (``history``: one store call per settle pass, on the enqueue
+   thread).
 """
 
 from __future__ import annotations
@@ -41,14 +41,13 @@ from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, report
 from chronos.intake.gaps import OffsetGaps
-from chronos.intake.group.commits import OffsetCommits, quiet
-from chronos.intake.group.resume import resume_after_durable
-from chronos.intake.group.warmth import warm_if_joined_without_partitions
 from chronos.intake.history import ArrivalHistory, refused_record
 from chronos.intake.lapsed import on_arrival
 from chronos.intake.quarantine import HeaderProbe
 from chronos.intake.records import Pending, Prepared, position
+from chronos.intake.resume import resume_after_durable
 from chronos.intake.settlement import Settlement, dead_letter
+from chronos.intake.warmth import warm_if_joined_without_partitions
 from chronos.kafka import Publisher
 from chronos.kafka.audit import audit_trail
 from chronos.kafka.consumer_lag import record_consumer_stats
@@ -108,7 +107,6 @@ class IntakeLoop(Loop):
         )
         self.in_flight: Prepared | None = None  # the batch whose statement is under way
         self.consume_errors, self.commit_failures = Throttle(), Throttle()  # a line a minute
-        self.commits = OffsetCommits()  # the stored offsets, committed one commit at a time
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -138,7 +136,6 @@ class IntakeLoop(Loop):
                 if self.finish_in_flight(consumer) and prepared is not None:
                     self.start(consumer, prepared)
                 self.settle(consumer, block=self.settlement.full())
-                self.commits.due(consumer)
         finally:
             self._close(consumer)
 
@@ -174,7 +171,7 @@ class IntakeLoop(Loop):
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Lost (the session ended: its coordinator's broker died, say), so commits may have
-        failed since: what was made durable in them is kept to resume after it (group/resume.py)."""
+        failed since: what was made durable in them is kept to resume after it (resume.py)."""
         self._release(consumer, partitions, "lost")
 
     def _release(self, consumer: Consumer, partitions: list[TopicPartition], how: str) -> None:
@@ -225,9 +222,7 @@ class IntakeLoop(Loop):
         warm_if_joined_without_partitions(stats_json, self.settings.group_protocol, self.warm)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        # librdkafka's own commits (a revoke's, the backstop's) answer here too: two at most
-        self.commits.answered()
-        if not quiet(err):
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
             level = self.commit_failures.level()
             log.log(level, "offset commit failed: %s", err, extra={"event": "commit_failed"})
 

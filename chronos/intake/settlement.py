@@ -106,7 +106,7 @@ class Settlement:
         self.unsettled: deque[Unsettled] = deque()  # in consumed order
         self.failures = Throttle()  # a broker away repeats them: one line a minute
         self.unsettled_records = 0
-        # (topic, partition) -> the offset after the last record made durable (see group/resume.py)
+        # (topic, partition) -> the offset after the last record made durable (see resume.py)
         self.durable: dict[tuple[str, int], int] = {}
 
     def full(self) -> bool:
@@ -179,7 +179,7 @@ class Settlement:
     def forget(self, partitions: list[TopicPartition]) -> None:
         """Partitions handed over: what was made durable in them is no longer where they resume
         (their next owner moves the group's commit on; a topic deleted and created again
-        meanwhile starts a new log at 0), so it is never sought back to (group/resume.py)."""
+        meanwhile starts a new log at 0), so it is never sought back to (resume.py)."""
         for p in partitions:
             self.durable.pop((p.topic, p.partition), None)
 

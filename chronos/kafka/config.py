@@ -154,10 +154,8 @@ PREFETCH_BATCHES = 5
 # its partitions on return, is read again by the next owner, and a record whose message had
 # fired meanwhile fires again: every millisecond of this interval is a window of duplicates.
 # A commit is one small request per consumer (5 a second is nothing to a group coordinator);
-# librdkafka's default, 5 s, was 25 times the window. The intake sends them itself, one at a time
-# (chronos.intake.group.commits); librdkafka's timer is its backstop.
+# librdkafka's default, 5 s, was 25 times the window.
 COMMIT_INTERVAL_MS = 200
-BACKSTOP_COMMIT_INTERVAL_MS = 60_000
 PREFETCH_KBYTES = 16 * 1024
 
 
@@ -222,7 +220,7 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "client.id": f"chronos-{settings.node_id[:8]}-intake",
             "group.id": settings.consumer_group,
             "enable.auto.commit": True,
-            "auto.commit.interval.ms": BACKSTOP_COMMIT_INTERVAL_MS,
+            "auto.commit.interval.ms": COMMIT_INTERVAL_MS,
             "enable.auto.offset.store": False,
             # An offset out of range (records deleted before they were read) resumes at the
             # log start, never at the end.

@@ -260,11 +260,6 @@ class FakeConsumer:
     partitions away (the ``on_revoke`` callback), ``revoke(partitions, lost=True)`` loses them
     (``on_lost``, else ``on_revoke``, as librdkafka does), both served by the next ``consume`` in
     the order they were asked for.
-
-    ``commit()`` commits the stored offsets of the partitions not taken away since they were
-    last assigned (librdkafka commits the current assignment's); asynchronously, it answers
-    through the ``on_commit`` callback at the next ``consume`` (``_NO_OFFSET``: nothing new),
-    synchronously it raises ``_NO_OFFSET`` when there is nothing to commit.
     """
 
     def __init__(self, *, joined: bool = True, **callbacks: Any):
@@ -278,8 +273,6 @@ class FakeConsumer:
         self.stored: dict[tuple[str, int], int] = {}
         self.committed = _Committed()
         self.assigned: list[tuple[str, int, int]] = []  # what the loop assigned itself
-        self.gone: set[tuple[str, int]] = set()  # revoked or lost since last assigned
-        self.commit_answers: list[KafkaError | None] = []  # async commits, answered next consume
         self.closed = False
         self.seeks: list[tuple[str, int, int]] = []
         self._fed: list[Message] = []
@@ -333,17 +326,11 @@ class FakeConsumer:
         if self._on_assign is not None:
             served = {"assign": self._on_assign, "revoke": self._on_revoke, "lost": self._on_lost}
             for kind, partitions in events:
-                keys = {(p.topic, p.partition) for p in partitions}
-                self.gone = self.gone - keys if kind == "assign" else self.gone | keys
                 if served[kind] is not None:
                     served[kind](self, partitions)
         elif events:  # not subscribed (yet): kept for the first consume after it
             with self._cond:
                 self._events[:0] = events
-        answers, self.commit_answers = self.commit_answers, []
-        for err in answers:
-            if self.callbacks.get("on_commit") is not None:
-                self.callbacks["on_commit"](err, [])
         with self._cond:
             if not self._queue and timeout != 0:
                 self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)
@@ -360,16 +347,10 @@ class FakeConsumer:
     assign = incremental_assign
 
     def commit(self, asynchronous: bool = True, **_: Any) -> None:
-        pending = {
-            k: v
-            for k, v in self.stored.items()
-            if self.committed.get(k) != v and k not in self.gone
-        }
-        self.committed.update(pending)
-        if asynchronous:
-            self.commit_answers.append(None if pending else KafkaError(KafkaError._NO_OFFSET))
-        elif not pending:
+        pending = {k: v for k, v in self.stored.items() if self.committed.get(k) != v}
+        if not pending:
             raise KafkaException(KafkaError(KafkaError._NO_OFFSET))
+        self.committed.update(pending)
 
     def close(self) -> None:
         self.closed = True

@@ -27,15 +27,10 @@ class Intake:
             settings(**overrides),
             self.store,
             self.publisher,
-            self._consumer,
+            lambda **_: cast(Consumer, self.consumer),
             clock=self.clock.now,
         )
         self.offset = 0
-
-    def _consumer(self, **callbacks: Any) -> Consumer:
-        """The loop's consumer factory: the fake, with the loop's callbacks (its commits')."""
-        self.consumer.callbacks.update(callbacks)
-        return cast(Consumer, self.consumer)
 
     def record(
         self,

@@ -1,4 +1,4 @@
-"""Where an input partition resumes when it comes back (chronos.intake.group.resume), driven through
+"""Where an input partition resumes when it comes back (chronos.intake.resume), driven through
 the fake consumer's group events: a partition handed over (revoked) comes back at the group's
 commit, never at an offset this node remembers from before (the topic may have been deleted and
 created again meanwhile: a new log, whose records that offset would skip); a partition lost
@@ -76,8 +76,8 @@ def test_a_partition_handed_over_to_a_re_created_topic_starts_its_new_log() -> N
 
 
 def test_a_lost_partition_of_a_re_created_topic_starts_its_new_log() -> None:
-    """Lost, the offset made durable is kept (group/resume.py), but the group holds no commit for
-    the partition: a log new to it, where offset 3 of the old log means nothing."""
+    """Lost, the offset made durable is kept (resume.py), but the group holds no commit for the
+    partition: a log new to it, where offset 3 of the old log means nothing."""
     t = Intake()
     resets = _resets()
     with running(t):
