@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     event,
     func,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -342,8 +343,17 @@ Index(
     history.c.ended_at,
     postgresql_ops={"id": "text_pattern_ops"},
 )
-# Admin list by outcome (and all outcomes), in the list's (deadline, id) order.
-Index("chronos_history_outcome_idx", history.c.outcome, history.c.deadline, history.c.id)
+# Admin list by outcome (and all outcomes), in the list's (deadline, id) order, the default
+# tenant's records ('') grouped apart within an outcome (0017): a list of the default tenant
+# walks its group alone, whatever share of the records it has; a list of every tenant merges the
+# two groups' walks.
+Index(
+    "chronos_history_outcome_default_idx",
+    history.c.outcome,
+    func.coalesce(history.c.tenant, literal_column("''")) == literal_column("''"),
+    history.c.deadline,
+    history.c.id,
+)
 # Admin list of one named tenant, and a tenant's deletion (0015): the default tenant's records
 # ('', most of them where there are no tenants) are left out, and listed through the outcome
 # index; a statement that names a tenant proves the predicate.

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
+
+from chronos.store import MessageFilter
+from chronos.store.postgres.sql import query
 
 # An insert of the release before an upgrade, still running beside the new release during a
 # rolling upgrade: its enqueue statement reduced to the columns every release has (no tenant, no
@@ -42,3 +47,25 @@ def attached_indexes(url: str, index: str) -> dict[str, bool | None]:
     found: dict[str, bool | None] = dict(rows)
     found["chronos_history"] = None if parent is None else parent[0]
     return found
+
+
+def plan(url: str, name: str, params: dict[str, Any]) -> str:
+    """EXPLAIN of a named statement as the node's session runs it (custom plans), values inline."""
+    with psycopg.connect(url, cursor_factory=psycopg.ClientCursor) as conn:
+        conn.execute("SET plan_cache_mode = force_custom_plan")
+        conn.execute("SET enable_seqscan = off")  # tiny tables: show what the planner can use
+        rows = conn.execute("EXPLAIN (COSTS OFF) " + query(name).strip().rstrip(";"), params)
+        return "\n".join(r[0] for r in rows.fetchall())
+
+
+def list_ended_params(where: MessageFilter, outcomes: list[str]) -> dict[str, Any]:
+    """The parameters of ``find_ended`` for the first page of ``where`` over ``outcomes``."""
+    params = {k: v for k, v in where.params().items() if k not in ("state", "topic_unset")}
+    return {
+        **params,
+        "outcomes": outcomes,
+        "after_deadline": None,
+        "after_id": None,
+        "limit": 101,
+        "max_bytes": None,
+    }

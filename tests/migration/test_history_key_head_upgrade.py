@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from chronos.store import MessageFilter, PostgresStore, migrate
-from chronos.store.postgres.sql import query
-from tests.migration.helpers import attached_indexes, history_days
+from tests.migration import helpers
+from tests.migration.helpers import attached_indexes, history_days, list_ended_params
 
 pytestmark = pytest.mark.integration
 
@@ -40,28 +40,6 @@ def _keyed_list(url: str, key: bytes, state: str = "ended") -> list[str]:
         store.close()
 
 
-def _plan(url: str, key: bytes) -> str:
-    """EXPLAIN of the list of ``key``'s fired records as the node's session runs it."""
-    params = MessageFilter(state="fired", key=key).params()
-    with psycopg.connect(url, cursor_factory=psycopg.ClientCursor) as conn:
-        conn.execute("SET plan_cache_mode = force_custom_plan")
-        conn.execute("SET enable_seqscan = off")  # tiny tables: show what the planner can use
-        rows = conn.execute(
-            "EXPLAIN (COSTS OFF) " + query("find_ended").strip().rstrip(";"),
-            {
-                **{k: params[k] for k in ("tenant", "topic", "id_like", "key", "key_exact")},
-                **{k: params[k] for k in ("key_low", "key_high", "deadline_from")},
-                **{k: params[k] for k in ("deadline_to", "recurring")},
-                "outcomes": ["fired"],
-                "after_deadline": None,
-                "after_id": None,
-                "limit": 101,
-                "max_bytes": None,
-            },
-        )
-        return "\n".join(r[0] for r in rows.fetchall())
-
-
 def test_migration_0016_narrows_the_key_index_and_the_downgrade_restores_it(
     database_url: str,
 ) -> None:
@@ -81,7 +59,8 @@ def test_migration_0016_narrows_the_key_index_and_the_downgrade_restores_it(
     assert attached_indexes(database_url, WIDE)["chronos_history"] is None
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("ANALYZE chronos_history")  # the expression's statistics: a key is rare
-    plan = _plan(database_url, b"c1")
+    where = MessageFilter(state="fired", key=b"c1")
+    plan = helpers.plan(database_url, "find_ended", list_ended_params(where, ["fired"]))
     assert HEAD.removeprefix("chronos_history") in plan, plan
     after = {key: _keyed_list(database_url, key) for key in before}
     assert after == before  # the same records, in the same order

@@ -14,7 +14,7 @@ import pytest
 
 from chronos.store import migrate
 from chronos.store.postgres.sql import query
-from tests.migration.helpers import attached_indexes, history_days
+from tests.migration.helpers import attached_indexes, history_days, plan
 
 pytestmark = pytest.mark.integration
 
@@ -45,15 +45,6 @@ def _entries(url: str, index: str) -> int:
     return row[0] if row else 0
 
 
-def _plan(url: str, name: str, params: dict[str, object]) -> str:
-    """EXPLAIN of a named statement as the node's session runs it (custom plans), values inline."""
-    with psycopg.connect(url, cursor_factory=psycopg.ClientCursor) as conn:
-        conn.execute("SET plan_cache_mode = force_custom_plan")
-        conn.execute("SET enable_seqscan = off")  # tiny tables: show what the planner can use
-        rows = conn.execute("EXPLAIN (COSTS OFF) " + query(name).strip().rstrip(";"), params)
-        return "\n".join(r[0] for r in rows.fetchall())
-
-
 def test_migration_0015_indexes_the_named_tenants_only_and_the_downgrade_restores_it(
     database_url: str,
 ) -> None:
@@ -71,7 +62,7 @@ def test_migration_0015_indexes_the_named_tenants_only_and_the_downgrade_restore
         conn.execute(OLD_HISTORY_INSERT, ("acme-1", "acme"))  # a node of the previous release
         conn.execute(OLD_HISTORY_INSERT, ("default-beside", ""))
     assert _entries(database_url, PARTIAL) == 2  # acme's two records; none of the 21 default
-    named = _plan(database_url, "count_tenant_history", {"tenant": "acme", "limit": 10})
+    named = plan(database_url, "count_tenant_history", {"tenant": "acme", "limit": 10})
     assert PARTIAL.removeprefix("chronos_history") in named, named
     with psycopg.connect(database_url) as conn:
         counts = {

@@ -54,15 +54,17 @@ LIMIT %(limit)s;
 -- name: find_ended
 -- Admin list of ended messages by filter (outcome, tenant, topic, id prefix, key exact or by
 -- prefix, deadline range, recurring or not) after a (deadline, id) cursor, in (deadline, id,
--- ended_at) order: one LIMIT-ed walk per outcome asked for (the outcome index, the tenant index
--- with a named tenant: (tenant, outcome, deadline, id) WHERE tenant <> '', which the session's
--- custom plans prove from the tenant given), each a merge of the partitions' index scans, then
--- merged: a page of `limit` rows reads about `limit` index entries per outcome, whatever the
--- number of records. With a key, the key index instead (the key's first 64 bytes: an exact key
--- or a prefix is a range of it), its records checked for the outcome and the whole key and
--- sorted (a key's few records; a key most records share is read through the outcome index,
--- filtered). A record without a key (NULL: written before 0014, or by the release before it)
--- never matches a key.
+-- ended_at) order: one LIMIT-ed walk per outcome asked for and group of tenants (the outcome
+-- index, (outcome, the default tenant's or not, deadline, id): the default tenant's group alone
+-- for `tenant` '', both groups for every tenant; the tenant index with a named tenant:
+-- (tenant, outcome, deadline, id) WHERE tenant <> '', which the session's custom plans prove
+-- from the tenant given), each a merge of the partitions' index scans, then merged: a page of
+-- `limit` rows reads about `limit` index entries per walk, whatever the number of records and
+-- the default tenant's share of them. With a key, the key index instead (the key's first 64
+-- bytes: an exact key or a prefix is a range of it), its records checked for the outcome and the
+-- whole key and sorted (a key's few records; a key most records share is read through the
+-- outcome index, filtered). A record without a key (NULL: written before 0014, or by the release
+-- before it) never matches a key.
 -- Bounded by bytes like find_messages: records are taken while the keys before theirs stay
 -- under `max_bytes` (the crossing message is returned as well: the caller's sign that there is
 -- more), a message's records (fired twice) all or none, as the (deadline, id) cursor resumes
@@ -75,12 +77,15 @@ SELECT * FROM (
     FROM (
         SELECT h.*
         FROM unnest(%(outcomes)s::text[]) AS o(outcome)
+        CROSS JOIN unnest(CASE WHEN %(tenant)s::text IS NULL THEN ARRAY[true, false]
+                               ELSE ARRAY[%(tenant)s::text = ''] END) AS g(default_tenant)
         CROSS JOIN LATERAL (
             SELECT id, tenant, outcome, deadline, ended_at, topic, kafka_partition, kafka_offset,
                    lateness_ms, node::text AS node, attempt, reason, ended_by, next_deadline, recurring,
                    message_key
             FROM chronos_history
             WHERE outcome = o.outcome
+              AND (coalesce(tenant, '') = '') = g.default_tenant
               AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
               AND (%(topic)s::text IS NULL OR topic = %(topic)s::text)
               AND (%(id_like)s::text IS NULL OR id LIKE %(id_like)s::text)
