@@ -239,25 +239,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _migrate(config: settings.Settings, args: argparse.Namespace) -> int:
+    """Migrate every shard's database (CHRONOS_DATABASE_URL's, or the migration's own URLs, in
+    the same order); an upgrade to head records in each which shard it is (``chronos_shard``)."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from chronos.config.shards import layout
     from chronos.store import migrate
 
-    url = config.effective_migration_database_url.reveal()
-    try:
-        if args.downgrade:
-            target = "base" if args.to == "head" else args.to
-            migrate.downgrade(url, target)
-            print(f"chronos: schema downgraded to {target}")
-        else:
+    urls, shards = layout(config.effective_migration_database_url.reveal(), config.shard_map)
+    for shard, url in enumerate(urls):
+        where = f" (shard {shard} of {len(urls)})" if len(urls) > 1 else ""
+        try:
+            if args.downgrade:
+                target = "base" if args.to == "head" else args.to
+                migrate.downgrade(url, target)
+                print(f"chronos: schema downgraded to {target}{where}")
+                continue
             migrate.upgrade(url, args.to)
-            print(f"chronos: schema upgraded to {args.to}")
-    except SQLAlchemyError as exc:
-        # e.g. a role without the rights to change the schema: say so without a traceback.
-        raise ChronosError(
-            f"migration failed: {getattr(exc, 'orig', None) or exc} "
-            "(CHRONOS_MIGRATION_DATABASE_URL, else CHRONOS_DATABASE_URL, must own the schema)"
-        ) from exc
+            if args.to == "head":
+                migrate.record_shard(url, shard, shards)
+            print(f"chronos: schema upgraded to {args.to}{where}")
+        except SQLAlchemyError as exc:
+            # e.g. a role without the rights to change the schema: say so without a traceback.
+            raise ChronosError(
+                f"migration failed{where}: {getattr(exc, 'orig', None) or exc} "
+                "(CHRONOS_MIGRATION_DATABASE_URL, else CHRONOS_DATABASE_URL, must own the schema)"
+            ) from exc
     return 0
 
 

@@ -32,7 +32,8 @@ class StoreError(ChronosError):
     retry log such errors at ``log_level`` (DEBUG) rather than once per attempt. ``refused`` is
     True when the role may not do it (a missing grant, a missing table: SQLSTATE class 42): a
     configuration to fix, reported as such, not an outage to wait out silently. ``sqlstate`` is
-    the database's error code, when it gave one.
+    the database's error code, when it gave one; ``shard`` the shard whose database it was, in
+    an answer over several shards.
     """
 
     def __init__(
@@ -43,8 +44,10 @@ class StoreError(ChronosError):
         outage: bool = False,
         refused: bool = False,
         sqlstate: str | None = None,
+        shard: int | None = None,
     ):
         super().__init__(message)
+        self.shard = shard  # the shard whose database failed (several shards; docs/shards.md)
         self.retryable = retryable or outage
         self.outage = outage
         self.refused = refused

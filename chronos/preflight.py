@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from chronos.config.settings import Settings
+from chronos.config.shards import ShardMap
 from chronos.errors import ChronosError, ConfigError
 
 TABLES = (
@@ -52,14 +53,27 @@ def _short(error: object, limit: int = 300) -> str:
 
 
 def check_postgres(settings: Settings) -> list[Check]:
+    """Each shard's database (one: today's): reachable, migrated, granted, and recorded as the
+    shard the settings make it."""
+    from chronos.config.shards import layout
+
+    urls, shard_map = layout(settings.database_url.reveal(), settings.shard_map)
+    checks: list[Check] = []
+    for shard, url in enumerate(urls):
+        found = _check_database(url, shard, shard_map)
+        if len(urls) > 1:
+            found = [Check(f"{c.name} (shard {shard})", c.status, c.detail) for c in found]
+        checks += found
+    return checks
+
+
+def _check_database(url: str, shard: int, shard_map: ShardMap) -> list[Check]:
     import psycopg
 
     from chronos.store.postgres.session import libpq_url
 
     try:
-        conn = psycopg.connect(
-            libpq_url(settings.database_url.reveal()), connect_timeout=int(TIMEOUT_S)
-        )
+        conn = psycopg.connect(libpq_url(url), connect_timeout=int(TIMEOUT_S))
     except psycopg.Error as exc:
         failed = Check("postgres", "FAIL", f"cannot connect (CHRONOS_DATABASE_URL): {_short(exc)}")
         return [
@@ -71,7 +85,23 @@ def check_postgres(settings: Settings) -> list[Check]:
         info = conn.info
         tls = "TLS" if conn.pgconn.ssl_in_use else "no TLS"
         where = f"{info.host}:{info.port}/{info.dbname} as {info.user} ({tls})"
-        return [Check("postgres", "ok", f"reachable at {where}"), _schema(conn), _grants(conn)]
+        checks = [Check("postgres", "ok", f"reachable at {where}"), _schema(conn), _grants(conn)]
+        if shard_map.shards > 1:
+            checks.append(_shard(conn, shard, shard_map))
+        return checks
+
+
+def _shard(conn: Any, shard: int, shard_map: ShardMap) -> Check:
+    from chronos.config.shards import describe, record_mismatch
+
+    present = conn.execute("SELECT to_regclass('chronos_shard') IS NOT NULL").fetchone()[0]
+    row = (
+        conn.execute("SELECT shard, shards, map FROM chronos_shard").fetchone() if present else None
+    )
+    mismatch = record_mismatch(row, shard, shard_map)
+    if mismatch is not None:
+        return Check("shard", "FAIL", mismatch)
+    return Check("shard", "ok", f"recorded as {describe(shard, shard_map.shards, shard_map.spec)}")
 
 
 def _schema(conn: Any) -> Check:

@@ -155,7 +155,8 @@ class AdminAPI:
         except StoreError as exc:
             log.warning("admin API: database error: %s", exc, extra={"event": "database_error"})
             if not exc.refused:
-                return _json(503, {"error": "the database is unavailable; try again"})
+                which = "the database" if exc.shard is None else f"shard {exc.shard}'s database"
+                return _json(503, {"error": f"{which} is unavailable; try again"})
             # A missing grant or table: a retry will not help until an operator acts.
             reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "refused"
             return _json(

@@ -101,8 +101,12 @@ class Monitor:
         backlog_interval: float = BACKLOG_INTERVAL_S,
         fired: Callable[[], float] = fired_total,
         delivered: Callable[[], float | None] = delivered_ago,
+        gauges: bool = True,
     ):
         self.settings = settings
+        # Whether its backlog and tenant gauges are published: a node's first shard's only,
+        # until the gauges carry the shard (docs/shards.md).
+        self.gauges = gauges
         self.store = store
         self.node_id = settings.node_id
         self.leadership = leadership or Leadership(settings.node_id, settings.liveness_window_ms)
@@ -206,7 +210,7 @@ class Monitor:
             self._failed("elect_leader", exc)
             leader = None
         leads = self.leadership.elected(leader)
-        if was_leader and not leads:
+        if was_leader and not leads and self.gauges:
             clear_backlog()  # only the leader reports the shared table
             self.tenant_gauges.clear()
             self.history.lost_leadership()
@@ -224,7 +228,8 @@ class Monitor:
             self._failed("backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("backlog").observe(time.perf_counter() - started)
-        publish_backlog(backlog)
+        if self.gauges:
+            publish_backlog(backlog)
         self.last_backlog = backlog
         return backlog
 
@@ -240,7 +245,8 @@ class Monitor:
             self._failed("tenant_backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("tenant_backlog").observe(time.perf_counter() - started)
-        self.tenant_gauges.publish(tenants.tenants, capped=tenants.tenants_capped)
+        if self.gauges:
+            self.tenant_gauges.publish(tenants.tenants, capped=tenants.tenants_capped)
         self.last_tenants = tenants
         return tenants
 

@@ -26,7 +26,6 @@ from chronos.config.values import (
     _port,
     _port_or_shared,
     _positive_int,
-    _postgres_url_or_empty,
     _topic,
     _topic_patterns,
     _uuid_or_random,
@@ -56,9 +55,15 @@ class Settings:
 
     database_url: Secret = setting(  # noqa: RUF009 (setting() returns a dataclasses.Field)
         "",
-        "Postgres URL, e.g. postgresql://user:pass@host:5432/db",
+        "Postgres URL; several, space-separated: one per shard",
         secret=True,
         group="postgres",
+    )
+    shard_map: str = setting(
+        "mod",
+        "which shard holds each input partition: mod (partition mod shards) or ranges 0-5:0,6-11:1",
+        group="postgres",
+        metavar="MAP",
     )
     kafka_bootstrap_servers: str = setting(
         "localhost:9092",
@@ -350,8 +355,8 @@ class Settings:
     migration_database_url: Secret = setting(  # noqa: RUF009 (setting() returns a dataclasses.Field)
         "",
         "Postgres URL of `chronos migrate` (a role that owns the schema; empty: "
-        "CHRONOS_DATABASE_URL); nodes then need only the grants in docs/configuration.md",
-        _postgres_url_or_empty,
+        "CHRONOS_DATABASE_URL; several: one per shard); nodes need only the grants in "
+        "docs/configuration.md",
         secret=True,
         group="postgres",
     )

@@ -4,6 +4,7 @@ environment variable and flag) and why the value cannot work. See docs/configura
 from __future__ import annotations
 
 from chronos.config.declarations import Settings
+from chronos.config.shards import parse_shard_map, split_urls
 from chronos.config.values import POSTGRES_URL_PREFIXES
 from chronos.errors import ConfigError
 from chronos.protocol import RELAYED_INSTANT_HEADER
@@ -52,10 +53,7 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
     """Raise ConfigError for the first setting (or combination) that cannot work."""
     if require_database and not settings.database_url:
         raise ConfigError("database_url is required: set CHRONOS_DATABASE_URL or --database-url")
-    if settings.database_url and not settings.database_url.reveal().startswith(
-        POSTGRES_URL_PREFIXES
-    ):
-        raise ConfigError("CHRONOS_DATABASE_URL / --database-url must be a postgresql:// URL")
+    check_shards(settings)
     budget = settings.lookahead_ms + settings.delivery_timeout_ms + settings.poll_interval_ms
     if budget >= settings.hold_time_ms:
         raise ConfigError(
@@ -174,3 +172,29 @@ def check(settings: Settings, *, require_database: bool = True) -> None:
         )
     if not settings.kafka_bootstrap_servers:
         raise ConfigError("CHRONOS_KAFKA_BOOTSTRAP_SERVERS must not be empty")
+
+
+def check_shards(settings: Settings) -> None:
+    """The databases' URLs (one per shard), the migration's (none, or as many) and the map."""
+    urls = split_urls(settings.database_url.reveal())
+    migration = split_urls(settings.migration_database_url.reveal())
+    for name, given in (
+        ("CHRONOS_DATABASE_URL", urls),
+        ("CHRONOS_MIGRATION_DATABASE_URL", migration),
+    ):
+        flag = "--" + name.removeprefix("CHRONOS_").lower().replace("_", "-")
+        for url in given:
+            if not url.startswith(POSTGRES_URL_PREFIXES):
+                raise ConfigError(
+                    f"{name} / {flag} must be postgresql:// URLs (several: one per shard, "
+                    "separated by spaces)"
+                )
+    if migration and urls and len(migration) != len(urls):
+        raise ConfigError(
+            f"CHRONOS_MIGRATION_DATABASE_URL names {len(migration)} databases and "
+            f"CHRONOS_DATABASE_URL {len(urls)}: one each per shard, in the same order"
+        )
+    try:
+        parse_shard_map(settings.shard_map, max(len(urls), len(migration), 1))
+    except ValueError as exc:
+        raise ConfigError(f"CHRONOS_SHARD_MAP / --shard-map: {exc}") from None

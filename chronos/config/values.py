@@ -193,9 +193,3 @@ def _optional_topic(text: str) -> str:
 
 
 POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
-
-
-def _postgres_url_or_empty(text: str) -> str:
-    if text and not text.startswith(POSTGRES_URL_PREFIXES):
-        raise ValueError("must be a postgresql:// URL")
-    return text

@@ -29,6 +29,7 @@ from typing import IO, Protocol
 
 from chronos.config import settings as chronos_settings
 from chronos.config.flags import described
+from chronos.config.shards import layout
 from chronos.config.validation import validate
 from chronos.embedded import (
     EmbeddedKafka,
@@ -102,6 +103,17 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
         default=55432,
         metavar="PORT",
         help=described("port of the embedded Postgres", 55432),
+    )
+    group.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help=described(
+            "Postgres servers, one per shard (shard i on --pg-port + i): the input partitions "
+            "spread over them (CHRONOS_SHARD_MAP)",
+            1,
+        ),
     )
     group.add_argument(
         "--data-dir",
@@ -241,6 +253,7 @@ class _Services:
     broker: _Broker
     client: dict[str, str] = field(default_factory=dict)  # the Kafka clients' TLS settings
     pki_ca: Path | None = None  # with --tls: the CA Postgres's certificate is verified against
+    shards: tuple[EmbeddedPostgres, ...] = ()  # with --shards N: shards 1 to N - 1
 
 
 def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
@@ -255,6 +268,15 @@ def _services(args: argparse.Namespace, data_dir: Path) -> _Services:
         return _Services(
             EmbeddedPostgres(data_dir / "postgres", args.pg_port, durable=True, workspace=data_dir),
             _broker(args, data_dir),
+            shards=tuple(
+                EmbeddedPostgres(
+                    data_dir / f"postgres-shard{i}",
+                    args.pg_port + i,
+                    durable=True,
+                    workspace=data_dir,
+                )
+                for i in range(1, args.shards)
+            ),
         )
     bin_dir = postgres_with_openssl()
     pki = Pki.create(data_dir / "tls")
@@ -293,6 +315,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--brokers > 1 needs --broker kafka (the imitation runs one broker)"
     if args.brokers > 1 and args.tls:
         return "--tls runs one broker: drop --brokers"
+    if args.shards < 1:
+        return "--shards must be >= 1"
+    if args.shards > 1 and args.tls:
+        return "--tls runs one Postgres: drop --shards"
     if args.tls and args.broker != "kafka":
         return "--tls needs --broker kafka (the imitation has no TLS listener)"
     return None
@@ -302,8 +328,10 @@ def _port_hint(args: argparse.Namespace, exc: ConfigError) -> str:
     """Which option chose the port a server found taken ("" for a port picked at random)."""
     if not isinstance(exc, PortInUse):
         return ""
-    if exc.port == args.pg_port:
-        return "; choose another --pg-port"
+    if 0 <= exc.port - args.pg_port < args.shards:
+        return "; choose another --pg-port" + (
+            " (shard i's Postgres listens on it + i)" if args.shards > 1 else ""
+        )
     if 0 <= exc.port - args.kafka_port < args.brokers:
         return "; choose another --kafka-port" + (
             " (broker i listens on it + i - 1)" if args.brokers > 1 else ""
@@ -347,7 +375,15 @@ def run_dev(
                 settings = settings.replace(
                     kafka_properties={**settings.kafka_properties, **client}
                 )
-            migrate.upgrade(url)
+            urls = [url] + [shard.start() for shard in stack.shards]
+            try:
+                shard_map = layout(" ".join(urls), settings.shard_map)[1]
+            except ValueError as exc:
+                raise ConfigError(f"CHRONOS_SHARD_MAP / --shard-map: {exc}") from None
+            for shard, each in enumerate(urls):
+                migrate.upgrade(each)
+                migrate.record_shard(each, shard, shard_map)
+            url = " ".join(urls)
             topic_names = [settings.input_topic, settings.output_topic, settings.dead_letter_topic]
             replicated = args.broker == "kafka" and args.brokers > 1
             create_topics(
@@ -360,7 +396,9 @@ def run_dev(
             if stop.is_set():
                 return 0
             print(f"chronos dev: Kafka bootstrap  {bootstrap}", flush=True)
-            print(f"chronos dev: database URL     {url}", flush=True)
+            for shard, each in enumerate(urls):
+                where = f" (shard {shard})" if len(urls) > 1 else ""
+                print(f"chronos dev: database URL     {each}{where}", flush=True)
             for name, value in client.items():
                 env = chronos_settings.passthrough_env(name)
                 print(f"chronos dev: TLS setting      {env}={value}", flush=True)
@@ -417,4 +455,6 @@ def run_dev(
             print("chronos dev: stopping", flush=True)
             _stop_nodes(nodes, settings.shutdown_timeout_ms / 1000 + 5)
             broker.stop()
+            for server in stack.shards:
+                server.stop()
             postgres.stop()

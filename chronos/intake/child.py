@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
     from chronos.observability import dependencies, logs, metrics
     from chronos.observability import relay as metrics_relay
     from chronos.runtime import faults
-    from chronos.store import PostgresStore
+    from chronos.store.shards import open_stores, shard_layout
 
     config = validate(settings.load(), require_database=True)
     logs.configure(
@@ -189,14 +189,8 @@ def main(argv: list[str]) -> int:
     os.nice(config.intake_niceness)
     threading.current_thread().name = "chronos-intake"
     faults.kill_also(parent)
-    store = PostgresStore(
-        config.database_url.reveal(),
-        application_name=f"chronos-{config.node_id[:8]}",
-        statement_timeout_ms=config.effective_statement_timeout_ms,
-        tcp_timeout_ms=config.database_tcp_timeout_ms,
-        synchronous_commit=config.database_synchronous_commit,
-        history=bool(config.history_ttl),
-    )
+    stores = open_stores(config)  # one per shard, shard 0 first
+    store = stores[0]
     metrics.RUNNING_STATEMENT_AGE.set_function(store.longest_running_s)
     metrics_relay.expose_process("intake")
     loop = IntakeLoop(
@@ -204,6 +198,8 @@ def main(argv: list[str]) -> int:
         store,
         kafka.make_publisher(config, "intake"),
         lambda **callbacks: kafka.make_consumer(config, **callbacks),
+        shards=stores,
+        shard_map=shard_layout(config)[1],
     )
     link = Link(socket.socket(fileno=control_fd), loop)
     link.start(STATUS_INTERVAL_S)
@@ -221,7 +217,8 @@ def main(argv: list[str]) -> int:
         code = 1
     finally:
         link.close()
-        store.close()
+        for each in stores:
+            each.close()
     return code if loop.stopping.is_set() else 1
 
 

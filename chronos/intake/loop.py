@@ -38,6 +38,7 @@ from confluent_kafka import (
 
 from chronos.config.policy import refused_topics
 from chronos.config.settings import Settings
+from chronos.config.shards import ShardMap
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, report
 from chronos.intake.gaps import OffsetGaps
@@ -75,10 +76,17 @@ class IntakeLoop(Loop):
         publisher: Publisher,
         consumer_factory: Callable[..., Consumer],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        shards: Sequence[Store] = (),
+        shard_map: ShardMap | None = None,
     ):
         super().__init__()
         self.settings = settings
-        self.store = store
+        self.store = store  # shard 0's: the database clock, the records ended on arrival
+        # Every shard's store, shard 0 first, and the shard of each input partition: a batch's
+        # messages go to their partition's shard (docs/shards.md). One shard: ``store``.
+        self.shards: Sequence[Store] = shards or (store,)
+        self.shard_map = shard_map or ShardMap(len(self.shards))
         self.publisher = publisher
         self.consumer_factory = consumer_factory
         self.clock = clock
@@ -315,7 +323,10 @@ class IntakeLoop(Loop):
         if not prepared.folded.messages:
             self._complete(consumer, prepared, [])
             return
-        prepared.statement = self.enqueuer.submit(self._timed_enqueue, prepared.folded.messages)
+        partitions = [cast(int, record.partition()) for record, _ in prepared.folded.sources]
+        prepared.statement = self.enqueuer.submit(
+            self._timed_enqueue, prepared.folded.messages, partitions
+        )
         self.in_flight = prepared
 
     def finish_in_flight(self, consumer: Consumer | None) -> bool:
@@ -331,9 +342,11 @@ class IntakeLoop(Loop):
         self._complete(consumer, prepared, outcomes)
         return True
 
-    def _timed_enqueue(self, messages: list[ScheduledMessage]) -> list[Outcome | str] | None:
+    def _timed_enqueue(
+        self, messages: list[ScheduledMessage], partitions: list[int]
+    ) -> list[Outcome | str] | None:
         started = time.perf_counter()
-        outcomes = self._enqueue(messages)
+        outcomes = self._routed(messages, partitions)
         if outcomes is not None:
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
         return outcomes
@@ -390,7 +403,29 @@ class IntakeLoop(Loop):
         ``Settlement.settle``). False if stopped while retrying."""
         return self.settlement.settle(consumer, block=block)
 
-    def _enqueue(self, messages: list[ScheduledMessage]) -> list[Outcome | str] | None:
+    def _routed(
+        self, messages: list[ScheduledMessage], partitions: list[int]
+    ) -> list[Outcome | str] | None:
+        """Enqueue each message in its input partition's shard: one statement per shard of the
+        batch, one shard after another; the batch is durable (its offsets may be stored) once
+        every one of them is. None if stopping."""
+        if len(self.shards) == 1:
+            return self._enqueue(messages, self.store)
+        by_shard: dict[int, list[int]] = {}
+        for index, partition in enumerate(partitions):
+            by_shard.setdefault(self.shard_map.shard_of(partition), []).append(index)
+        outcomes: list[Outcome | str] = [Outcome.DUPLICATE] * len(messages)
+        for shard, indexes in sorted(by_shard.items()):
+            got = self._enqueue([messages[i] for i in indexes], self.shards[shard])
+            if got is None:
+                return None
+            for index, outcome in zip(indexes, got, strict=True):
+                outcomes[index] = outcome
+        return outcomes
+
+    def _enqueue(
+        self, messages: list[ScheduledMessage], store: Store
+    ) -> list[Outcome | str] | None:
         """Enqueue, retrying outages with backoff. If the database refuses the data itself, split
         the batch to isolate the poison: its outcome is the refusal (a string) and it goes to the
         dead-letter topic, so one bad record never stalls a partition. None if stopping."""
@@ -398,7 +433,7 @@ class IntakeLoop(Loop):
         while True:
             try:
                 return list(
-                    self.store.enqueue(
+                    store.enqueue(
                         messages,
                         self.settings.timing_advance_ms,
                         self.settings.cancel_ttl_ms,
@@ -416,8 +451,8 @@ class IntakeLoop(Loop):
                     if len(messages) == 1:
                         return [f"rejected by the database: {exc}"[:500]]
                     middle = len(messages) // 2
-                    left = self._enqueue(messages[:middle])
-                    right = self._enqueue(messages[middle:]) if left is not None else None
+                    left = self._enqueue(messages[:middle], store)
+                    right = self._enqueue(messages[middle:], store) if left is not None else None
                     return None if left is None or right is None else left + right
                 delay = backoff.next_delay()
                 log.log(

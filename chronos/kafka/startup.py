@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
 
 from chronos.config.settings import Settings
+from chronos.config.shards import layout
 from chronos.errors import BrokerUnreachableError, ConfigError, TopicMissingError
 from chronos.kafka.config import _common
 from chronos.observability.logs import ThrottleFilter
@@ -214,6 +215,15 @@ def check_topics(settings: Settings, timeout: float = 15.0) -> None:
             )
         if info is None or info.error is not None:
             raise TopicMissingError(f"topic {topic!r} ({env}) does not exist on the broker")
+    partitions = len(metadata.topics[settings.input_topic].partitions)
+    _, shard_map = layout(settings.database_url.reveal(), settings.shard_map)
+    uncovered = shard_map.uncovered(partitions)
+    if uncovered:
+        raise ConfigError(
+            f"CHRONOS_SHARD_MAP / --shard-map ({shard_map.spec}) gives no shard to partition "
+            f"{uncovered[0]} of the input topic {settings.input_topic!r} ({partitions} "
+            "partitions): give every partition a shard"
+        )
     check_access(admin, settings, timeout)
 
 

@@ -22,24 +22,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from chronos import __version__, kafka
 from chronos.cluster.leadership import Leadership
 from chronos.cluster.monitor import Monitor
 from chronos.cluster.recovery import RecoveryLoop
 from chronos.config.settings import OPTIONS_BY_NAME, Settings
+from chronos.config.shards import ShardMap, record_mismatch
 from chronos.errors import BrokerUnreachableError, ConfigError, StoreError, TopicMissingError
 from chronos.firing.loop import FiringLoop
 from chronos.intake.loop import IntakeLoop
 from chronos.intake.process import IntakeProcess
 from chronos.kafka.probe import BrokerProbe
+from chronos.node.lanes import Lane
 from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA, POSTGRES
 from chronos.observability.relay import MergedRegistry, expose_process
 from chronos.runtime.loop import Backoff, Loop
 from chronos.runtime.signals import relay_signals
 from chronos.store import PostgresStore, Store
+from chronos.store.fanout import ShardedStore
+from chronos.store.shards import open_stores, shard_layout
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +94,19 @@ class Node:
         self.separate_intake = settings.intake_process == "separate" and (
             store is None and publisher_factory is None and consumer_factory is None
         )
-        self.store = (
-            store
-            if store is not None
-            else PostgresStore(
-                settings.database_url.reveal(),
-                application_name=f"chronos-{settings.node_id[:8]}",
-                statement_timeout_ms=settings.effective_statement_timeout_ms,
-                tcp_timeout_ms=settings.database_tcp_timeout_ms,
-                synchronous_commit=settings.database_synchronous_commit,
-                history=bool(settings.history_ttl),
-            )
+        # One lane per shard (docs/shards.md): its store, its leader election and monitor, its
+        # firing and recovery loops. A test's injected store is one shard.
+        stores: list[Store] = [store] if store is not None else list(open_stores(settings))
+        self.shard_map = ShardMap(1) if store is not None else shard_layout(settings)[1]
+        self.lanes: list[Lane] = []
+        for shard, each in enumerate(stores):
+            leadership = Leadership(settings.node_id, settings.liveness_window_ms)
+            monitor = Monitor(settings, each, leadership, gauges=shard == 0)
+            self.lanes.append(Lane(shard, each, leadership, monitor))
+        self.store = stores[0]  # intake's database clock; with one shard, the admin API's too
+        # The admin API and health over every shard (one: the store itself).
+        self.admin_store: Store = (
+            stores[0] if len(stores) == 1 else cast(Store, ShardedStore(stores))
         )
         if isinstance(self.store, PostgresStore):
             metrics.RUNNING_STATEMENT_AGE.set_function(self.store.longest_running_s)
@@ -116,11 +122,22 @@ class Node:
         self._stop = threading.Event()
         self._failed: list[str] = []
         self.http: Any = None
-        # The lease and the election: renewed by the monitor, read by firing and recovery.
-        self.leadership = Leadership(settings.node_id, settings.liveness_window_ms)
-        self.monitor = Monitor(settings, self.store, self.leadership)  # heartbeat, election
-        self.claims_since: datetime | None = None  # set by start(): this process's claim fence
         self.broker_probe: BrokerProbe | None = None
+
+    @property
+    def leadership(self) -> Leadership:
+        """Shard 0's lease and election (the only one with one shard)."""
+        return self.lanes[0].leadership
+
+    @property
+    def monitor(self) -> Monitor:
+        """Shard 0's heartbeat and election (the only one with one shard)."""
+        return self.lanes[0].monitor
+
+    @property
+    def claims_since(self) -> datetime | None:
+        """Shard 0's claim fence: this process's start on its database clock."""
+        return self.lanes[0].claims_since
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -133,21 +150,26 @@ class Node:
                 self.store,
                 self._publisher_factory("intake"),
                 self._consumer_factory,
+                shards=[lane.store for lane in self.lanes],
+                shard_map=self.shard_map,
             )
         )
-        return [
-            intake,
-            FiringLoop(
+        loops = [intake]
+        for lane in self.lanes:
+            firing = FiringLoop(
                 self.settings,
-                self.store,
+                lane.store,
                 self._publisher_factory("firing"),
-                self.leadership,
-                claims_since=self.claims_since,
-            ),
-            RecoveryLoop(
-                self.settings, self.store, self.leadership, claims_since=self.claims_since
-            ),
-        ]
+                lane.leadership,
+                claims_since=lane.claims_since,
+            )
+            recovery = RecoveryLoop(
+                self.settings, lane.store, lane.leadership, claims_since=lane.claims_since
+            )
+            if len(self.lanes) > 1:  # firing-0, recovery-0, firing-1, ...
+                firing.name, recovery.name = f"firing-{lane.shard}", f"recovery-{lane.shard}"
+            loops += [firing, recovery]
+        return loops
 
     def start(self, *, check_broker: bool = False) -> bool:
         """Listen, wait for the dependencies (the broker's topics when ``check_broker``, then
@@ -182,7 +204,8 @@ class Node:
             self.state.loops[loop.name] = (loop, thread)
         for _, thread in self.state.loops.values():
             thread.start()
-        self.monitor.start()
+        for lane in self.lanes:
+            lane.monitor.start()
         log.info(
             "chronos node %s started",
             self.settings.node_id,
@@ -224,7 +247,7 @@ class Node:
 
         try:
             return start_http_server(
-                self.settings, self.state, self.store, registry=self.state.registry
+                self.settings, self.state, self.admin_store, registry=self.state.registry
             )
         except ListenError as exc:
             flag = OPTIONS_BY_NAME[exc.setting.removeprefix("CHRONOS_").lower()].flag
@@ -241,22 +264,30 @@ class Node:
             ) from None
 
     def register(self) -> None:
-        """Take the node id in chronos_nodes, refusing it while a live node holds it (two
+        """In every shard: check it is the shard the settings make it (``chronos_shard``), and
+        take the node id in its chronos_nodes, refusing it while a live node holds it (two
         processes sharing an id would release and fence each other's claims)."""
-        sent_at = self.leadership.monotonic()
-        self.claims_since = self.store.register_node(
-            self.settings.node_id,
-            self.settings.liveness_window_ms / 1000,
-            hostname=self.monitor.hostname,
-            version=__version__,
-        )
-        if self.claims_since is None:
-            raise ConfigError(
-                f"node id {self.settings.node_id} is held by a live node (heartbeat within "
-                f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
-                "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
+        for lane in self.lanes:
+            if lane.claims_since is not None:
+                continue  # registered in this shard by an earlier attempt
+            if isinstance(lane.store, PostgresStore):
+                mismatch = record_mismatch(lane.store.shard_record(), lane.shard, self.shard_map)
+                if mismatch is not None:
+                    raise ConfigError(mismatch)
+            sent_at = lane.leadership.monotonic()
+            lane.claims_since = lane.store.register_node(
+                self.settings.node_id,
+                self.settings.liveness_window_ms / 1000,
+                hostname=lane.monitor.hostname,
+                version=__version__,
             )
-        self.leadership.renew(sent_at)  # registering is this node's first heartbeat
+            if lane.claims_since is None:
+                raise ConfigError(
+                    f"node id {self.settings.node_id} is held by a live node (heartbeat within "
+                    f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
+                    "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
+                )
+            lane.leadership.renew(sent_at)  # registering is this node's first heartbeat
 
     def _run_loop(self, loop: Loop) -> None:
         try:
@@ -287,11 +318,11 @@ class Node:
         deadline = time.monotonic() + self.settings.shutdown_timeout_ms / 1000
         if self.broker_probe is not None:
             self.broker_probe.stop()
-        self.monitor.stop()  # leave the live nodes first (deletes this node's heartbeat row)
+        for lane in self.lanes:  # leave the live nodes first (deletes the heartbeat rows)
+            lane.monitor.stop()
         # Intake first (no new direct publishes), then firing (drains), then recovery.
-        for name in ("intake", "firing", "recovery"):
-            if name not in self.state.loops:
-                continue
+        order = {"intake": 0, "firing": 1, "recovery": 2}
+        for name in sorted(self.state.loops, key=lambda n: order.get(n.split("-")[0], 3)):
             loop, thread = self.state.loops[name]
             loop.stop()
             thread.join(max(0.1, deadline - time.monotonic()))
@@ -300,7 +331,8 @@ class Node:
                 self._failed.append(name)
         if self.http is not None:
             self.http.shutdown()
-        self.store.close()
+        for lane in self.lanes:
+            lane.store.close()
         if self._failed:
             log.error(
                 "chronos node %s stopped after failure of %s",

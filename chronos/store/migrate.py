@@ -13,6 +13,9 @@ from alembic.config import Config
 from alembic.operations import Operations
 from psycopg import sql
 
+from chronos.config.shards import ShardMap, describe, record_mismatch
+from chronos.errors import ConfigError
+
 
 def migrations_dir() -> Path:
     """``migrations/`` of a source checkout, or the copy packaged into the wheel."""
@@ -43,6 +46,45 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def downgrade(database_url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(database_url), revision)
+
+
+RECORDED_SHARD = sa.text("SELECT shard, shards, map FROM chronos_shard WHERE id = 1")
+HOLDS_MESSAGES = sa.text("SELECT EXISTS (SELECT 1 FROM chronos_messages) AS holds")
+RECORD_SHARD = sa.text(
+    "INSERT INTO chronos_shard (id, shard, shards, map) VALUES (1, :shard, :shards, :map) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+
+
+def record_shard(database_url: str, shard: int, layout: ShardMap) -> bool:
+    """Record in the database (migrated to 0018 or later) that it is ``shard`` of ``layout``;
+    True if written now, False if it was already. ConfigError if it is recorded as another shard
+    or layout, or if, never recorded, it holds a one-shard deployment's messages and the layout
+    has several shards: that would move partitions' messages away from their cancels."""
+    engine = sa.create_engine(sqlalchemy_url(database_url))
+    try:
+        with engine.begin() as conn:
+            row = conn.execute(RECORDED_SHARD).first()
+            if row is None and layout.shards > 1 and conn.execute(HOLDS_MESSAGES).scalar():
+                wanted = describe(shard, layout.shards, layout.spec)
+                raise ConfigError(
+                    f"database {shard} of CHRONOS_DATABASE_URL holds the messages of a "
+                    f"deployment on one database: making it {wanted} "
+                    "would move some partitions' messages away from their cancels (moving "
+                    "partitions: docs/shards.md)"
+                )
+            recorded = None if row is None else (row.shard, row.shards, row.map)
+            if recorded is not None:
+                mismatch = record_mismatch(recorded, shard, layout)
+                if mismatch is not None:
+                    raise ConfigError(mismatch)
+                return False
+            conn.execute(
+                RECORD_SHARD, {"shard": shard, "shards": layout.shards, "map": layout.spec}
+            )
+            return True
+    finally:
+        engine.dispose()
 
 
 INVALID_INDEX = sa.text(

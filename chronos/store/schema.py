@@ -11,6 +11,7 @@ from sqlalchemy import (
     DDL,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     Double,
@@ -192,6 +193,28 @@ cancels = Table(
     ),
 )
 Index("chronos_cancels_expires_idx", cancels.c.expires_at)
+
+# One row: which shard this database is, of how many, and the map from input partition to shard
+# (docs/shards.md), written by `chronos migrate` and compared by every node at start (0018; no
+# row: one shard's, as before shards). Readable by PUBLIC: layout, no message data.
+shard = Table(
+    "chronos_shard",
+    metadata,
+    Column(
+        "id", SmallInteger, primary_key=True, server_default=text("1"), comment="always 1: one row"
+    ),
+    Column("shard", Integer, nullable=False, comment="this database's shard"),
+    Column("shards", Integer, nullable=False, comment="how many shards there are"),
+    Column("map", Text, nullable=False, comment="input partition to shard (CHRONOS_SHARD_MAP)"),
+    Column(
+        "recorded_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when chronos migrate wrote it (DB clock)",
+    ),
+    CheckConstraint("id = 1", name="chronos_shard_one_row"),
+)
 
 # One row per tenant ever named by a message (the default tenant '' from the start): the tenants
 # the fair claim visits in turn. Written by the enqueue statement for the tenants a node has not

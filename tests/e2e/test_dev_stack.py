@@ -3,6 +3,7 @@ the imitation behind ``--broker tansu``."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -11,17 +12,22 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 
 from chronos.embedded.kafka.broker import read_pids
 from chronos.embedded.process import _alive, free_port, free_ports
 from chronos.embedded.topics import admin_client
+from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
 from tests.support.kafka import topic_metadata
 from tests.support.polling import eventually
 
@@ -47,8 +53,9 @@ def chronos_dev(
     until it prints "ready"; SIGTERM afterwards."""
     # pytest's tmp_path is below a 0700 directory the Postgres system user cannot pass as root
     data_dir = Path(tempfile.mkdtemp(prefix="chronos-dev-"))
-    # broker i and node i listen on a port + i: blocks of free ports (up to 3 brokers, 3 nodes)
-    kafka_port, pg_port, http_base = free_ports(3), free_port(), free_ports(4)
+    # broker i, shard i's Postgres and node i listen on a port + i: blocks of free ports (up to
+    # 3 brokers, 3 shards, 3 nodes)
+    kafka_port, pg_port, http_base = free_ports(3), free_ports(3), free_ports(4)
     process = subprocess.Popen(
         [
             python, "-m", "chronos", "dev", *argv, "--data-dir", str(data_dir),
@@ -92,6 +99,51 @@ def test_three_brokers_form_one_quorum_with_replicated_topics() -> None:
         assert described.result(10)["min.insync.replicas"].value == "2"
     assert dev.process.returncode == 0
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_three_shards_each_fire_their_partitions_messages_and_the_admin_api_sees_all() -> None:
+    """``chronos dev --shards 3``: three Postgres servers, recorded as shards 0 to 2; a message
+    produced to each of the six input partitions fires, once, from its partition's shard (p mod
+    3: its fired record is in that database), and the admin API lists every shard's."""
+    with chronos_dev("--nodes", "2", "--shards", "3") as dev:
+        printed = [line.split() for line in dev.lines if "database URL" in line]
+        assert [words[-1] for words in printed] == ["0)", "1)", "2)"]
+        urls = [words[-3] for words in printed]
+        for shard, url in enumerate(urls):
+            with psycopg.connect(url) as conn:
+                recorded = conn.execute("SELECT shard, shards FROM chronos_shard").fetchone()
+            assert recorded == (shard, 3)
+        bootstrap, topic = dev.value("Kafka bootstrap"), dev.value("input topic")
+        due = format_deadline(datetime.now(UTC) + timedelta(seconds=2)).encode()
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for partition in range(6):
+            headers: list[tuple[str, str | bytes | None]] = [
+                (MESSAGE_ID_HEADER, f"p{partition}".encode()),
+                (DEADLINE_HEADER, due),
+            ]
+            producer.produce(topic, key=b"k", value=b"v", partition=partition, headers=headers)
+        assert producer.flush(30) == 0
+
+        def fired(url: str) -> set[str]:
+            with psycopg.connect(url) as conn:
+                rows = conn.execute("SELECT id FROM chronos_history WHERE outcome = 'fired'")
+                return {row[0] for row in rows.fetchall()}
+
+        expected = [{f"p{p}" for p in range(6) if p % 3 == shard} for shard in range(3)]
+        assert eventually(lambda: [fired(url) for url in urls] == expected, 30), [
+            fired(url) for url in urls
+        ]
+        token = dev.value("admin token")
+        ready = next(line for line in dev.lines if "HTTP ports" in line)
+        first_port = int(ready.split("HTTP ports ")[1].split(",")[0].split(")")[0])
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{first_port}/admin/v1/messages?state=fired&limit=100",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            listed = json.load(answer)["messages"]
+        assert sorted(m["id"] for m in listed) == [f"p{p}" for p in range(6)]
+    assert dev.process.returncode == 0
 
 
 def test_the_imitation_still_runs_behind_its_option() -> None:

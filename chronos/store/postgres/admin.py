@@ -240,6 +240,14 @@ class AdminQueries:
         )
         return rows[0]["started_at"] if rows else None
 
+    def shard_record(self) -> tuple[int, int, str] | None:
+        """The shard this database is, of how many shards, and their map (``chronos_shard``);
+        None where none was recorded (a one-shard deployment, or before schema revision 0018)."""
+        if not self._execute("shard_table", {})[0]["present"]:
+            return None
+        rows = self._execute("shard_record", {})
+        return (rows[0]["shard"], rows[0]["shards"], rows[0]["map"]) if rows else None
+
     def remove_node(self, node_id: str) -> bool:
         return bool(self._execute("remove_node", {"node_id": node_id}))
 

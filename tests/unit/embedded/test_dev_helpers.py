@@ -137,13 +137,20 @@ def test_a_held_port_stops_the_kafka_node_before_its_jvm_starts(tmp_path: Path) 
     ],
 )
 def test_port_hint_names_the_option(port: int, hint: str) -> None:
-    args = argparse.Namespace(pg_port=5432, kafka_port=9092, brokers=1)
+    args = argparse.Namespace(pg_port=5432, kafka_port=9092, brokers=1, shards=1)
     assert dev._port_hint(args, PortInUse("taken", port)) == hint
     args.brokers = 3
     cluster_hint = dev._port_hint(args, PortInUse("taken", port))
     if port == 9094:
         assert cluster_hint.startswith("; choose another --kafka-port (broker i")
     assert dev._port_hint(args, ConfigError("no java")) == ""
+
+
+def test_port_hint_names_the_pg_port_of_a_shards_server() -> None:
+    args = argparse.Namespace(pg_port=5432, kafka_port=9092, brokers=1, shards=3)
+    hint = dev._port_hint(args, PortInUse("taken", 5434))
+    assert hint == "; choose another --pg-port (shard i's Postgres listens on it + i)"
+    assert dev._port_hint(args, PortInUse("taken", 5435)) == ""
 
 
 def test_alive() -> None:

@@ -101,3 +101,12 @@ SELECT count(*)::int AS peers
 FROM chronos_nodes
 WHERE node_id <> %(node_id)s::uuid
   AND fired_at > now() - make_interval(secs => %(within_ms)s / 1000.0);
+
+-- name: shard_table
+-- Whether chronos_shard exists (schema revision 0018 on).
+SELECT to_regclass('chronos_shard') IS NOT NULL AS present;
+
+-- name: shard_record
+-- The shard this database is, of how many, and the map (chronos_shard, written by chronos
+-- migrate): no row where it was never written.
+SELECT shard, shards, map FROM chronos_shard WHERE id = 1;
