@@ -138,7 +138,7 @@ docs: $(DEV_STAMP)
 LONG_SWITCHES := CHRONOS_TEST_BROKER_FAILOVER=1 CHRONOS_TEST_OUTAGE_S=120 CHRONOS_FAULT_LONG=1
 LONG_TESTS := tests/fault/test_16_dependency_outages.py tests/fault/test_21_broker_failover.py \
               tests/fault/test_22_paced_catchup.py tests/fault/test_25_broker_partition.py \
-              tests/fault/test_26_group_protocol.py
+              tests/fault/test_26_group_protocol.py tests/fault/test_28_shard_outage.py
 test-long: $(DEV_STAMP) system-deps kafka-jars
 	$(LONG_SWITCHES) $(BIN)/python -m pytest $(LONG_TESTS) $(ARGS)
 

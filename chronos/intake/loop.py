@@ -41,14 +41,15 @@ from chronos.config.settings import Settings
 from chronos.config.shards import ShardMap
 from chronos.errors import StoreError
 from chronos.intake.actions import ACTION_OUTCOMES, Folded, audit_actions, report
-from chronos.intake.gaps import OffsetGaps
 from chronos.intake.history import ArrivalHistory, refused_record
 from chronos.intake.lapsed import on_arrival
+from chronos.intake.partitions.gaps import OffsetGaps
+from chronos.intake.partitions.resume import resume_after_durable
+from chronos.intake.partitions.shards import Deferred, ShardAway, ShardRouter
+from chronos.intake.partitions.warmth import warm_if_joined_without_partitions
 from chronos.intake.quarantine import HeaderProbe
 from chronos.intake.records import Pending, Prepared, position
-from chronos.intake.resume import resume_after_durable
 from chronos.intake.settlement import Settlement, dead_letter
-from chronos.intake.warmth import warm_if_joined_without_partitions
 from chronos.kafka import Publisher
 from chronos.kafka.audit import audit_trail
 from chronos.kafka.consumer_lag import record_consumer_stats
@@ -83,10 +84,10 @@ class IntakeLoop(Loop):
         super().__init__()
         self.settings = settings
         self.store = store  # shard 0's: the database clock, the records ended on arrival
-        # Every shard's store, shard 0 first, and the shard of each input partition: a batch's
-        # messages go to their partition's shard (docs/shards.md). One shard: ``store``.
-        self.shards: Sequence[Store] = shards or (store,)
-        self.shard_map = shard_map or ShardMap(len(self.shards))
+        # Every shard's store, shard 0 first: a batch's messages go to their partition's shard,
+        # and a shard away holds its own partitions only (docs/shards.md). One: ``store``.
+        stores = shards or (store,)
+        self.router = ShardRouter(stores, shard_map or ShardMap(len(stores)), settings.input_topic)
         self.publisher = publisher
         self.consumer_factory = consumer_factory
         self.clock = clock
@@ -144,6 +145,7 @@ class IntakeLoop(Loop):
                 if self.finish_in_flight(consumer) and prepared is not None:
                     self.start(consumer, prepared)
                 self.settle(consumer, block=self.settlement.full())
+                self.router.tick(consumer)  # a shard away: resume its partitions once back
         finally:
             self._close(consumer)
 
@@ -151,6 +153,7 @@ class IntakeLoop(Loop):
         self.finish_in_flight(consumer)
         self.settle(consumer, block=True)  # stopping: a batch still unconfirmed is replayed
         self.enqueuer.shutdown(wait=True)  # after the history records that settled
+        self.router.close()
         try:
             consumer.commit(asynchronous=False)
         except KafkaException as exc:
@@ -189,6 +192,7 @@ class IntakeLoop(Loop):
         self.settle(consumer, block=True)
         self.assigned -= {(p.topic, p.partition) for p in partitions}
         self.gaps.forget((p.topic, p.partition) for p in partitions)
+        self.router.forget(partitions)
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
             metrics.remove_series(metrics.ASSIGNED_PARTITION, p.topic, str(p.partition))
@@ -257,6 +261,7 @@ class IntakeLoop(Loop):
         folded: Folded[tuple[Message, Headers | None]] = Folded()
         pending: list[Pending] = []
         offsets: dict[tuple[str, int], int] = {}
+        firsts: dict[tuple[str, int], int] = {}  # each partition's first record in the batch
         now = self.database_now()
         consumed = duplicates = 0
         started = time.perf_counter()
@@ -282,6 +287,7 @@ class IntakeLoop(Loop):
             partition = cast(int, record.partition())
             offset = cast(int, record.offset())
             offsets[(topic, partition)] = max(offsets.get((topic, partition), -1), offset)
+            firsts.setdefault((topic, partition), offset)
             consumed += 1
             if index in poison:  # never read its headers: that would crash this process
                 metrics.QUARANTINED.inc()
@@ -314,7 +320,9 @@ class IntakeLoop(Loop):
             folded.add(parsed, (record, headers))
         if consumed:
             KAFKA.succeeded()  # records came from the broker
-        return Prepared(folded, pending, offsets, consumed, duplicates + folded.duplicates)
+        prepared = Prepared(folded, pending, offsets, consumed, duplicates + folded.duplicates)
+        prepared.firsts = firsts
+        return prepared
 
     def start(self, consumer: Consumer | None, prepared: Prepared) -> None:
         """Start the batch's enqueue statement on the enqueue thread (nothing may be under way);
@@ -344,26 +352,41 @@ class IntakeLoop(Loop):
 
     def _timed_enqueue(
         self, messages: list[ScheduledMessage], partitions: list[int]
-    ) -> list[Outcome | str] | None:
+    ) -> list[Outcome | str | Deferred] | None:
         started = time.perf_counter()
-        outcomes = self._routed(messages, partitions)
+        outcomes: list[Outcome | str | Deferred] | None
+        if self.router.several:
+            outcomes = self.router.route(messages, partitions, self._enqueue)
+        else:  # one database: its outages are waited out, as ever
+            found = self._enqueue(messages, self.store)
+            outcomes = None if found is None else list(found)
         if outcomes is not None:
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
         return outcomes
 
     def _complete(
-        self, consumer: Consumer | None, prepared: Prepared, outcomes: list[Outcome | str]
+        self,
+        consumer: Consumer | None,
+        prepared: Prepared,
+        outcomes: Sequence[Outcome | str | Deferred],
     ) -> None:
         """A batch is durable: publish what it must publish, count it, and queue its offsets
         behind its publishes (``settle`` stores them)."""
         valid, sources = prepared.folded.messages, prepared.folded.sources
+        kept = [i for i, o in enumerate(outcomes) if not isinstance(o, Deferred)]
+        deferred = {  # their shard was away: their partitions are read again later
+            cast(int, sources[i][0].partition()) for i in set(range(len(outcomes))) - set(kept)
+        }
+        valid, sources = [valid[i] for i in kept], [sources[i] for i in kept]
+        done = [o for o in outcomes if not isinstance(o, Deferred)]
         pending, offsets = prepared.pending, prepared.offsets
+        self.router.hold(consumer, prepared.firsts, offsets, deferred, self.assigned)
         consumed, duplicates = prepared.consumed, prepared.duplicates
         dropped: list[EndedOnArrival] = []  # history records of what it ends unpublished
         if valid:
             metrics.BATCH_SIZE.labels("enqueue").observe(len(valid))
             enqueued = 0
-            for message, source, outcome in zip(valid, sources, outcomes, strict=True):
+            for message, source, outcome in zip(valid, sources, done, strict=True):
                 if isinstance(outcome, str):  # the database refused this message's data
                     rejection = Rejection("database_refused", outcome)
                     record, headers = source
@@ -389,9 +412,9 @@ class IntakeLoop(Loop):
                 else:
                     duplicates += 1
             metrics.ENQUEUED.inc(enqueued)
-            report(valid, outcomes)
+            report(valid, done)
             if self.audit is not None:
-                audit_actions(self.audit, self.node, valid, sources, outcomes, position)
+                audit_actions(self.audit, self.node, valid, sources, done, position)
         metrics.CONSUMED.inc(consumed)
         if duplicates:
             metrics.DUPLICATES.inc(duplicates)
@@ -403,32 +426,14 @@ class IntakeLoop(Loop):
         ``Settlement.settle``). False if stopped while retrying."""
         return self.settlement.settle(consumer, block=block)
 
-    def _routed(
-        self, messages: list[ScheduledMessage], partitions: list[int]
-    ) -> list[Outcome | str] | None:
-        """Enqueue each message in its input partition's shard: one statement per shard of the
-        batch, one shard after another; the batch is durable (its offsets may be stored) once
-        every one of them is. None if stopping."""
-        if len(self.shards) == 1:
-            return self._enqueue(messages, self.store)
-        by_shard: dict[int, list[int]] = {}
-        for index, partition in enumerate(partitions):
-            by_shard.setdefault(self.shard_map.shard_of(partition), []).append(index)
-        outcomes: list[Outcome | str] = [Outcome.DUPLICATE] * len(messages)
-        for shard, indexes in sorted(by_shard.items()):
-            got = self._enqueue([messages[i] for i in indexes], self.shards[shard])
-            if got is None:
-                return None
-            for index, outcome in zip(indexes, got, strict=True):
-                outcomes[index] = outcome
-        return outcomes
-
     def _enqueue(
-        self, messages: list[ScheduledMessage], store: Store
+        self, messages: list[ScheduledMessage], store: Store, patient: bool = True
     ) -> list[Outcome | str] | None:
         """Enqueue, retrying outages with backoff. If the database refuses the data itself, split
         the batch to isolate the poison: its outcome is the refusal (a string) and it goes to the
-        dead-letter topic, so one bad record never stalls a partition. None if stopping."""
+        dead-letter topic, so one bad record never stalls a partition. None if stopping. Not
+        ``patient`` (one shard of several), a database that cannot be reached raises ShardAway
+        instead: the other shards' messages go on (``chronos.intake.partitions.shards``)."""
         backoff = Backoff()
         while True:
             try:
@@ -447,12 +452,18 @@ class IntakeLoop(Loop):
                 )
             except StoreError as exc:
                 metrics.DATABASE_ERRORS.labels("enqueue").inc()
+                if exc.outage and not patient:
+                    raise ShardAway(str(exc)) from exc
                 if not exc.retryable:
                     if len(messages) == 1:
                         return [f"rejected by the database: {exc}"[:500]]
                     middle = len(messages) // 2
-                    left = self._enqueue(messages[:middle], store)
-                    right = self._enqueue(messages[middle:], store) if left is not None else None
+                    left = self._enqueue(messages[:middle], store, patient)
+                    right = (
+                        self._enqueue(messages[middle:], store, patient)
+                        if left is not None
+                        else None
+                    )
                     return None if left is None or right is None else left + right
                 delay = backoff.next_delay()
                 log.log(

@@ -85,6 +85,8 @@ class Prepared:
     consumed: int
     duplicates: int
     statement: Future[Any] | None = field(default=None)
+    # Each partition's first record in the batch (where to read it again if its shard is away).
+    firsts: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 REDUCED_HEADER_LIMIT = 1024  # bytes of one header value kept in a reduced dead letter

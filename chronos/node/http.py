@@ -90,9 +90,17 @@ class Health:
                 ok, checks["loops"] = False, "stopped"
             elif warming:  # e.g. intake before its first assignment: not on time yet
                 ok, checks["loops"] = False, "warming: " + ", ".join(warming)
+            shards_away = getattr(self.store, "shards_away", None)
             try:
-                self.store.ping()
-                checks["postgres"] = "ok"
+                if shards_away is not None:  # several shards: ready while one answers
+                    away = shards_away()
+                    if len(away) == len(self.store.stores):  # type: ignore[attr-defined]
+                        raise StoreError("no shard's database answers", outage=True)
+                    listed = ", ".join(map(str, away))
+                    checks["postgres"] = f"shards away: {listed}" if away else "ok"
+                else:
+                    self.store.ping()
+                    checks["postgres"] = "ok"
             except StoreError as exc:
                 # The driver's text names the host, the user, sometimes part of a password:
                 # the log gets it, the unauthenticated probe gets a category.

@@ -134,9 +134,30 @@ KAFKA_WRITES = Dependency("Writing to Kafka", "kafka_writes")
 FLOW_CONTROL = Dependency("Reading the pause and limit tables", "flow_control")
 
 
+# With several shards (docs/shards.md), one per shard's database: "postgres-0", "postgres-1"...
+_SHARDS: dict[int, Dependency] = {}
+_QUIET = False
+
+
+def postgres(shard: int | None = None) -> Dependency:
+    """The Postgres database of ``shard`` (None: the one database of a deployment without
+    shards, ``POSTGRES``): each its own state, log lines and gauge label."""
+    if shard is None:
+        return POSTGRES
+    with _LOCK:
+        found = _SHARDS.get(shard)
+        if found is None:
+            found = _SHARDS[shard] = Dependency(f"Postgres (shard {shard})", f"postgres-{shard}")
+            found.announce = not _QUIET
+        return found
+
+
+_LOCK = threading.Lock()
+
+
 def quiet() -> None:
     """Track the states without logging or exporting them (the intake process)."""
-    POSTGRES.announce = False
-    KAFKA.announce = False
-    KAFKA_WRITES.announce = False
-    FLOW_CONTROL.announce = False
+    global _QUIET
+    _QUIET = True
+    for dependency in (POSTGRES, KAFKA, KAFKA_WRITES, FLOW_CONTROL, *_SHARDS.values()):
+        dependency.announce = False

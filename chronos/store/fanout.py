@@ -95,6 +95,16 @@ class ShardedStore:
         assert failure is not None
         raise failure
 
+    def shards_away(self) -> list[int]:
+        """The shards whose database does not answer a ping now."""
+        away = []
+        for shard, store in enumerate(self.stores):
+            try:
+                store.ping()
+            except StoreError:
+                away.append(shard)
+        return away
+
     # -- one message -----------------------------------------------------------------------
 
     def get_message(self, message_id: str, *, include_value: bool = False) -> MessageRecord | None:

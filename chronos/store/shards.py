@@ -25,6 +25,7 @@ def open_stores(settings: Settings) -> list[PostgresStore]:
             tcp_timeout_ms=settings.database_tcp_timeout_ms,
             synchronous_commit=settings.database_synchronous_commit,
             history=bool(settings.history_ttl),
+            shard=shard if len(urls) > 1 else None,
         )
-        for url in urls
+        for shard, url in enumerate(urls)
     ]

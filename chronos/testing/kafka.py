@@ -275,6 +275,8 @@ class FakeConsumer:
         self.assigned: list[tuple[str, int, int]] = []  # what the loop assigned itself
         self.closed = False
         self.seeks: list[tuple[str, int, int]] = []
+        self.paused: set[tuple[str, int]] = set()  # not served until resumed
+        self._positions: dict[tuple[str, int], int] = {}  # the next offset of each partition
         self._fed: list[Message] = []
         self._queue: list[Message] = []
         self._cond = threading.Condition()
@@ -332,10 +334,35 @@ class FakeConsumer:
             with self._cond:
                 self._events[:0] = events
         with self._cond:
-            if not self._queue and timeout != 0:
-                self._cond.wait_for(lambda: bool(self._queue), None if timeout < 0 else timeout)
-            batch, self._queue = self._queue[:num_messages], self._queue[num_messages:]
+            if not self._servable() and timeout != 0:
+                self._cond.wait_for(
+                    lambda: bool(self._servable()), None if timeout < 0 else timeout
+                )
+            batch = self._servable()[:num_messages]
+            taken = {id(m) for m in batch}
+            self._queue = [m for m in self._queue if id(m) not in taken]
+            for m in batch:
+                self._positions[(m.topic() or "", m.partition() or 0)] = (m.offset() or 0) + 1
             return batch
+
+    def _servable(self) -> list[Message]:
+        return [m for m in self._queue if (m.topic(), m.partition()) not in self.paused]
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        with self._cond:
+            self.paused |= {(p.topic, p.partition) for p in partitions}
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        with self._cond:
+            self.paused -= {(p.topic, p.partition) for p in partitions}
+            self._cond.notify_all()
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The next offset of each partition (-1001, OFFSET_INVALID: nothing served yet)."""
+        return [
+            TopicPartition(p.topic, p.partition, self._positions.get((p.topic, p.partition), -1001))
+            for p in partitions
+        ]
 
     def store_offsets(self, offsets: list[TopicPartition] | None = None, **_: Any) -> None:
         for tp in offsets or ():

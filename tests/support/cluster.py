@@ -272,7 +272,7 @@ class Cluster:
         self.http = http
         self.overrides = {**SHIPPED_TIMINGS, "log_format": "json", **overrides, **debugging()}
         self.nodes: list[NodeProcess] = []
-        self.table = Table(database_url)
+        self.table = Table(database_url.split()[0])  # shard 0's, with several shards
         self._count = 0
 
     def settings(self, **overrides: Any) -> Settings:

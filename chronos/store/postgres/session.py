@@ -23,7 +23,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from chronos.errors import StoreError
 from chronos.observability import metrics
-from chronos.observability.dependencies import POSTGRES
+from chronos.observability.dependencies import postgres
 from chronos.store.postgres.sql import query
 
 log = logging.getLogger("chronos.store.postgres")  # the store's logger, one for its modules
@@ -115,11 +115,15 @@ class PostgresSession:
         statement_timeout_ms: int = 0,
         tcp_timeout_ms: int = 0,
         synchronous_commit: str = "",
+        shard: int | None = None,
     ):
         """``statement_timeout_ms`` and ``synchronous_commit`` (0 / empty: the server's
         settings) apply to every session; ``tcp_timeout_ms`` drops a connection whose peer stops
-        answering (TCP keepalives and tcp_user_timeout) instead of waiting for minutes."""
+        answering (TCP keepalives and tcp_user_timeout) instead of waiting for minutes.
+        ``shard``: the shard whose database this is (None: the one database), whose state its
+        outages and returns report (``chronos.observability.dependencies``)."""
         self._url = libpq_url(url)
+        self._dependency = postgres(shard)
         self._connect_timeout = connect_timeout
         self._application_name = application_name
         self._slow_statement_s = slow_statement_s
@@ -162,7 +166,7 @@ class PostgresSession:
             refused = connection_refusal(exc)
             if refused is not None:
                 raise StoreError(f"cannot connect to Postgres: {refused}: {exc}") from exc
-            POSTGRES.failed(exc)
+            self._dependency.failed(exc)
             raise StoreError(f"cannot connect to Postgres: {exc}", outage=True) from exc
         conn.prepare_threshold = 0  # prepare every statement on first use
         self._local.conn = conn
@@ -235,7 +239,7 @@ class PostgresSession:
             finally:
                 del self._running[token]
                 self._observe(name, time.monotonic() - started)
-            POSTGRES.succeeded()
+            self._dependency.succeeded()
             return result, started, time.monotonic()
 
     def _observe(self, name: str, seconds: float) -> None:
@@ -265,7 +269,7 @@ class PostgresSession:
         )
         if lost:
             self._drop_connection(conn)
-            POSTGRES.failed(exc)
+            self._dependency.failed(exc)
             why = f"{STATEMENT_CANCELLED}: " if exc.sqlstate == QUERY_CANCELED else ""
             return StoreError(f"{name} failed: {why}{exc}", outage=True)
         # Class 22 (data exception) and 23 (integrity) name the data: a retry cannot succeed.

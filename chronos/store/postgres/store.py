@@ -64,6 +64,7 @@ class PostgresStore(
         tcp_timeout_ms: int = 0,
         synchronous_commit: str = "",
         history: bool = True,
+        shard: int | None = None,
     ):
         """The session options are ``PostgresSession``'s; ``history``: the statements that end
         messages record them (CHRONOS_HISTORY_TTL not 0)."""
@@ -75,6 +76,7 @@ class PostgresStore(
             statement_timeout_ms=statement_timeout_ms,
             tcp_timeout_ms=tcp_timeout_ms,
             synchronous_commit=synchronous_commit,
+            shard=shard,
         )
         self._known_tenants: set[str] = set()  # written to chronos_tenants by this store
         self._known_since = time.monotonic()  # forgotten every KNOWN_TENANTS_TTL_S (pruning)

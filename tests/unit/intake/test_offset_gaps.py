@@ -1,7 +1,7 @@
-"""Offset gaps (chronos.intake.gaps): a consumed record past the offset expected next in its
-partition makes intake read the partition again from the offset expected until the gap is filled
-(recovered: the broker had skipped records) or the same answer comes from a read started once it
-has settled (confirmed: a real gap); no record is ever stepped over."""
+"""Offset gaps (chronos.intake.partitions.gaps): a consumed record past the offset expected next in
+its partition makes intake read the partition again from the offset expected until the gap is
+filled (recovered: the broker had skipped records) or the same answer comes from a read started
+once it has settled (confirmed: a real gap); no record is ever stepped over."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 from prometheus_client import REGISTRY
 
-from chronos.intake.gaps import SETTLE_S, OffsetGaps
+from chronos.intake.partitions.gaps import SETTLE_S, OffsetGaps
 from chronos.testing import FakeConsumer, make_record
 from tests.support.kafka import chronos_headers
 from tests.unit.helpers import INPUT

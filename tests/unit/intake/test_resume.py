@@ -1,7 +1,7 @@
-"""Where an input partition resumes when it comes back (chronos.intake.resume), driven through
-the fake consumer's group events: a partition handed over (revoked) comes back at the group's
-commit, never at an offset this node remembers from before (the topic may have been deleted and
-created again meanwhile: a new log, whose records that offset would skip); a partition lost
+"""Where an input partition resumes when it comes back (chronos.intake.partitions.resume), driven
+through the fake consumer's group events: a partition handed over (revoked) comes back at the
+group's commit, never at an offset this node remembers from before (the topic may have been deleted
+and created again meanwhile: a new log, whose records that offset would skip); a partition lost
 resumes after what this node made durable while the group holds a commit behind it, and at the
 client's reset when the group holds none (a log new to the group)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
-from chronos.intake.warmth import (
+from chronos.intake.partitions.warmth import (
     EMPTY_MEMBER_AFTER_MS,
     joined_without_partitions,
     warm_if_joined_without_partitions,

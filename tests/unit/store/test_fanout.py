@@ -17,6 +17,9 @@ import pytest
 
 from chronos.admin.api import AdminAPI
 from chronos.errors import StoreError
+from chronos.node import http as chronos_http
+from chronos.node.http import Health
+from chronos.observability import dependencies
 from chronos.protocol import ScheduledMessage
 from chronos.store import Ending, MessageFilter, Store
 from chronos.store.fanout import ShardedStore
@@ -193,3 +196,39 @@ def test_a_shard_that_fails_is_named() -> None:
     store = cast(ShardedStore, sharded.api.store)
     with pytest.raises(StoreError, match="shard 1 did not answer: connection refused"):
         store.find_messages(MessageFilter(), park_attempts=4, limit=10)
+
+
+def test_readiness_holds_while_one_shard_answers_and_names_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(chronos_http, "broker_reachable", lambda _settings: (True, "ok"))
+    monkeypatch.setattr(chronos_http, "READY_CACHE_SECONDS", 0.0)
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    stores = [InMemoryStore(clock) for _ in range(3)]
+
+    def away(*_: Any) -> Any:
+        raise StoreError("connection refused", outage=True)
+
+    class State:
+        node_id, stopping, waiting_for = "n", False, ""
+
+        def warming_loops(self) -> list[str]:
+            return []
+
+        def loops_alive(self) -> bool:
+            return True
+
+    health = Health(make_settings(), State(), cast(Store, ShardedStore(stores)))
+    assert health.ready() == (True, {"node": "n", "postgres": "ok", "kafka": "ok"})
+    stores[2].ping = away  # type: ignore[method-assign]
+    assert health.ready() == (True, {"node": "n", "postgres": "shards away: 2", "kafka": "ok"})
+    stores[0].ping = stores[1].ping = away  # type: ignore[method-assign]
+    ok, checks = health.ready()
+    assert (ok, checks["postgres"]) == (False, "unavailable")
+
+
+def test_each_shard_has_its_own_dependency_state_and_gauge_label() -> None:
+    assert dependencies.postgres() is dependencies.POSTGRES
+    one, two = dependencies.postgres(1), dependencies.postgres(2)
+    assert dependencies.postgres(1) is one and one is not two
+    assert (one.label, one.name) == ("postgres-1", "Postgres (shard 1)")

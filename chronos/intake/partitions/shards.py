@@ -1,0 +1,190 @@
+"""Intake over several shards (docs/shards.md): each message goes to its input partition's shard,
+and a shard whose database is away holds back its own partitions only.
+
+A batch's messages are enqueued shard by shard, one statement each (``route``, on the enqueue
+statement's thread). With one shard, an outage is waited out as ever (retried with back-off).
+With several, a shard found away (its statement failed for want of the database) is given up on
+for the batch: its messages are **deferred**, not stored, while the other shards' are. The loop
+then (``hold``, on the consumer's thread) pauses every assigned partition of that shard,
+remembers for each where to read it again (the first offset of the batch's records from it, or
+the consumer's position), and strips those partitions from the offsets of every batch it settles
+while they are held: no offset past a deferred record is ever stored, so nothing is lost even if
+the node dies meanwhile (the partitions' next owner reads them from the last commit). A probe
+(``tick``: a ping of the shard every second, on a thread of its own) finds the database back;
+the held partitions are then sought back to where they must be read again and resumed. Records
+read twice are enqueued twice: the second is a duplicate of its id, as any replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from chronos.config.shards import ShardMap
+from chronos.protocol import ScheduledMessage
+from chronos.store import Outcome, Store
+
+log = logging.getLogger("chronos.intake.loop")  # the intake loop's logger: one name for intake
+
+PROBE_INTERVAL_S = 1.0
+
+
+class ShardAway(Exception):
+    """A shard's statement failed because its database could not be reached."""
+
+
+class Deferred:
+    """The outcome of a message whose shard was away: not stored; its partition is read again."""
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED = Deferred()
+
+Enqueue = Callable[[list[ScheduledMessage], Store, bool], list[Outcome | str] | None]
+
+
+class ShardRouter:
+    def __init__(self, stores: Sequence[Store], shard_map: ShardMap, topic: str) -> None:
+        self.stores = list(stores)
+        self.shard_map = shard_map
+        self.topic = topic
+        self.away: set[int] = set()  # shards whose database was away at their last statement
+        self.held: dict[int, int] = {}  # input partition -> the offset to read it again from
+        self.paused: set[int] = set()  # held partitions paused while their shard is away
+        self._probes = ThreadPoolExecutor(1, thread_name_prefix="chronos-shard-probe")
+        self._probe: tuple[int, Future[Any]] | None = None
+        self._probed_at = 0.0
+
+    @property
+    def several(self) -> bool:
+        return len(self.stores) > 1
+
+    def route(
+        self, messages: list[ScheduledMessage], partitions: list[int], enqueue: Enqueue
+    ) -> list[Outcome | str | Deferred] | None:
+        """Enqueue each message in its partition's shard (several shards): ``enqueue(messages,
+        store, patient=False)`` raises ShardAway for a database that cannot be reached, whose
+        messages are then deferred. None if stopping."""
+        by_shard: dict[int, list[int]] = {}
+        for index, partition in enumerate(partitions):
+            by_shard.setdefault(self.shard_map.shard_of(partition), []).append(index)
+        outcomes: list[Outcome | str | Deferred] = [DEFERRED] * len(messages)
+        for shard, indexes in sorted(by_shard.items()):
+            if shard in self.away:
+                continue  # deferred until its database answers again
+            try:
+                got = enqueue([messages[i] for i in indexes], self.stores[shard], False)
+            except ShardAway as exc:
+                self.away.add(shard)
+                log.warning(
+                    "shard %d's database is away (%s): its partitions are held until it "
+                    "answers; the other shards' go on",
+                    shard,
+                    exc,
+                    extra={"event": "shard_away", "shard": shard},
+                )
+                continue
+            if got is None:
+                return None
+            for index, outcome in zip(indexes, got, strict=True):
+                outcomes[index] = outcome
+        return outcomes
+
+    def hold(
+        self,
+        consumer: Consumer | None,
+        firsts: dict[tuple[str, int], int],
+        offsets: dict[tuple[str, int], int],
+        deferred: set[int],
+        assigned: set[tuple[str, int]],
+    ) -> None:
+        """After a batch whose messages of the input partitions ``deferred`` were not stored:
+        hold each of those partitions (where to read it again: its first record in the batch)
+        and every assigned partition of the shards away (else: the consumer's position); pause
+        the ones of a shard still away, seek back the others (their shard came back while the
+        batch was under way). A partition is released by the first batch that reads it again
+        from there, durably; until then its offsets are stripped from every batch's."""
+        for partition in sorted(deferred):
+            first = firsts[(self.topic, partition)]
+            self.held[partition] = min(self.held.get(partition, first), first)
+            if self.shard_map.shard_of(partition) not in self.away and consumer is not None:
+                consumer.seek(TopicPartition(self.topic, partition, self.held[partition]))
+        newly = []
+        mine = {p for t, p in assigned if t == self.topic} | deferred
+        for partition in sorted(mine):
+            topic = self.topic
+            if self.shard_map.shard_of(partition) not in self.away:
+                continue
+            if partition not in self.held and consumer is not None:
+                (pos,) = consumer.position([TopicPartition(topic, partition)])
+                offset = pos.offset
+                if offset < 0:
+                    continue  # nothing read from it yet: the last commit is where it starts
+                self.held[partition] = offset
+            if partition in self.held and partition not in self.paused:
+                self.paused.add(partition)
+                newly.append(TopicPartition(topic, partition))
+        if newly and consumer is not None:
+            consumer.pause(newly)
+        for partition, rewind in list(self.held.items()):
+            start = firsts.get((self.topic, partition))
+            read_again = start is not None and start <= rewind and partition not in deferred
+            if read_again and partition not in self.paused:
+                del self.held[partition]  # read again from there, durably: released
+            else:
+                offsets.pop((self.topic, partition), None)
+
+    def tick(self, consumer: Consumer | None) -> None:
+        """Probe a shard away (one at a time, a second apart); resume its partitions once its
+        database answers."""
+        if not self.away:
+            return
+        if self._probe is not None:
+            shard, probe = self._probe
+            if not probe.done():
+                return
+            self._probe = None
+            if probe.exception() is None:
+                self._back(consumer, shard)
+            return
+        if time.monotonic() - self._probed_at < PROBE_INTERVAL_S:
+            return
+        self._probed_at = time.monotonic()
+        shard = min(self.away)
+        self._probe = (shard, self._probes.submit(self.stores[shard].ping))
+
+    def _back(self, consumer: Consumer | None, shard: int) -> None:
+        """Shard ``shard``'s database answers: its paused partitions are read again from where
+        they are held (released once a batch has stored them again)."""
+        self.away.discard(shard)
+        mine = sorted(p for p in self.paused if self.shard_map.shard_of(p) == shard)
+        self.paused.difference_update(mine)
+        if consumer is not None and mine:
+            for partition in mine:
+                consumer.seek(TopicPartition(self.topic, partition, self.held[partition]))
+            consumer.resume([TopicPartition(self.topic, p) for p in mine])
+        log.warning(
+            "shard %d's database answers again: its partitions %s are read again from where "
+            "they were held",
+            shard,
+            mine,
+            extra={"event": "shard_back", "shard": shard},
+        )
+
+    def forget(self, partitions: Sequence[TopicPartition]) -> None:
+        """Revoked or lost: their next owner reads them from the last commit (never past a held
+        record)."""
+        for p in partitions:
+            if p.topic == self.topic:
+                self.held.pop(p.partition, None)
+                self.paused.discard(p.partition)
+
+    def close(self) -> None:
+        self._probes.shutdown(wait=False, cancel_futures=True)
