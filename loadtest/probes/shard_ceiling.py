@@ -135,6 +135,8 @@ def main() -> None:
         raise SystemExit("needs two cores at least")
     with two_servers() as urls:
         stores = [PostgresStore(url) for url in urls]
+        for store in stores:
+            store.maintain_history(timedelta(days=7))  # today's history partition, as the leader
         servers = [postmaster(url) for url in urls]
         results: dict[str, list[dict[str, float]]] = {"one": [], "two": []}
         for _ in range(args.rounds):
