@@ -102,10 +102,12 @@ class Monitor:
         fired: Callable[[], float] = fired_total,
         delivered: Callable[[], float | None] = delivered_ago,
         gauges: bool = True,
+        shard: int = 0,
     ):
         self.settings = settings
-        # Whether its backlog and tenant gauges are published: a node's first shard's only,
-        # until the gauges carry the shard (docs/shards.md).
+        # Its shard (the backlog gauges add up every shard's), and whether its tenant gauges are
+        # published: a node's first shard's only (docs/shards.md).
+        self.shard = shard
         self.gauges = gauges
         self.store = store
         self.node_id = settings.node_id
@@ -210,9 +212,10 @@ class Monitor:
             self._failed("elect_leader", exc)
             leader = None
         leads = self.leadership.elected(leader)
-        if was_leader and not leads and self.gauges:
-            clear_backlog()  # only the leader reports the shared table
-            self.tenant_gauges.clear()
+        if was_leader and not leads:
+            clear_backlog(self.shard)  # only the leader reports the shared table
+            if self.gauges:
+                self.tenant_gauges.clear()
             self.history.lost_leadership()
         return leads
 
@@ -228,8 +231,7 @@ class Monitor:
             self._failed("backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("backlog").observe(time.perf_counter() - started)
-        if self.gauges:
-            publish_backlog(backlog)
+        publish_backlog(backlog, self.shard)
         self.last_backlog = backlog
         return backlog
 
@@ -308,24 +310,31 @@ class Monitor:
             )
 
 
-def clear_backlog() -> None:
-    """A node that is not the leader reports an empty backlog (``max()`` over nodes is right)."""
-    for gauge in (
-        metrics.WAITING,
-        metrics.CLAIMED,
-        metrics.PARKED,
-        metrics.OVERDUE,
-        metrics.OLDEST_OVERDUE,
-        metrics.BACKLOG_EXACT,
-    ):
-        gauge.set(0)
+# Each shard's backlog as its lane last published it (docs/shards.md): the gauges show them
+# summed (the oldest overdue: the oldest of them). One shard: its own.
+_BACKLOGS: dict[int, Backlog] = {}
+_BACKLOGS_LOCK = threading.Lock()
 
 
-def publish_backlog(backlog: Backlog) -> None:
-    metrics.WAITING.set(backlog.waiting)
-    metrics.CLAIMED.set(backlog.claimed)
-    metrics.PARKED.set(backlog.parked)
-    metrics.OVERDUE.set(backlog.overdue)
-    metrics.OLDEST_OVERDUE.set(backlog.oldest_overdue_seconds)
-    metrics.BACKLOG_EXACT.set(1 if backlog.unclaimed_exact else 0)
+def clear_backlog(shard: int = 0) -> None:
+    """A node that is not the leader (of ``shard``) reports no backlog for it (``max()`` over
+    nodes is right: the leader of every shard is the same live node, the lowest id)."""
+    with _BACKLOGS_LOCK:
+        _BACKLOGS.pop(shard, None)
+        _set_gauges(list(_BACKLOGS.values()))
+
+
+def publish_backlog(backlog: Backlog, shard: int = 0) -> None:
+    with _BACKLOGS_LOCK:
+        _BACKLOGS[shard] = backlog
+        _set_gauges(list(_BACKLOGS.values()))
     metrics.BACKLOG_UPDATED.set(time.time())
+
+
+def _set_gauges(parts: list[Backlog]) -> None:
+    metrics.WAITING.set(sum(b.waiting for b in parts))
+    metrics.CLAIMED.set(sum(b.claimed for b in parts))
+    metrics.PARKED.set(sum(b.parked for b in parts))
+    metrics.OVERDUE.set(sum(b.overdue for b in parts))
+    metrics.OLDEST_OVERDUE.set(max((b.oldest_overdue_seconds for b in parts), default=0))
+    metrics.BACKLOG_EXACT.set(1 if parts and all(b.unclaimed_exact for b in parts) else 0)

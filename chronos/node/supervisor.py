@@ -101,7 +101,7 @@ class Node:
         self.lanes: list[Lane] = []
         for shard, each in enumerate(stores):
             leadership = Leadership(settings.node_id, settings.liveness_window_ms)
-            monitor = Monitor(settings, each, leadership, gauges=shard == 0)
+            monitor = Monitor(settings, each, leadership, gauges=shard == 0, shard=shard)
             self.lanes.append(Lane(shard, each, leadership, monitor))
         self.store = stores[0]  # intake's database clock; with one shard, the admin API's too
         # The admin API and health over every shard (one: the store itself).

@@ -11,7 +11,13 @@ from prometheus_client import REGISTRY
 
 import chronos
 from chronos.cluster.leadership import Leadership
-from chronos.cluster.monitor import FIRE_RATE_WINDOW_S, GAUGE_BUSY_SHARE, Monitor, gauge_interval
+from chronos.cluster.monitor import (
+    FIRE_RATE_WINDOW_S,
+    GAUGE_BUSY_SHARE,
+    Monitor,
+    clear_backlog,
+    gauge_interval,
+)
 from chronos.protocol import ScheduledMessage
 from tests.unit.admin.helpers import AdminHarness
 
@@ -39,6 +45,28 @@ def test_the_monitor_beats_publishes_the_backlog_and_leaves() -> None:
     assert sample("chronos_oldest_overdue_message_age_seconds") == pytest.approx(60)
     monitor.leave()
     assert h.store.list_nodes(h.settings.liveness_window_ms / 1000, include_dead=True) == []
+
+
+def test_the_backlog_gauges_add_up_every_shards_and_forget_a_shard_it_no_longer_leads() -> None:
+    """Several shards (docs/shards.md): each lane's monitor publishes its shard's backlog; the
+    gauges show them summed, the oldest overdue the oldest of them."""
+    shards = [AdminHarness(), AdminHarness()]
+    for i, h in enumerate(shards):
+        h.seed(2 + i)
+        late = h.clock.now() + timedelta(seconds=1)
+        h.store.enqueue([ScheduledMessage("late", late, None, b"", [])], 0)
+        h.clock.advance(11_000 + 30_000 * i)  # 10 s and 40 s overdue
+    monitors = [Monitor(h.settings, h.store, shard=i) for i, h in enumerate(shards)]
+    for monitor in monitors:
+        assert monitor.refresh_backlog() is not None
+    assert sample("chronos_waiting_messages") == (2 + 1) + (3 + 1)
+    assert sample("chronos_overdue_messages") == 2
+    assert sample("chronos_oldest_overdue_message_age_seconds") == pytest.approx(40)
+    clear_backlog(1)  # its lane is no longer shard 1's leader
+    assert sample("chronos_waiting_messages") == 3
+    assert sample("chronos_oldest_overdue_message_age_seconds") == pytest.approx(10)
+    clear_backlog(0)
+    assert sample("chronos_waiting_messages") == 0
 
 
 def test_slow_gauge_rounds_space_out_within_half_a_minute() -> None:
