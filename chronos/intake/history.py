@@ -21,6 +21,7 @@ messages again, as it publishes them again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 from chronos.config.settings import Settings
@@ -62,8 +63,15 @@ class ArrivalHistory:
     written; ``fired``: CHRONOS_HISTORY_FIRED, false leaves the fired ones out) on ``executor``,
     the enqueue statement's single thread."""
 
-    def __init__(self, settings: Settings, store: Store, executor: Executor) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        executor: Executor,
+        away: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.on = bool(settings.history_ttl)
+        self.away = away  # its database (shard 0's) found away: the records are not written
         self.fired = settings.history_fired
         self.node = settings.node_id
         self.store = store
@@ -77,6 +85,9 @@ class ArrivalHistory:
         if self.on and not self.fired:
             ended = [e for e in ended if e.ending.outcome != FIRED]
         if not self.on or not ended:
+            return
+        if self.away():  # not waited for: the other shards' batches come first
+            self._lost(len(ended), StoreError("shard 0's database is away", outage=True))
             return
         try:
             self.last = self.executor.submit(self._write, ended)

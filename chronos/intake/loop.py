@@ -87,7 +87,12 @@ class IntakeLoop(Loop):
         # Every shard's store, shard 0 first: a batch's messages go to their partition's shard,
         # and a shard away holds its own partitions only (docs/shards.md). One: ``store``.
         stores = shards or (store,)
-        self.router = ShardRouter(stores, shard_map or ShardMap(len(stores)), settings.input_topic)
+        self.router = ShardRouter(
+            stores,
+            shard_map or ShardMap(len(stores)),
+            settings.input_topic,
+            on_seek=lambda partitions: self.gaps.forget(partitions),
+        )
         self.publisher = publisher
         self.consumer_factory = consumer_factory
         self.clock = clock
@@ -102,7 +107,9 @@ class IntakeLoop(Loop):
         # The enqueue statement's thread (and so its own database connection): one at a time;
         # the history records of what intake ends without storing it are written there too.
         self.enqueuer = ThreadPoolExecutor(1, thread_name_prefix="chronos-enqueue")
-        self.history = ArrivalHistory(settings, store, self.enqueuer)
+        self.history = ArrivalHistory(
+            settings, store, self.enqueuer, away=lambda: 0 in self.router.away
+        )
         self.settlement = Settlement(settings, publisher, self.wait, self.history.write)
         self.audit, self.node = audit_trail(settings, publisher), settings.node_id
         self.clock_offset = timedelta(0)
@@ -192,7 +199,7 @@ class IntakeLoop(Loop):
         self.settle(consumer, block=True)
         self.assigned -= {(p.topic, p.partition) for p in partitions}
         self.gaps.forget((p.topic, p.partition) for p in partitions)
-        self.router.forget(partitions)
+        self.router.forget(consumer, partitions)
         metrics.ASSIGNED_PARTITIONS.set(len(self.assigned))
         for p in partitions:
             metrics.remove_series(metrics.ASSIGNED_PARTITION, p.topic, str(p.partition))
@@ -220,6 +227,8 @@ class IntakeLoop(Loop):
                 self.clock_synced_at = time.monotonic()
             except StoreError as exc:
                 log.log(exc.log_level, "could not read the database clock: %s", exc)
+                # Again in a second, not at every batch (shard 0 away: the others flow on).
+                self.clock_synced_at = time.monotonic() - CLOCK_SYNC_S + 1.0
         return local + self.clock_offset
 
     def _on_stats(self, stats_json: str) -> None:
@@ -321,7 +330,7 @@ class IntakeLoop(Loop):
         if consumed:
             KAFKA.succeeded()  # records came from the broker
         prepared = Prepared(folded, pending, offsets, consumed, duplicates + folded.duplicates)
-        prepared.firsts = firsts
+        prepared.firsts, prepared.batch = firsts, self.router.next_batch()
         return prepared
 
     def start(self, consumer: Consumer | None, prepared: Prepared) -> None:
@@ -380,7 +389,9 @@ class IntakeLoop(Loop):
         valid, sources = [valid[i] for i in kept], [sources[i] for i in kept]
         done = [o for o in outcomes if not isinstance(o, Deferred)]
         pending, offsets = prepared.pending, prepared.offsets
-        self.router.hold(consumer, prepared.firsts, offsets, deferred, self.assigned)
+        self.router.hold(
+            consumer, prepared.batch, prepared.firsts, offsets, deferred, self.assigned
+        )
         consumed, duplicates = prepared.consumed, prepared.duplicates
         dropped: list[EndedOnArrival] = []  # history records of what it ends unpublished
         if valid:

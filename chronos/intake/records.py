@@ -87,6 +87,7 @@ class Prepared:
     statement: Future[Any] | None = field(default=None)
     # Each partition's first record in the batch (where to read it again if its shard is away).
     firsts: dict[tuple[str, int], int] = field(default_factory=dict)
+    batch: int = 0  # its number, as consumed (chronos.intake.partitions.shards)
 
 
 REDUCED_HEADER_LIMIT = 1024  # bytes of one header value kept in a reduced dead letter

@@ -343,13 +343,15 @@ class ShardedStore:
     @staticmethod
     def _bulk(batches: list[BulkBatch]) -> BulkBatch:
         """The shards' batches as one: the next starts after the earliest cursor of a shard not
-        done (the others' rows past it no longer match: cancelled, or moved after ``since``)."""
+        done (the others' rows past it no longer match: cancelled, or moved after ``since``).
+        Its clock, a reschedule's ``since`` for the next batches, is the earliest of the shards'
+        (a row a shard moved is stamped after its own clock: never matched again)."""
         pending = [b.after for b in batches if b.after is not None]
         return BulkBatch(
             sum(b.done for b in batches),
             sum(b.claimed for b in batches),
             min(pending) if pending else None,
-            batches[0].now,
+            min(b.now for b in batches),
         )
 
     # -- pauses and limits: written to every shard, read from shard 0 -------------------------

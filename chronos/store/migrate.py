@@ -58,13 +58,17 @@ RECORD_SHARD = sa.text(
 
 def record_shard(database_url: str, shard: int, layout: ShardMap) -> bool:
     """Record in the database (migrated to 0018 or later) that it is ``shard`` of ``layout``;
-    True if written now, False if it was already. ConfigError if it is recorded as another shard
-    or layout, or if, never recorded, it holds a one-shard deployment's messages and the layout
-    has several shards: that would move partitions' messages away from their cancels."""
+    True if written now, False if it was already (or one database: nothing is recorded, and a
+    deployment that later spreads over several, drained first, records its shards then).
+    ConfigError if it is recorded as another shard or layout, or if, never recorded, it holds a
+    one-shard deployment's messages and the layout has several shards: that would move
+    partitions' messages away from their cancels."""
     engine = sa.create_engine(sqlalchemy_url(database_url))
     try:
         with engine.begin() as conn:
             row = conn.execute(RECORDED_SHARD).first()
+            if row is None and layout.shards == 1:
+                return False  # one database is no shard: nothing to record, sharded later
             if row is None and layout.shards > 1 and conn.execute(HOLDS_MESSAGES).scalar():
                 wanted = describe(shard, layout.shards, layout.spec)
                 raise ConfigError(

@@ -121,9 +121,13 @@ def test_a_database_holding_a_one_database_deployments_messages_is_not_made_a_sh
     with pytest.raises(ConfigError, match="holds the messages of a deployment on one database"):
         migrate.record_shard(two_databases[0], 0, ShardMap(2))
     assert _recorded(two_databases[0]) is None
-    # As one shard it is today's deployment: recorded as shard 0 of 1.
-    assert migrate.record_shard(two_databases[0], 0, ShardMap(1)) is True
-    assert _recorded(two_databases[0]) == (0, 1, "mod")
+    # As one database it is today's deployment: nothing recorded; drained, it can become a shard.
+    assert migrate.record_shard(two_databases[0], 0, ShardMap(1)) is False
+    assert _recorded(two_databases[0]) is None
+    with psycopg.connect(two_databases[0], autocommit=True) as conn:
+        conn.execute("DELETE FROM chronos_messages")
+    assert migrate.record_shard(two_databases[0], 0, ShardMap(2)) is True
+    assert _recorded(two_databases[0]) == (0, 2, "mod")
 
 
 def test_check_names_each_shard_and_fails_one_recorded_as_another(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -51,16 +51,32 @@ Enqueue = Callable[[list[ScheduledMessage], Store, bool], list[Outcome | str] | 
 
 
 class ShardRouter:
-    def __init__(self, stores: Sequence[Store], shard_map: ShardMap, topic: str) -> None:
+    def __init__(
+        self,
+        stores: Sequence[Store],
+        shard_map: ShardMap,
+        topic: str,
+        on_seek: Callable[[Iterable[tuple[str, int]]], None] = lambda _: None,
+    ) -> None:
         self.stores = list(stores)
         self.shard_map = shard_map
         self.topic = topic
+        self.on_seek = on_seek  # a partition sought back: what intake remembers of it goes
         self.away: set[int] = set()  # shards whose database was away at their last statement
         self.held: dict[int, int] = {}  # input partition -> the offset to read it again from
         self.paused: set[int] = set()  # held partitions paused while their shard is away
+        self.batches = 0  # the batches consumed so far (``next_batch``)
+        self.sought: dict[int, int] = {}  # held partition -> the batches consumed before its seek
         self._probes = ThreadPoolExecutor(1, thread_name_prefix="chronos-shard-probe")
         self._probe: tuple[int, Future[Any]] | None = None
         self._probed_at = 0.0
+        self._probed_last = -1
+
+    def next_batch(self) -> int:
+        """Number a batch as it is consumed: one consumed after a partition's seek reads it from
+        where it was sought back to."""
+        self.batches += 1
+        return self.batches
 
     @property
     def several(self) -> bool:
@@ -100,50 +116,64 @@ class ShardRouter:
     def hold(
         self,
         consumer: Consumer | None,
+        batch: int,
         firsts: dict[tuple[str, int], int],
         offsets: dict[tuple[str, int], int],
         deferred: set[int],
         assigned: set[tuple[str, int]],
     ) -> None:
-        """After a batch whose messages of the input partitions ``deferred`` were not stored:
-        hold each of those partitions (where to read it again: its first record in the batch)
-        and every assigned partition of the shards away (else: the consumer's position); pause
-        the ones of a shard still away, seek back the others (their shard came back while the
-        batch was under way). A partition is released by the first batch that reads it again
-        from there, durably; until then its offsets are stripped from every batch's."""
+        """After batch number ``batch``, whose messages of the input partitions ``deferred`` were
+        not stored: hold each of those partitions (where to read it again: its first record in
+        the batch) and every assigned partition of the shards away (else: the consumer's
+        position); pause the ones of a shard still away, seek back the others (their shard came
+        back while the batch was under way). A partition is released by the first batch consumed
+        after its seek that stores it (it reads it from there); until then its offsets are
+        stripped from every batch's."""
         for partition in sorted(deferred):
             first = firsts[(self.topic, partition)]
             self.held[partition] = min(self.held.get(partition, first), first)
-            if self.shard_map.shard_of(partition) not in self.away and consumer is not None:
-                consumer.seek(TopicPartition(self.topic, partition, self.held[partition]))
+            if self.shard_map.shard_of(partition) not in self.away:
+                self._seek(consumer, [partition])
         newly = []
         mine = {p for t, p in assigned if t == self.topic} | deferred
         for partition in sorted(mine):
-            topic = self.topic
             if self.shard_map.shard_of(partition) not in self.away:
                 continue
             if partition not in self.held and consumer is not None:
-                (pos,) = consumer.position([TopicPartition(topic, partition)])
-                offset = pos.offset
-                if offset < 0:
+                (pos,) = consumer.position([TopicPartition(self.topic, partition)])
+                if pos.offset < 0:
                     continue  # nothing read from it yet: the last commit is where it starts
-                self.held[partition] = offset
+                self.held[partition] = pos.offset
             if partition in self.held and partition not in self.paused:
                 self.paused.add(partition)
-                newly.append(TopicPartition(topic, partition))
+                newly.append(TopicPartition(self.topic, partition))
         if newly and consumer is not None:
             consumer.pause(newly)
-        for partition, rewind in list(self.held.items()):
-            start = firsts.get((self.topic, partition))
-            read_again = start is not None and start <= rewind and partition not in deferred
-            if read_again and partition not in self.paused:
-                del self.held[partition]  # read again from there, durably: released
+        for partition in list(self.held):
+            read_again = (
+                (self.topic, partition) in firsts
+                and partition not in deferred
+                and partition not in self.paused
+                and batch > self.sought.get(partition, self.batches)
+            )
+            if read_again:  # read again from where it was held, and stored: released
+                del self.held[partition]
+                self.sought.pop(partition, None)
             else:
                 offsets.pop((self.topic, partition), None)
 
+    def _seek(self, consumer: Consumer | None, partitions: list[int]) -> None:
+        """Read ``partitions`` again from where they are held (the batches consumed so far were
+        read before it)."""
+        for partition in partitions:
+            self.sought[partition] = self.batches
+            if consumer is not None:
+                consumer.seek(TopicPartition(self.topic, partition, self.held[partition]))
+        self.on_seek((self.topic, p) for p in partitions)
+
     def tick(self, consumer: Consumer | None) -> None:
-        """Probe a shard away (one at a time, a second apart); resume its partitions once its
-        database answers."""
+        """Probe the shards away, each in turn, one a second; resume a shard's partitions once
+        its database answers."""
         if not self.away:
             return
         if self._probe is not None:
@@ -157,7 +187,9 @@ class ShardRouter:
         if time.monotonic() - self._probed_at < PROBE_INTERVAL_S:
             return
         self._probed_at = time.monotonic()
-        shard = min(self.away)
+        away = sorted(self.away)  # each in turn
+        shard = next((a for a in away if a > self._probed_last), away[0])
+        self._probed_last = shard
         self._probe = (shard, self._probes.submit(self.stores[shard].ping))
 
     def _back(self, consumer: Consumer | None, shard: int) -> None:
@@ -166,10 +198,10 @@ class ShardRouter:
         self.away.discard(shard)
         mine = sorted(p for p in self.paused if self.shard_map.shard_of(p) == shard)
         self.paused.difference_update(mine)
-        if consumer is not None and mine:
-            for partition in mine:
-                consumer.seek(TopicPartition(self.topic, partition, self.held[partition]))
-            consumer.resume([TopicPartition(self.topic, p) for p in mine])
+        if mine:
+            self._seek(consumer, mine)
+            if consumer is not None:
+                consumer.resume([TopicPartition(self.topic, p) for p in mine])
         log.warning(
             "shard %d's database answers again: its partitions %s are read again from where "
             "they were held",
@@ -178,13 +210,18 @@ class ShardRouter:
             extra={"event": "shard_back", "shard": shard},
         )
 
-    def forget(self, partitions: Sequence[TopicPartition]) -> None:
+    def forget(self, consumer: Consumer | None, partitions: Sequence[TopicPartition]) -> None:
         """Revoked or lost: their next owner reads them from the last commit (never past a held
-        record)."""
-        for p in partitions:
-            if p.topic == self.topic:
-                self.held.pop(p.partition, None)
-                self.paused.discard(p.partition)
+        record). A paused one is resumed first: the client keeps a pause across a revocation,
+        and one assigned back to this node must flow."""
+        mine = [p.partition for p in partitions if p.topic == self.topic]
+        resumed = [p for p in mine if p in self.paused]
+        if resumed and consumer is not None:
+            consumer.resume([TopicPartition(self.topic, p) for p in resumed])
+        for partition in mine:
+            self.held.pop(partition, None)
+            self.paused.discard(partition)
+            self.sought.pop(partition, None)
 
     def close(self) -> None:
         self._probes.shutdown(wait=False, cancel_futures=True)

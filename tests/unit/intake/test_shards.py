@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from chronos.config.shards import ShardMap
 from chronos.errors import StoreError
 from chronos.intake.loop import IntakeLoop
+from chronos.intake.partitions.shards import ShardRouter
 from chronos.store import Outcome
 from chronos.testing import FakeConsumer, FakePublisher, InMemoryStore, ManualClock, make_record
 from tests.support.kafka import chronos_headers
@@ -129,3 +130,74 @@ def test_one_shard_waits_an_outage_out_as_ever(
         loop.stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+class Pinged(InMemoryStore):
+    """A shard whose pings are counted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pings = 0
+        self.answers = False
+
+    def ping(self) -> Any:
+        self.pings += 1
+        if not self.answers:
+            raise StoreError("connection refused", outage=True)
+        return super().ping()
+
+
+def test_every_shard_away_is_probed_in_turn_and_resumed_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("chronos.intake.partitions.shards.PROBE_INTERVAL_S", 0.0)
+    clock = ManualClock()
+    shards = [Pinged(clock) for _ in range(3)]
+    router = ShardRouter(shards, ShardMap(3), INPUT)
+    fake = FakeConsumer()
+    consumer = cast(Consumer, fake)
+    router.away = {1, 2}
+    router.held = {1: 0, 2: 0}
+    router.paused = {1, 2}
+    shards[2].answers = True  # shard 2 is back, shard 1 still away
+
+    def back() -> bool:
+        router.tick(consumer)
+        return 2 not in router.away
+
+    assert wait_for(back, 5)
+    assert router.away == {1} and router.paused == {1} and shards[1].pings >= 1
+    assert fake.seeks == [(INPUT, 2, 0)]
+    router.close()
+
+
+def test_a_paused_partition_revoked_is_resumed_for_whoever_gets_it_next() -> None:
+    clock = ManualClock()
+    router = ShardRouter([Pinged(clock), Pinged(clock)], ShardMap(2), INPUT)
+    fake = FakeConsumer()
+    consumer = cast(Consumer, fake)
+    router.away, router.held, router.paused = {1}, {1: 4}, {1}
+    fake.pause([TopicPartition(INPUT, 1)])
+    router.forget(consumer, [TopicPartition(INPUT, 1)])
+    assert not fake.paused and not router.held and not router.paused
+    router.close()
+
+
+def test_a_held_partition_is_released_only_by_a_batch_consumed_after_its_seek() -> None:
+    """A batch read before the seek (prepared while a statement was under way) may hold the
+    partition's later records: storing its offsets would pass the records not stored."""
+    clock = ManualClock()
+    router = ShardRouter([Pinged(clock), Pinged(clock)], ShardMap(2), INPUT)
+    fake = FakeConsumer()
+    consumer = cast(Consumer, fake)
+    before = router.next_batch()  # consumed before the seek
+    router.held = {1: 10}
+    router._seek(consumer, [1])
+    after = router.next_batch()
+    offsets = {(INPUT, 1): 30}
+    router.hold(consumer, before, {(INPUT, 1): 20}, offsets, set(), set())
+    assert offsets == {} and router.held == {1: 10}  # stripped: not released
+    offsets = {(INPUT, 1): 15}
+    router.hold(consumer, after, {(INPUT, 1): 10}, offsets, set(), set())
+    assert offsets == {(INPUT, 1): 15} and router.held == {}  # read again from 10: released
+    router.close()
