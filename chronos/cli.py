@@ -14,6 +14,8 @@ chronos tail       print what arrives on the output (or dead-letter, or audit) t
 chronos admin      the admin API from the command line (chronos.admin.cli)
 chronos import     schedule every row of a JSON Lines or Parquet file
 chronos check      check a node's configuration against Postgres and the broker
+chronos shards     the shards' map and moves (show), and moving an input partition to another
+                   shard (move PARTITION --to SHARD)
 chronos settings   every setting: its variable, flag, default, allowed values (--json)
 
 A command's --help shows the settings it is about; every other setting it takes is a flag of it
@@ -145,6 +147,26 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
     settings.add_arguments(check, shown=CHECK_SHOWN)
 
+    shards = sub.add_parser(
+        "shards",
+        help="show the shards' map and moves, or move an input partition to another shard",
+        description="The shards (docs/shards.md): `show` prints the map and the partitions moved "
+        "away from it; `move PARTITION --to SHARD` moves a partition's messages to another "
+        "shard while the nodes run (its intake is held meanwhile). With "
+        "CHRONOS_MIGRATION_DATABASE_URL (else CHRONOS_DATABASE_URL).",
+    )
+    shard_commands = shards.add_subparsers(dest="shards_command", required=True, metavar="ACTION")
+    show = shard_commands.add_parser("show", help="the map and the partitions moved away from it")
+    settings.add_arguments(show, shown=MIGRATE_SHOWN)
+    move = shard_commands.add_parser(
+        "move",
+        help="move an input partition's messages to another shard",
+        usage="chronos shards move [-h] [--help-all] PARTITION --to SHARD [SETTING FLAGS]",
+    )
+    move.add_argument("partition", type=int, metavar="PARTITION", help="the input partition")
+    move.add_argument("--to", type=int, required=True, metavar="SHARD", help="its new shard")
+    settings.add_arguments(move, shown=MIGRATE_SHOWN)
+
     listing = sub.add_parser(
         "settings",
         help="list every setting: its variable, flag, default, allowed values and meaning",
@@ -185,6 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             # The migration may run with its own (schema-owning) role and URL only.
             return _migrate(
+                validate(config, require_database=not config.migration_database_url), args
+            )
+        if args.command == "shards":
+            return _shards(
                 validate(config, require_database=not config.migration_database_url), args
             )
         if args.command == "dev":
@@ -266,6 +292,24 @@ def _migrate(config: settings.Settings, args: argparse.Namespace) -> int:
                 "(CHRONOS_MIGRATION_DATABASE_URL, else CHRONOS_DATABASE_URL, must own the schema)"
             ) from exc
     return 0
+
+
+def _shards(config: settings.Settings, args: argparse.Namespace) -> int:
+    """``chronos shards show`` and ``chronos shards move`` (chronos.store.postgres.moves)."""
+    from chronos.config.shards import layout
+    from chronos.store.postgres import moves
+
+    urls, shards = layout(config.effective_migration_database_url.reveal(), config.shard_map)
+    if args.shards_command == "move":
+        moves.move_partition(urls, shards, args.partition, args.to, say=_say)
+        return 0
+    for line in moves.describe_shards(urls, shards):
+        print(line)
+    return 0
+
+
+def _say(line: str) -> None:
+    print(f"chronos: {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -367,7 +367,7 @@ class IntakeLoop(Loop):
         if self.router.several:
             outcomes = self.router.route(messages, partitions, self._enqueue)
         else:  # one database: its outages are waited out, as ever
-            found = self._enqueue(messages, self.store)
+            found = self._enqueue(messages, self.store, True, partitions)
             outcomes = None if found is None else list(found)
         if outcomes is not None:
             metrics.STATEMENT_DURATION.labels("enqueue").observe(time.perf_counter() - started)
@@ -438,13 +438,18 @@ class IntakeLoop(Loop):
         return self.settlement.settle(consumer, block=block)
 
     def _enqueue(
-        self, messages: list[ScheduledMessage], store: Store, patient: bool = True
+        self,
+        messages: list[ScheduledMessage],
+        store: Store,
+        patient: bool = True,
+        partitions: list[int] | None = None,
     ) -> list[Outcome | str] | None:
         """Enqueue, retrying outages with backoff. If the database refuses the data itself, split
         the batch to isolate the poison: its outcome is the refusal (a string) and it goes to the
         dead-letter topic, so one bad record never stalls a partition. None if stopping. Not
         ``patient`` (one shard of several), a database that cannot be reached raises ShardAway
-        instead: the other shards' messages go on (``chronos.intake.partitions.shards``)."""
+        instead: the other shards' messages go on (``chronos.intake.partitions.shards``), and
+        the messages' ``partitions`` are fenced: a partition being moved comes back MOVING."""
         backoff = Backoff()
         while True:
             try:
@@ -459,6 +464,8 @@ class IntakeLoop(Loop):
                         catchup_after_ms=(
                             self.settings.catchup_after_ms if self.settings.catchup_rate else None
                         ),
+                        partitions=partitions,
+                        fenced=not patient,
                     )
                 )
             except StoreError as exc:
@@ -469,9 +476,14 @@ class IntakeLoop(Loop):
                     if len(messages) == 1:
                         return [f"rejected by the database: {exc}"[:500]]
                     middle = len(messages) // 2
-                    left = self._enqueue(messages[:middle], store, patient)
+                    halves = (
+                        (None, None)
+                        if partitions is None
+                        else (partitions[:middle], partitions[middle:])
+                    )
+                    left = self._enqueue(messages[:middle], store, patient, halves[0])
                     right = (
-                        self._enqueue(messages[middle:], store, patient)
+                        self._enqueue(messages[middle:], store, patient, halves[1])
                         if left is not None
                         else None
                     )

@@ -4,6 +4,7 @@ records and ``PostgresStore``."""
 
 from __future__ import annotations
 
+from chronos.store.backlog import Backlog, TenantBacklog, TenantBacklogs
 from chronos.store.batch import encode_batch
 from chronos.store.filters import (
     BULK_BATCH,
@@ -39,7 +40,6 @@ from chronos.store.types import (
     LIST_QUERIES,
     UNBOUNDED_BYTES,
     Advance,
-    Backlog,
     CancelOutcome,
     Claim,
     ClaimedRow,
@@ -50,8 +50,6 @@ from chronos.store.types import (
     RescheduleOutcome,
     Store,
     StuckRow,
-    TenantBacklog,
-    TenantBacklogs,
     row_bytes,
 )
 

@@ -46,10 +46,13 @@ def encoded_bytes(params: dict[str, Any]) -> int:
 _ACTION_CODES = {Action.SCHEDULE: "s", Action.RESCHEDULE: "r", Action.CANCEL: "c"}
 
 
-def encode_batch(messages: Sequence[ScheduledMessage]) -> dict[str, Any]:
+def encode_batch(
+    messages: Sequence[ScheduledMessage], partitions: Sequence[int | None] | None = None
+) -> dict[str, Any]:
     """The enqueue statement's batch parameters: one array per column, in batch order (a cancel
     has no deadline), each already in Postgres's binary format (``chronos.store.arrays``). A new
-    column is one more array here and one more ``unnest`` argument."""
+    column is one more array here and one more ``unnest`` argument. ``partitions``: each
+    message's input partition (None: not from Kafka)."""
     codes = _ACTION_CODES
     cancel = Action.CANCEL
     return {
@@ -64,6 +67,7 @@ def encode_batch(messages: Sequence[ScheduledMessage]) -> dict[str, Any]:
         "tenants": text_array([m.tenant for m in messages]),
         "recurrences": text_array([m.recurrence for m in messages]),
         "expires": int4_array([m.expires_ms for m in messages]),
+        "partitions": int4_array(list(partitions) if partitions else [None] * len(messages)),
         "header_rows": int4_array([row for row, m in enumerate(messages, 1) for _ in m.headers]),
         "header_names": text_array([name for m in messages for name, _ in m.headers]),
         "header_values": bytea_array([value for m in messages for _, value in m.headers]),

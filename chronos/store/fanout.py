@@ -23,18 +23,17 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from chronos.errors import StoreError
+from chronos.store.backlog import Backlog, TenantBacklogs
 from chronos.store.filters import BulkBatch, MessageCount, MessageFilter
 from chronos.store.flow import Limit, Pause, PauseKind
 from chronos.store.history import EndedRecord, HistorySummary, page_weight
 from chronos.store.types import (
-    Backlog,
     CancelOutcome,
     MessageRecord,
     NodeRecord,
     RequeueOutcome,
     RescheduleOutcome,
     Store,
-    TenantBacklogs,
 )
 
 _T = TypeVar("_T")

@@ -98,6 +98,12 @@ messages = Table(
         nullable=True,
         comment="chronosExpires: ms an occurrence may fire late (NULL: the default)",
     ),
+    Column(
+        "input_partition",
+        Integer,
+        nullable=True,
+        comment="the input partition it was consumed from (NULL: not from Kafka)",
+    ),
 )
 
 # "due and not readied": the claim query is an index range scan on deadline.
@@ -215,6 +221,45 @@ shard = Table(
     ),
     CheckConstraint("id = 1", name="chronos_shard_one_row"),
 )
+
+# The input partitions moved away from the recorded map (0019, docs/shards.md), in every shard:
+# the shard each goes to, "moving" (its rows being copied: no shard takes its messages) then
+# "moved"; `generation` orders a move's writes. Readable by PUBLIC: layout, no message data.
+partition_moves = Table(
+    "chronos_partition_moves",
+    metadata,
+    Column("partition", Integer, primary_key=True, comment="the input partition"),
+    Column("shard", Integer, nullable=False, comment="the shard it moves to"),
+    Column("state", Text, nullable=False, comment="moving, then moved"),
+    Column("generation", BigInteger, nullable=False, comment="orders the moves' writes"),
+    Column(
+        "changed_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("now()"),
+        comment="when its state was written (DB clock)",
+    ),
+    CheckConstraint("state IN ('moving', 'moved')", name="chronos_partition_moves_state"),
+)
+MOVES_LOCK = 6372728131  # the moves' advisory lock: the fence's (below) and a move's
+# The fence of an enqueue statement with several shards: the moves' lock shared (until the
+# transaction ends; a move takes it exclusively to mark a partition moving), then, in a snapshot
+# of its own, the partitions this shard must not take: moving, or moved to another shard.
+PARTITION_FENCE = """
+CREATE OR REPLACE FUNCTION chronos_partitions_refused() RETURNS int4[]
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(6372728131);
+    RETURN coalesce(
+        (SELECT array_agg(m.partition ORDER BY m.partition)
+         FROM chronos_partition_moves m
+         WHERE m.state = 'moving'
+            OR m.shard IS DISTINCT FROM (SELECT s.shard FROM chronos_shard s WHERE s.id = 1)),
+        '{}');
+END
+$$
+"""
+event.listen(partition_moves, "after_create", DDL(PARTITION_FENCE))  # type: ignore[no-untyped-call]
 
 # One row per tenant ever named by a message (the default tenant '' from the start): the tenants
 # the fair claim visits in turn. Written by the enqueue statement for the tenants a node has not

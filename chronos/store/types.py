@@ -11,9 +11,11 @@ from enum import Enum
 from typing import NamedTuple, Protocol
 
 from chronos.protocol import Headers, ScheduledMessage
+from chronos.store.backlog import Backlog, TenantBacklogs
 from chronos.store.filters import BULK_BATCH, BulkBatch, MessageCount, MessageFilter
 from chronos.store.flow import Catchup, Limit, Pause, PauseKind, PauseSet
 from chronos.store.history import Ending, HistoryStore
+from chronos.store.moves import MovesStore
 
 
 class Outcome(Enum):
@@ -29,6 +31,7 @@ class Outcome(Enum):
     CANCELLED = "cancelled"  # cancel: the waiting row was deleted
     CANCEL_CLAIMED = "cancel_claimed"  # cancel of a claimed (firing) row: not deleted
     CANCEL_UNKNOWN = "cancel_unknown"  # cancel of an id not scheduled (the marker is kept)
+    MOVING = "moving"  # its partition is not this shard's now (being moved): not applied
 
 
 class ClaimedRow(NamedTuple):
@@ -153,72 +156,6 @@ class MessageRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Backlog:
-    """The table's backlog, measured without a table scan (see the ``backlog`` query).
-
-    ``unclaimed`` is exact when ``unclaimed_exact``, else the planner's live-row estimate less
-    the claimed rows; ``parked`` and ``overdue`` are exact unless capped at the count limit.
-    """
-
-    now: datetime  # the database clock
-    estimated_rows: int | None
-    unclaimed: int  # waiting + parked
-    unclaimed_exact: bool
-    claimed: int
-    parked: int
-    parked_capped: bool
-    overdue: int  # waiting rows past their deadline
-    overdue_capped: bool
-    oldest_overdue: datetime | None
-    oldest_deadline: datetime | None
-    newest_deadline: datetime | None
-
-    @property
-    def waiting(self) -> int:
-        return max(0, self.unclaimed - self.parked)
-
-    @property
-    def oldest_overdue_seconds(self) -> float:
-        """now - the deadline of the oldest overdue waiting row; 0 when none is overdue."""
-        if self.oldest_overdue is None:
-            return 0.0
-        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
-
-
-@dataclass(frozen=True, slots=True)
-class TenantBacklog:
-    """One tenant's part of the backlog (see the ``tenant_backlog`` query). ``waiting`` and
-    ``overdue`` are exact unless capped at the count limit; ``parked`` counts at most the count
-    limit over all tenants. The default tenant is ``''`` (rows written before tenants too)."""
-
-    tenant: str
-    now: datetime  # the database clock
-    waiting: int  # unclaimed, not parked
-    waiting_capped: bool
-    overdue: int  # waiting rows past their deadline
-    overdue_capped: bool
-    oldest_overdue: datetime | None
-    claimed: int
-    parked: int
-
-    @property
-    def oldest_overdue_seconds(self) -> float:
-        """now - the deadline of the tenant's oldest overdue waiting row; 0 when none."""
-        if self.oldest_overdue is None:
-            return 0.0
-        return max(0.0, (self.now - self.oldest_overdue).total_seconds())
-
-
-@dataclass(frozen=True, slots=True)
-class TenantBacklogs:
-    """The busiest tenants (most overdue rows first, then most waiting rows, then by name)."""
-
-    now: datetime
-    tenants: list[TenantBacklog]
-    tenants_capped: bool  # more tenants have waiting rows than the query looked at
-
-
-@dataclass(frozen=True, slots=True)
 class NodeRecord:
     """A node known from its heartbeat row, its claims, or both."""
 
@@ -242,7 +179,7 @@ LIST_QUERIES = {  # the states list_messages takes (None: all) and the statement
 }
 
 
-class Store(HistoryStore, Protocol):
+class Store(HistoryStore, MovesStore, Protocol):
     def enqueue(
         self,
         messages: Sequence[ScheduledMessage],
@@ -251,11 +188,15 @@ class Store(HistoryStore, Protocol):
         *,
         output_topic: str = "",
         catchup_after_ms: int | None = None,
+        partitions: Sequence[int | None] | None = None,
+        fenced: bool = False,
     ) -> list[Outcome]:
         """Apply a batch. A one-shot schedule due within ``advance_ms`` comes back FIRE_NOW (not
         stored: intake publishes it) unless flow control holds it: its tenant or target topic
         (``output_topic`` when it names none) paused or rate-limited, or it is overdue by more
-        than ``catchup_after_ms`` (the paced catch-up; None: off). Those are stored, and wait."""
+        than ``catchup_after_ms`` (the paced catch-up; None: off). Those are stored, and wait.
+        ``partitions``: each message's input partition, stored with it; ``fenced`` (several
+        shards): a message of a partition this shard does not take now comes back MOVING."""
         ...
 
     def claim(

@@ -147,6 +147,7 @@ def run_size(
                     "advance_ms": advance,
                     "cancel_ttl_ms": 86_400_000,
                     "new_tenants": [""],
+                    "fenced": False,
                 }
                 plan = explain(explain_conn, "enqueue_batch", params)
             else:

@@ -72,12 +72,14 @@ def test_a_batch_over_the_statement_budget_is_split_and_every_outcome_kept(
         monkeypatch.setattr(store_module, "ENQUEUE_CHUNK_BYTES", 8_000)  # about 6 per statement
         encoded: list[int] = []
 
-        def counted(messages: list[ScheduledMessage]) -> dict[str, Any]:
+        def counted(
+            messages: list[ScheduledMessage], partitions: list[int | None] | None = None
+        ) -> dict[str, Any]:
             encoded.append(len(messages))
-            return encode_batch(messages)
+            return encode_batch(messages, partitions)
 
         monkeypatch.setattr(store_module, "encode_batch", counted)
-        outcomes = store.enqueue(batch, 0)
+        outcomes = store.enqueue(batch, 0, partitions=[i % 7 for i in range(50)])
         assert encoded[0] == 50 and len(encoded) > 5 and sum(encoded[1:]) == 50, encoded
         assert outcomes[:10] == [Outcome.INSERTED] * 10
         assert outcomes[10:20] == [Outcome.DUPLICATE] * 10
@@ -87,7 +89,12 @@ def test_a_batch_over_the_statement_budget_is_split_and_every_outcome_kept(
             headers = conn.execute(
                 "SELECT message_headers FROM chronos_messages WHERE id = 'm49'"
             ).fetchone()
+            partitions = conn.execute(
+                "SELECT id, input_partition FROM chronos_messages WHERE id NOT IN "
+                "('m10','m11','m12','m13','m14','m15','m16','m17','m18','m19')"
+            ).fetchall()
         assert count == (50,)
+        assert sorted(partitions) == sorted((f"m{i}", i % 7) for i in (*range(10), *range(20, 50)))
         assert headers == ([{"h": "eHh4" * 33 + "eA=="}],)
     finally:
         store.close()

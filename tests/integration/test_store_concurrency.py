@@ -196,6 +196,7 @@ def _cancel_statement(via: str) -> tuple[str, dict[str, Any], Callable[[Any], bo
             "advance_ms": 0,
             "cancel_ttl_ms": ttl,
             "new_tenants": [],
+            "fenced": False,
             "output_topic": "",
             "catchup_after_ms": None,
             "history": True,

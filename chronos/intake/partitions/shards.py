@@ -13,6 +13,11 @@ the node dies meanwhile (the partitions' next owner reads them from the last com
 (``tick``: a ping of the shard every second, on a thread of its own) finds the database back;
 the held partitions are then sought back to where they must be read again and resumed. Records
 read twice are enqueued twice: the second is a duplicate of its id, as any replay.
+
+A partition being moved to another shard (``chronos shards move``) is held the same way, from
+its first record that a shard refused (the enqueue statement's fence) or as soon as the moves
+read every second (``tick``, from every shard that answers) say so; it is read again once they
+say it has moved, its messages going to its new shard from then on.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from chronos.config.shards import ShardMap
+from chronos.errors import StoreError
 from chronos.protocol import ScheduledMessage
 from chronos.store import Outcome, Store
+from chronos.store.moves import MOVED, MOVING, PartitionMove, merge
 
 log = logging.getLogger("chronos.intake.loop")  # the intake loop's logger: one name for intake
 
 PROBE_INTERVAL_S = 1.0
+MOVES_REFRESH_S = 1.0  # how often the moves are read
 
 
 class ShardAway(Exception):
@@ -47,7 +55,7 @@ class Deferred:
 
 DEFERRED = Deferred()
 
-Enqueue = Callable[[list[ScheduledMessage], Store, bool], list[Outcome | str] | None]
+Enqueue = Callable[[list[ScheduledMessage], Store, bool, list[int]], list[Outcome | str] | None]
 
 
 class ShardRouter:
@@ -71,6 +79,9 @@ class ShardRouter:
         self._probe: tuple[int, Future[Any]] | None = None
         self._probed_at = 0.0
         self._probed_last = -1
+        self.moves: dict[int, PartitionMove] = {}  # the partitions moved away from the map
+        self._refresh: Future[dict[int, PartitionMove]] | None = None
+        self._refreshed_at = 0.0
 
     def next_batch(self) -> int:
         """Number a batch as it is consumed: one consumed after a partition's seek reads it from
@@ -82,6 +93,20 @@ class ShardRouter:
     def several(self) -> bool:
         return len(self.stores) > 1
 
+    def shard_of(self, partition: int) -> int | None:
+        """The shard that takes ``partition``'s messages now; None while it moves (or moved to
+        a shard this node was not given: its settings predate the shard)."""
+        move = self.moves.get(partition)
+        if move is None:
+            return self.shard_map.shard_of(partition)
+        if move.state == MOVED and move.shard < len(self.stores):
+            return move.shard
+        return None
+
+    def _blocked(self, partition: int) -> bool:
+        shard = self.shard_of(partition)
+        return shard is None or shard in self.away
+
     def route(
         self, messages: list[ScheduledMessage], partitions: list[int], enqueue: Enqueue
     ) -> list[Outcome | str | Deferred] | None:
@@ -90,13 +115,16 @@ class ShardRouter:
         messages are then deferred. None if stopping."""
         by_shard: dict[int, list[int]] = {}
         for index, partition in enumerate(partitions):
-            by_shard.setdefault(self.shard_map.shard_of(partition), []).append(index)
+            shard = self.shard_of(partition)
+            if shard is not None:  # None: moving, deferred until it has moved
+                by_shard.setdefault(shard, []).append(index)
         outcomes: list[Outcome | str | Deferred] = [DEFERRED] * len(messages)
         for shard, indexes in sorted(by_shard.items()):
             if shard in self.away:
                 continue  # deferred until its database answers again
+            mine = [partitions[i] for i in indexes]
             try:
-                got = enqueue([messages[i] for i in indexes], self.stores[shard], False)
+                got = enqueue([messages[i] for i in indexes], self.stores[shard], False, mine)
             except ShardAway as exc:
                 self.away.add(shard)
                 log.warning(
@@ -110,8 +138,24 @@ class ShardRouter:
             if got is None:
                 return None
             for index, outcome in zip(indexes, got, strict=True):
-                outcomes[index] = outcome
+                if outcome is Outcome.MOVING:  # the shard's fence: the partition is moving
+                    self._refused(partitions[index], shard)
+                else:
+                    outcomes[index] = outcome
         return outcomes
+
+    def _refused(self, partition: int, shard: int) -> None:
+        """Shard ``shard`` no longer takes ``partition`` (a move the moves read had not shown
+        yet): held as moving until they show where it went."""
+        if partition not in self.moves or self.moves[partition].state != MOVING:
+            log.warning(
+                "partition %d is being moved away from shard %d: held until it has moved",
+                partition,
+                shard,
+                extra={"event": "partition_moving", "partition": partition},
+            )
+        self.moves[partition] = PartitionMove(partition, -1, MOVING, -1)
+        self._refreshed_at = 0.0  # read the moves again at once
 
     def hold(
         self,
@@ -132,12 +176,12 @@ class ShardRouter:
         for partition in sorted(deferred):
             first = firsts[(self.topic, partition)]
             self.held[partition] = min(self.held.get(partition, first), first)
-            if self.shard_map.shard_of(partition) not in self.away:
+            if not self._blocked(partition):
                 self._seek(consumer, [partition])
         newly = []
         mine = {p for t, p in assigned if t == self.topic} | deferred
         for partition in sorted(mine):
-            if self.shard_map.shard_of(partition) not in self.away:
+            if not self._blocked(partition):
                 continue
             if partition not in self.held and consumer is not None:
                 (pos,) = consumer.position([TopicPartition(self.topic, partition)])
@@ -172,8 +216,9 @@ class ShardRouter:
         self.on_seek((self.topic, p) for p in partitions)
 
     def tick(self, consumer: Consumer | None) -> None:
-        """Probe the shards away, each in turn, one a second; resume a shard's partitions once
-        its database answers."""
+        """Read the moves every second, and probe the shards away, each in turn, one a second;
+        resume a shard's partitions once its database answers, a partition once it has moved."""
+        self._tick_moves(consumer)
         if not self.away:
             return
         if self._probe is not None:
@@ -192,16 +237,48 @@ class ShardRouter:
         self._probed_last = shard
         self._probe = (shard, self._probes.submit(self.stores[shard].ping))
 
-    def _back(self, consumer: Consumer | None, shard: int) -> None:
-        """Shard ``shard``'s database answers: its paused partitions are read again from where
-        they are held (released once a batch has stored them again)."""
-        self.away.discard(shard)
-        mine = sorted(p for p in self.paused if self.shard_map.shard_of(p) == shard)
+    def _tick_moves(self, consumer: Consumer | None) -> None:
+        if self._refresh is not None:
+            if not self._refresh.done():
+                return
+            refresh, self._refresh = self._refresh, None
+            if refresh.exception() is None:
+                self._moved(consumer, refresh.result())
+            return
+        if time.monotonic() - self._refreshed_at < MOVES_REFRESH_S:
+            return
+        self._refreshed_at = time.monotonic()
+        answering = [s for i, s in enumerate(self.stores) if i not in self.away]
+        self._refresh = self._probes.submit(_read_moves, answering)
+
+    def _moved(self, consumer: Consumer | None, moves: dict[int, PartitionMove]) -> None:
+        """The moves as read: a partition held while it moved and now moved is read again."""
+        for partition, move in moves.items():
+            if move != self.moves.get(partition) and move.state == MOVED:
+                log.warning(
+                    "partition %d has moved to shard %d: its messages go there",
+                    partition,
+                    move.shard,
+                    extra={"event": "partition_moved", "partition": partition},
+                )
+        self.moves = moves
+        self._release(consumer)
+
+    def _release(self, consumer: Consumer | None) -> list[int]:
+        """Read the paused partitions no longer blocked again from where they are held
+        (released once a batch has stored them again)."""
+        mine = sorted(p for p in self.paused if not self._blocked(p))
         self.paused.difference_update(mine)
         if mine:
             self._seek(consumer, mine)
             if consumer is not None:
                 consumer.resume([TopicPartition(self.topic, p) for p in mine])
+        return mine
+
+    def _back(self, consumer: Consumer | None, shard: int) -> None:
+        """Shard ``shard``'s database answers: its paused partitions are read again."""
+        self.away.discard(shard)
+        mine = [p for p in self._release(consumer) if self.shard_of(p) == shard]
         log.warning(
             "shard %d's database answers again: its partitions %s are read again from where "
             "they were held",
@@ -225,3 +302,14 @@ class ShardRouter:
 
     def close(self) -> None:
         self._probes.shutdown(wait=False, cancel_futures=True)
+
+
+def _read_moves(stores: Sequence[Store]) -> dict[int, PartitionMove]:
+    """The moves as every shard that answers records them (a move writes each in turn)."""
+    views = []
+    for store in stores:
+        try:
+            views.append(store.partition_moves())
+        except StoreError:
+            continue  # away: the others say it
+    return merge(views)

@@ -10,20 +10,18 @@ from datetime import datetime
 from typing import Any
 
 from chronos.protocol import decode_headers
+from chronos.store.backlog import Backlog, TenantBacklog, TenantBacklogs
 from chronos.store.types import (
     COUNT_LIMIT,
     DEFAULT_CANCEL_TTL_MS,
     EXACT_COUNT_BELOW,
     LIST_QUERIES,
     UNBOUNDED_BYTES,
-    Backlog,
     CancelOutcome,
     MessageRecord,
     NodeRecord,
     RequeueOutcome,
     RescheduleOutcome,
-    TenantBacklog,
-    TenantBacklogs,
 )
 
 

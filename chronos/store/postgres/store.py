@@ -26,6 +26,7 @@ from chronos.store.batch import (
 )
 from chronos.store.flow import Catchup, PauseSet
 from chronos.store.history import Ending
+from chronos.store.moves import PartitionMove
 from chronos.store.postgres.admin import AdminQueries
 from chronos.store.postgres.clock import ClockOffset
 from chronos.store.postgres.find import FindQueries
@@ -96,20 +97,26 @@ class PostgresStore(
         *,
         output_topic: str = "",
         catchup_after_ms: int | None = None,
+        partitions: Sequence[int | None] | None = None,
+        fenced: bool = False,
     ) -> list[Outcome]:
         """Apply a batch of schedules, reschedules and cancels (ids must be distinct within the
         batch). One statement."""
         if not messages:
             return []
         outcomes = [Outcome.INSERTED] * len(messages)
-        whole = _encoded(messages)
+        whole = _encoded(messages, partitions)
         if encoded_bytes(whole) <= ENQUEUE_CHUNK_BYTES:
             ranges = [(0, len(messages))]  # an ordinary batch: one statement
         else:
             ranges = chunks_by_size(messages, ENQUEUE_CHUNK_BYTES)
         for start, end in ranges:
             chunk = messages[start:end]
-            encoded = whole if len(ranges) == 1 else _encoded(chunk)
+            encoded = (
+                whole
+                if len(ranges) == 1
+                else _encoded(chunk, partitions[start:end] if partitions else None)
+            )
             if time.monotonic() - self._known_since > KNOWN_TENANTS_TTL_S:
                 # The leader forgets tenants with nothing waiting (prune_tenants): write ours
                 # again now and then (no-ops while they are known), so an active one comes back.
@@ -130,6 +137,7 @@ class PostgresStore(
                     "output_topic": output_topic,
                     "catchup_after_ms": catchup_after_ms,
                     "new_tenants": sorted(new_tenants),
+                    "fenced": fenced,
                 },
                 records=ending,
                 recording=ending > 0,
@@ -308,6 +316,10 @@ class PostgresStore(
         )
         return [StuckRow(r["id"], r["readied_by"], r["readied_at"]) for r in rows]
 
+    def partition_moves(self) -> list[PartitionMove]:
+        rows, _ = self._execute_tuples("partition_moves", {})
+        return [PartitionMove(*row) for row in rows]
+
     def reset_stuck(self, rows: Sequence[StuckRow]) -> list[tuple[str, str]]:
         if not rows:
             return []
@@ -315,12 +327,14 @@ class PostgresStore(
         return [(r["id"], r["readied_by"]) for r in result]
 
 
-def _encoded(messages: Sequence[ScheduledMessage]) -> dict[str, Any]:
+def _encoded(
+    messages: Sequence[ScheduledMessage], partitions: Sequence[int | None] | None = None
+) -> dict[str, Any]:
     """The enqueue's parameters; a value that no column can hold (an integer out of its range,
     a string that is not UTF-8) is the database refusing the data: the caller isolates the
     message that carries it, as it does with what Postgres itself refuses."""
     try:
-        return encode_batch(messages)
+        return encode_batch(messages, partitions)
     except (struct.error, ValueError, TypeError, OverflowError) as exc:
         raise StoreError(f"enqueue_batch refused the batch's data: {exc}", retryable=False) from exc
 

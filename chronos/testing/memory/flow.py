@@ -1,6 +1,7 @@
 """How the in-memory store's claim picks rows beyond the deadline order, with the semantics of the
 SQL: the fair share between tenants (``claim_due_fair``), pauses (``pause``, ``resume``,
-``list_pauses`` and the claims' paused filter) and the paced catch-up. A mixin of
+``list_pauses`` and the claims' paused filter), the paced catch-up, and the partitions a shard
+does not take while they move (``partition_moves``, the enqueue's fence). A mixin of
 ``InMemoryStore``."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from datetime import datetime, timedelta
 
 from chronos.protocol import ScheduledMessage
 from chronos.store import Catchup, Limit, Pause, PauseKind, PauseSet
+from chronos.store.moves import MOVING, PartitionMove
 from chronos.testing.memory.rows import StoredRow
 
 
@@ -22,6 +24,22 @@ class InMemoryFlow:
     _pauses: dict[tuple[PauseKind, str], Pause]  # chronos_pauses
     _limits: dict[tuple[PauseKind, str], Limit]  # chronos_limits
     _statement: Callable[[str], datetime]
+    moves: list[PartitionMove]  # chronos_partition_moves (tests write it)
+    shard: int  # chronos_shard's shard
+
+    def partition_moves(self) -> list[PartitionMove]:
+        with self._lock:
+            self._statement("partition_moves")
+            return list(self.moves)
+
+    def _refused(self, partitions: Sequence[int | None] | None) -> set[int]:
+        """The fence of ``enqueue_batch`` (chronos_partitions_refused): of ``partitions``, those
+        this shard does not take now (being moved, or moved to another shard)."""
+        with self._lock:
+            refused = {
+                m.partition for m in self.moves if m.state == MOVING or m.shard != self.shard
+            }
+        return refused & set(partitions or ())
 
     def pause(self, kind: PauseKind, name: str, paused_by: str) -> Pause:
         with self._lock:

@@ -2,8 +2,7 @@
 
 ``InMemoryStore`` implements :class:`chronos.store.Store` with the semantics of the named SQL in
 ``chronos/store/postgres/sql/`` (deadlines and claims compared on an injectable clock, claims
-fenced
-by ``readied_by`` and ``readied_at``, the column limits of the schema enforced as ``StoreError``).
+fenced by ``readied_by`` and ``readied_at``, the schema's column limits enforced as ``StoreError``).
 ``FakePublisher`` (a :class:`chronos.kafka.Publisher` whose deliveries the test decides) and
 ``FakeConsumer`` live in :mod:`chronos.testing.kafka` and are re-exported here.
 ``ManualClock`` gives the store (wall clock) and the firing loop (monotonic clock) one time line
@@ -54,6 +53,7 @@ from chronos.store.history import (
     Ending,
     ending_sequence,
 )
+from chronos.store.moves import PartitionMove
 from chronos.testing.clock import ManualClock
 from chronos.testing.kafka import FakeConsumer, FakePublisher, ProducedRecord, make_record
 from chronos.testing.memory.admin import InMemoryAdmin
@@ -110,6 +110,8 @@ class InMemoryStore(InMemoryHistory, InMemoryAdmin, InMemoryFind, InMemoryFlow, 
         self._tenants: set[str] = {DEFAULT_TENANT}  # chronos_tenants
         self._pauses: dict[tuple[PauseKind, str], Pause] = {}  # chronos_pauses
         self._limits: dict[tuple[PauseKind, str], Limit] = {}  # chronos_limits
+        self.moves: list[PartitionMove] = []  # chronos_partition_moves (tests write it)
+        self.shard = 0  # chronos_shard's shard: which partitions the fence refuses
         self.history, self._history, self._partitions, self.unrecorded = history, [], {}, 0
         self.fair_tenants_per_claim = FAIR_TENANTS_PER_CLAIM
         self._fair_cursor = ""  # the last tenant the previous fair claim visited
@@ -188,9 +190,24 @@ class InMemoryStore(InMemoryHistory, InMemoryAdmin, InMemoryFind, InMemoryFlow, 
         *,
         output_topic: str = "",
         catchup_after_ms: int | None = None,
+        partitions: Sequence[int | None] | None = None,
+        fenced: bool = False,
     ) -> list[Outcome]:
         if not messages:
             return []
+        moving = self._refused(partitions) if fenced else set()
+        if moving:  # the moving partitions' messages are not applied
+            kept = [m for m, p in zip(messages, partitions or (), strict=True) if p not in moving]
+            applied = iter(
+                self.enqueue(
+                    kept,
+                    advance_ms,
+                    cancel_ttl_ms,
+                    output_topic=output_topic,
+                    catchup_after_ms=catchup_after_ms,
+                )
+            )
+            return [Outcome.MOVING if p in moving else next(applied) for p in partitions or ()]
         ids = [m.id for m in messages]
         if len(set(ids)) != len(ids):
             raise ValueError("enqueue: ids must be distinct within a batch")

@@ -23,6 +23,7 @@ from tests.support.store_contract.claim import ClaimContract
 from tests.support.store_contract.common import FAR, HORIZON, Harness, claims, msg, node
 from tests.support.store_contract.enqueue import EnqueueContract
 from tests.support.store_contract.find import FindContract
+from tests.support.store_contract.moves import MovesContract
 from tests.support.store_contract.pauses import LimitContract, PauseContract
 from tests.support.store_contract.recovery import RecoveryContract
 from tests.support.store_contract.release import ReleaseContract
@@ -42,6 +43,7 @@ class StoreContract(
     PauseContract,
     CatchupContract,
     LimitContract,
+    MovesContract,
 ):
     """Every part of the store contract but actions and tenants. Subclasses provide a
     ``harness`` fixture."""

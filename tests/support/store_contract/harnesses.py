@@ -12,6 +12,7 @@ from datetime import datetime
 import psycopg
 
 from chronos.store import CancelOutcome, PostgresStore
+from chronos.store.moves import PartitionMove
 from chronos.testing import InMemoryStore, ManualClock
 
 # The cancel_message statement of the release before the history kept keys (0013): its history
@@ -52,6 +53,9 @@ class MemoryHarness:
         done = self.store.cancel_message(message_id, by="previous release")
         assert done is CancelOutcome.CANCELLED
         self.store.forget_history_keys(message_id)
+
+    def record_moves(self, shard: int, moves: list[PartitionMove]) -> None:
+        self.store.shard, self.store.moves = shard, list(moves)
 
 
 class FreezableStore(PostgresStore):
@@ -97,6 +101,21 @@ class PostgresHarness:
     def cancel_as_previous_release(self, message_id: str) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(PREVIOUS_RELEASE_CANCEL, {"id": message_id})
+
+    def record_moves(self, shard: int, moves: list[PartitionMove]) -> None:
+        """Record the database as ``shard`` of two, with ``moves`` (as ``chronos migrate`` and
+        ``chronos shards move`` write them)."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO chronos_shard (id, shard, shards, map) VALUES (1, %s, 2, 'mod')",
+                (shard,),
+            )
+            for move in moves:
+                conn.execute(
+                    "INSERT INTO chronos_partition_moves (partition, shard, state, generation) "
+                    "VALUES (%s, %s, %s, %s)",
+                    tuple(move),
+                )
 
     def close(self) -> None:
         self.store.close()

@@ -29,10 +29,13 @@
 -- tenants the fair claim visits (chronos_tenants).
 -- Only the exceptions come back, by their 1-based position in the batch, with what happened:
 -- fire_now, due_duplicate, duplicate, blocked (a live cancel marker), rescheduled,
--- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown. A batch of schedules that are
--- all inserted returns no rows. The batch arrives as one binary array per column, in batch order
+-- reschedule_claimed, cancelled, cancel_claimed, cancel_unknown, and moving: with `fenced`
+-- (several shards), a message of an input partition this shard does not take (being moved, or
+-- moved to another shard: chronos_partitions_refused, docs/shards.md) is not applied at all.
+-- A batch of schedules that are all inserted returns no rows. The batch arrives as one binary array per column, in batch order
 -- (ids, actions "s"|"r"|"c", deadlines (NULL for a cancel), raw keys and values, target topics,
--- tenants ('' : the default tenant), recurrences, expires_ms (chronosExpires; NULL: the default));
+-- tenants ('' : the default tenant), recurrences, expires_ms (chronosExpires; NULL: the default),
+-- input partitions (NULL: not from Kafka));
 -- headers flattened: header_rows (each header's 1-based message position), header_names and raw
 -- header_values, in order. The server builds the stored header document from them:
 -- [{"name": "<base64 value>" | null}, ...] (base64 without line breaks), NULL when none.
@@ -43,8 +46,13 @@ WITH headers AS (
     FROM unnest(%(header_rows)b::int[], %(header_names)b::text[], %(header_values)b::bytea[])
          WITH ORDINALITY AS h(message_ord, name, value, ord)
     GROUP BY h.message_ord
-), batch AS (
-    SELECT b.ord, b.id, coalesce(b.action, 's') AS action, b.deadline,
+), fence AS MATERIALIZED (
+    -- with several shards: the partitions this shard does not take (being moved, or moved away)
+    SELECT CASE WHEN %(fenced)s::boolean THEN chronos_partitions_refused()
+                ELSE ARRAY[]::int4[] END AS refused
+), given AS (
+    SELECT b.ord, b.id, coalesce(b.action, 's') AS action, b.deadline, b.input_partition,
+           coalesce(b.input_partition = ANY(f.refused), false) AS refused,
            b.message_key, b.message_value, h.message_headers, b.target_topic,
            coalesce(b.tenant, '') AS tenant, b.recurrence, b.expires_ms,
            b.recurrence IS NULL
@@ -66,15 +74,19 @@ WITH headers AS (
                    WHERE c.id = b.id AND c.expires_at > now()) AS blocked
     FROM unnest(%(ids)b::text[], %(actions)b::text[], %(deadlines)b::timestamptz[],
                 %(keys)b::bytea[], %(values)b::bytea[], %(topics)b::text[],
-                %(tenants)b::text[], %(recurrences)b::text[], %(expires)b::int4[])
+                %(tenants)b::text[], %(recurrences)b::text[], %(expires)b::int4[],
+                %(partitions)b::int4[])
              WITH ORDINALITY AS b(id, action, deadline, message_key, message_value, target_topic,
-                                  tenant, recurrence, expires_ms, ord)
+                                  tenant, recurrence, expires_ms, input_partition, ord)
+    CROSS JOIN fence f
     LEFT JOIN headers h ON h.message_ord = b.ord
+), batch AS NOT MATERIALIZED (
+    SELECT * FROM given WHERE NOT refused
 ), inserted AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic, tenant, recurrence, expires_ms)
+                                  target_topic, tenant, recurrence, expires_ms, input_partition)
     SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant,
-           recurrence, expires_ms
+           recurrence, expires_ms, input_partition
     FROM batch
     WHERE action = 's' AND NOT due AND NOT blocked
     ORDER BY ord
@@ -82,9 +94,9 @@ WITH headers AS (
     RETURNING id
 ), rescheduled AS (
     INSERT INTO chronos_messages (id, deadline, message_key, message_value, message_headers,
-                                  target_topic, tenant, recurrence, expires_ms)
+                                  target_topic, tenant, recurrence, expires_ms, input_partition)
     SELECT id, deadline, message_key, message_value, message_headers, target_topic, tenant,
-           recurrence, expires_ms
+           recurrence, expires_ms, input_partition
     FROM batch
     WHERE action = 'r' AND NOT blocked
     ORDER BY id
@@ -92,7 +104,8 @@ WITH headers AS (
     SET deadline = excluded.deadline, message_key = excluded.message_key,
         message_value = excluded.message_value, message_headers = excluded.message_headers,
         target_topic = excluded.target_topic, tenant = excluded.tenant,
-        recurrence = excluded.recurrence, expires_ms = excluded.expires_ms, attempts = 0,
+        recurrence = excluded.recurrence, expires_ms = excluded.expires_ms,
+        input_partition = excluded.input_partition, attempts = 0,
         last_error = NULL, parked_at = NULL,
         enqueued_at = CASE WHEN chronos_messages.readied_at IS NULL THEN clock_timestamp()
                            ELSE greatest(clock_timestamp(),
@@ -185,4 +198,6 @@ SELECT b.ord,
 FROM batch b
 WHERE b.action <> 's' OR b.blocked OR b.due
    OR NOT EXISTS (SELECT 1 FROM inserted i WHERE i.id = b.id)
-ORDER BY b.ord;
+UNION ALL
+SELECT g.ord, 'moving' FROM given g WHERE g.refused
+ORDER BY 1;
