@@ -281,9 +281,7 @@ def _migrate(config: settings.Settings, args: argparse.Namespace) -> int:
                 migrate.downgrade(url, target)
                 print(f"chronos: schema downgraded to {target}{where}")
                 continue
-            migrate.upgrade(url, args.to)
-            if args.to == "head":
-                migrate.record_shard(url, shard, shards)
+            migrate.upgrade_shard(url, shard, shards, args.to)
             print(f"chronos: schema upgraded to {args.to}{where}")
         except SQLAlchemyError as exc:
             # e.g. a role without the rights to change the schema: say so without a traceback.

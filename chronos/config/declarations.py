@@ -61,7 +61,8 @@ class Settings:
     )
     shard_map: str = setting(
         "mod",
-        "which shard holds each input partition: mod (partition mod shards) or ranges 0-5:0,6-11:1",
+        "which shard holds each input partition: mod (partition mod shards), mod:K (mod the "
+        "first K: a database added) or ranges 0-5:0,6-11:1",
         group="postgres",
         metavar="MAP",
     )

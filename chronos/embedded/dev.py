@@ -381,8 +381,7 @@ def run_dev(
             except ValueError as exc:
                 raise ConfigError(f"CHRONOS_SHARD_MAP / --shard-map: {exc}") from None
             for shard, each in enumerate(urls):
-                migrate.upgrade(each)
-                migrate.record_shard(each, shard, shard_map)
+                migrate.upgrade_shard(each, shard, shard_map)
             url = " ".join(urls)
             topic_names = [settings.input_topic, settings.output_topic, settings.dead_letter_topic]
             replicated = args.broker == "kafka" and args.brokers > 1

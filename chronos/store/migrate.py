@@ -13,7 +13,7 @@ from alembic.config import Config
 from alembic.operations import Operations
 from psycopg import sql
 
-from chronos.config.shards import ShardMap, describe, record_mismatch
+from chronos.config.shards import ShardMap, describe, grows, record_mismatch
 from chronos.errors import ConfigError
 
 
@@ -44,6 +44,14 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(database_url), revision)
 
 
+def upgrade_shard(database_url: str, shard: int, layout: ShardMap, revision: str = "head") -> None:
+    """Upgrade shard ``shard``'s database of ``layout`` (``chronos migrate``, ``chronos dev``);
+    at the head revision, record in it which shard it is (``record_shard``)."""
+    upgrade(database_url, revision)
+    if revision == "head":
+        record_shard(database_url, shard, layout)
+
+
 def downgrade(database_url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(database_url), revision)
 
@@ -55,11 +63,17 @@ RECORD_SHARD = sa.text(
     "ON CONFLICT (id) DO NOTHING"
 )
 
+REGROW_SHARD = sa.text(
+    "UPDATE chronos_shard SET shards = :shards, map = :map, recorded_at = now() WHERE id = 1"
+)
+
 
 def record_shard(database_url: str, shard: int, layout: ShardMap) -> bool:
     """Record in the database (migrated to 0018 or later) that it is ``shard`` of ``layout``;
     True if written now, False if it was already (or one database: nothing is recorded, and a
-    deployment that later spreads over several, drained first, records its shards then).
+    deployment that later spreads over several, drained first, records its shards then). A
+    layout that adds databases and leaves every partition where it was (``grows``) is recorded
+    in place of the old one.
     ConfigError if it is recorded as another shard or layout, or if, never recorded, it holds a
     one-shard deployment's messages and the layout has several shards: that would move
     partitions' messages away from their cancels."""
@@ -79,6 +93,9 @@ def record_shard(database_url: str, shard: int, layout: ShardMap) -> bool:
                 )
             recorded = None if row is None else (row.shard, row.shards, row.map)
             if recorded is not None:
+                if grows(recorded, shard, layout):  # databases added, no partition moved
+                    conn.execute(REGROW_SHARD, {"shards": layout.shards, "map": layout.spec})
+                    return True
                 mismatch = record_mismatch(recorded, shard, layout)
                 if mismatch is not None:
                     raise ConfigError(mismatch)

@@ -178,3 +178,38 @@ def test_the_command_moves_and_shows_and_says_what_it_cannot_do(
     reversed_ = " ".join(reversed(shards))
     assert cli.main(["shards", "move", "4", "--to", "1", "--database-url", reversed_]) == 2
     assert "is recorded as shard 1 of 2" in capsys.readouterr().err
+
+
+def _recorded(url: str) -> tuple[object, ...] | None:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT shard, shards, map FROM chronos_shard").fetchone()
+
+
+def test_a_database_added_is_recorded_by_migrate_and_partitions_move_to_it(
+    shards: list[str], database_factory: DatabaseFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    third = database_factory.create_migrated()
+    try:
+        store = PostgresStore(shards[1], shard=1)
+        try:
+            _enqueue(store, [_message(f"p1-{i}", 600) for i in range(20)], 1)
+        finally:
+            store.close()
+        three = " ".join([*shards, third])
+        # `mod` over three databases would move partitions away from their messages: refused.
+        assert cli.main(["migrate", "--database-url", three]) == 2
+        assert "is recorded as shard 0 of 2 (map mod)" in capsys.readouterr().err
+        assert cli.main(["migrate", "--database-url", three, "--shard-map", "mod:2"]) == 0
+        assert [_recorded(url) for url in (*shards, third)] == [
+            (0, 3, "mod:2"),
+            (1, 3, "mod:2"),
+            (2, 3, "mod:2"),
+        ]
+        assert cli.main(["migrate", "--database-url", " ".join(shards)]) == 2  # no going back
+        capsys.readouterr()
+        move = ["shards", "move", "1", "--to", "2", "--database-url", three]
+        assert cli.main([*move, "--shard-map", "mod:2"]) == 0
+        assert "20 messages copied" in capsys.readouterr().out
+        assert len(_rows(third, 1)) == 20 and _rows(shards[1], 1) == {}
+    finally:
+        database_factory.drop(third)

@@ -8,7 +8,7 @@ import pytest
 
 from chronos import cli
 from chronos.config.settings import Secret, load
-from chronos.config.shards import ShardMap, layout, parse_shard_map, record_mismatch
+from chronos.config.shards import ShardMap, grows, layout, parse_shard_map, record_mismatch
 from chronos.config.validation import validate
 from chronos.errors import ConfigError
 
@@ -44,7 +44,8 @@ def test_an_explicit_map_gives_ranges_and_its_canonical_text_is_sorted() -> None
         ("5-0:0,6-7:1", "ends before it starts"),
         ("0-5:0,6-11:2", "names shard 2, but CHRONOS_DATABASE_URL names 2 databases"),
         ("0-5:0,5-11:1", "partition 5 is given two shards"),
-        ("0-11:0", "shard 1 holds no partition"),
+        ("mod:3", "K must be 1 to the number of databases CHRONOS_DATABASE_URL names (2)"),
+        ("mod:0", "K must be 1 to the number of databases"),
     ],
 )
 def test_a_bad_map_is_refused_naming_the_setting(text: str, says: str) -> None:
@@ -91,3 +92,20 @@ def test_the_recorded_shard_is_compared_with_the_settings() -> None:
     assert "make it shard 0 of 2 (map mod)" in swapped
     grown = record_mismatch((0, 1, "mod"), 0, two)
     assert grown is not None and "shard 0 of 1" in grown
+
+
+def test_mod_k_leaves_the_added_shards_without_partitions_of_the_map() -> None:
+    grown = parse_shard_map("mod:2", 3)
+    assert grown.spec == "mod:2" and grown.shards == 3
+    assert [grown.shard_of(p) for p in range(5)] == [0, 1, 0, 1, 0]
+    assert parse_shard_map("mod:3", 3) == ShardMap(3)  # K the number of databases: mod
+
+
+def test_a_layout_that_adds_databases_and_moves_no_partition_grows_the_recorded_one() -> None:
+    assert grows((0, 2, "mod"), 0, parse_shard_map("mod:2", 3))
+    assert grows((1, 2, "0-5:0,6-11:1"), 1, parse_shard_map("0-5:0,6-11:1", 4))
+    assert grows((1, 2, "mod"), 1, parse_shard_map("0:0,1:1,2:0,3:1", 3))
+    assert not grows((0, 2, "mod"), 0, ShardMap(3))  # mod over 3 moves partitions
+    assert not grows((0, 2, "mod"), 1, parse_shard_map("mod:2", 3))  # another shard
+    assert not grows((0, 3, "mod:2"), 0, parse_shard_map("mod", 2))  # fewer databases
+    assert not grows((0, 2, "0-5:0,6-11:1"), 0, parse_shard_map("0-6:0,7-11:1", 3))
