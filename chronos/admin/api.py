@@ -29,6 +29,8 @@ GET    /admin/v1/history/summary ended messages by tenant and outcome over a win
        fired ones' lateness p50 and p99
 GET    /admin/v1/stats           counts by state, overdue, oldest/newest deadline
 GET    /admin/v1/tenants         the busiest tenants: waiting, overdue, claimed, parked each
+GET    /admin/v1/shards          each shard's database, up or not, with its counts; the map and
+       the partitions moved away from it (chronos.admin.shards)
 GET    /admin/v1/nodes           live nodes (heartbeats) and nodes holding claims, and the
        cluster's fire rate (the sum of the live nodes' own)
 GET    /admin/v1/dead-letters    browse the dead-letter topic (``?reason=CODE``), cursor-paged
@@ -75,6 +77,7 @@ from chronos.admin.params import (
     parse_query,
     read_body,
 )
+from chronos.admin.shards import ShardEndpoints
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.store import (
@@ -130,6 +133,7 @@ class AdminAPI:
         self.pauses = PauseEndpoints(store, self.audit)
         self.limits = LimitEndpoints(store, self.audit)
         self.dead_letters = DeadLetterEndpoints(settings, self.audit)
+        self.shards = ShardEndpoints(settings, store, self.messages.parked_at)
 
     @property
     def enabled(self) -> bool:
@@ -251,6 +255,8 @@ class AdminAPI:
             return self._reply(*self.messages.stats(query))
         if route == "tenants":
             return self._reply(*self.messages.tenants(query))
+        if route == "shards":
+            return self._reply(*self.shards.list(query))
         if route == "history-summary":
             return self._reply(*self.messages.history.summary(query))
         if route == "whoami":
@@ -301,6 +307,8 @@ class AdminAPI:
             return "tenants", ""
         if path == PREFIX + "/whoami":
             return "whoami", ""
+        if path == PREFIX + "/shards":
+            return "shards", ""
         if path == SUMMARY_PATH:
             return "history-summary", ""
         if path == PREFIX + "/pauses":

@@ -11,6 +11,7 @@ chronos admin history summary   ended messages by tenant and outcome over --sinc
 chronos admin stats             counts by state, overdue, oldest and newest deadline
 chronos admin nodes             live nodes (and, with --include-dead, nodes holding claims)
 chronos admin tenants           the busiest tenants: waiting, overdue, claimed, parked (--limit)
+chronos admin shards            each shard's database, up or not, its counts; the moves
 chronos admin cancel ID         cancel a waiting or parked message
 chronos admin cancel FILTERS    cancel every message the list's filter flags match (--dry-run:
                                 print how many match, change nothing)
@@ -120,6 +121,9 @@ class AdminClient:
     def tenants(self, limit: int | None = None) -> Any:
         return self.request("GET", "/tenants", {"limit": limit} if limit else None)
 
+    def shards(self) -> Any:
+        return self.request("GET", "/shards")
+
     def nodes(self, include_dead: bool = False) -> Any:
         return self.request("GET", "/nodes", {"include_dead": "true"} if include_dead else None)
 
@@ -213,6 +217,7 @@ def add_parser(sub: Any) -> None:
         help=described("how many, 1-1000", "the node's CHRONOS_TENANT_METRICS_TOP"),
     )
 
+    commands.add_parser("shards", parents=[common], help="each shard: up, counts; the moves")
     nodes = commands.add_parser("nodes", parents=[common], help="live nodes and the leader")
     nodes.add_argument("--include-dead", action="store_true", help="also nodes holding claims")
 
@@ -413,6 +418,15 @@ def _tenants(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None
     _emit(args, out, payload, text)
 
 
+def _shards(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    payload = client.shards()
+    text = table(payload["shards"], ("shard", "up", "waiting", "claimed", "overdue", "parked"))
+    moves = [
+        f"partition {m['partition']}: {m['state']} to shard {m['shard']}" for m in payload["moves"]
+    ]
+    _emit(args, out, payload, "\n".join([text, f"map: {payload['map']}", *moves]))
+
+
 def _nodes(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     payload = client.nodes(include_dead=args.include_dead)
     text = table(payload["nodes"], (*NODE_COLUMNS, "claimed"))
@@ -468,6 +482,7 @@ ACTIONS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], None]] = 
     "stats": _stats,
     "tenants": _tenants,
     "nodes": _nodes,
+    "shards": _shards,
     "cancel": _cancel,
     "requeue": _requeue,
     "reschedule": _reschedule,

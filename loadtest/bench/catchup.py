@@ -175,7 +175,8 @@ DUE_SQL = "SELECT extract(epoch FROM max(deadline))::float8 FROM chronos_message
 def _wait_stored(stack: Stack, count: int, until: float) -> int:
     stored = 0
     while time.time() < until:
-        stored = int(stack.sql("SELECT count(*) FROM chronos_messages")[0][0])
+        counts = stack.sql_each("SELECT count(*) FROM chronos_messages")  # every shard's
+        stored = sum(int(rows[0][0]) for rows in counts)
         if stored >= count:
             break
         time.sleep(0.5)
@@ -209,7 +210,8 @@ def run_catchup_scenario(ctx: Context, scenario: Scenario) -> dict[str, Any]:
         say(f"{tag} {stored:,} stored {time.time() - started:.0f} s after the start; stopping")
         rec["stored_before_stop"] = stored
         # The deadline the load generator gave the backlog (it starts a moment after launch).
-        due = float(stack.sql(DUE_SQL)[0][0] or due)
+        latest = [rows[0][0] for rows in stack.sql_each(DUE_SQL) if rows[0][0] is not None]
+        due = float(max(latest, default=due))
         stack.stop_nodes()
         # The first group's offsets are final once its members are gone: copied now, off the
         # restart's path.

@@ -167,14 +167,15 @@ def run_bench(args: argparse.Namespace) -> int:
 
         bench["machine"]["chronos"] = __version__
     started = time.monotonic()
-    stack = Stack(data_dir, logs, args.partitions, node_env, postgres_settings)
+    stack = Stack(data_dir, logs, args.partitions, node_env, postgres_settings, args.shards)
     ctx = Context(out, stack, args.quick, set(args.profile or []), args.profile_seconds)
     failures = 0
     interrupted = False
     say(f"results in {out}")
     with sigterm_interrupts():
         try:
-            say(f"starting Postgres (durable) and the broker in {data_dir}")
+            servers = f"{args.shards} Postgres servers" if args.shards > 1 else "Postgres"
+            say(f"starting {servers} (durable) and the broker in {data_dir}")
             stack.start()
             bench["machine"]["postgres"] = stack.postgres_version()
             settings = stack.node_settings(Topics("i", "o", "d", "g"))
@@ -182,6 +183,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 "postgres_durable": True,
                 "postgres_settings": postgres_settings,
                 "partitions": args.partitions,
+                "shards": args.shards,
                 "node_env": node_env,
                 "node_settings_summary": (
                     f"advance {settings.timing_advance_ms} ms, lookahead {settings.lookahead_ms}"
@@ -278,6 +280,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--keep-data", action="store_true", help="keep the temporary data dir")
     parser.add_argument("--partitions", type=int, default=6, help="partitions per topic")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="Postgres servers, one per shard (docs/shards.md): the input partitions spread "
+        "over them (map mod); Postgres's CPU and statements are every shard's, added up",
+    )
     parser.add_argument(
         "--node-env",
         action="append",

@@ -67,10 +67,10 @@ def run_load(
     stack = ctx.stack
     metrics_before = [n.metrics_text() for n in nodes]
     trees = {n.index: TreeCpu(n.pid) for n in nodes}
-    pg_before = pgstats.snapshot(stack.sql, stack.postgres_pid)
-    cpu_before = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
+    pg_before = pgstats.snapshot_shards(stack.shard_sqls(), stack.postgres_pids)
+    cpu_before = cpu_snapshot(trees, stack.postgres_pids, stack.broker_pid)
     load_before = os.getloadavg()
-    sampler = Sampler(stack.url, nodes, stall_dir=sdir, cpu_trees=list(trees.values()))
+    sampler = Sampler(stack.urls, nodes, stall_dir=sdir, cpu_trees=list(trees.values()))
     sampler.start()
     profiler: Profiler | None = None
     if scenario.name in ctx.profile or scenario.kind in ctx.profile:
@@ -104,9 +104,9 @@ def run_load(
         if background is not None and background.poll() is None:
             background.kill()
             background.wait()
-        cpu_after = cpu_snapshot(trees, stack.postgres_pid, stack.broker_pid)
+        cpu_after = cpu_snapshot(trees, stack.postgres_pids, stack.broker_pid)
         sampler_postgres = sampler.postgres_cpu_s
-        pg_after = pgstats.snapshot(stack.sql, stack.postgres_pid)
+        pg_after = pgstats.snapshot_shards(stack.shard_sqls(), stack.postgres_pids)
         metrics_after = [n.metrics_text() for n in nodes]
         hwm = {n.index: tree_hwm_kb(n.pid) for n in nodes}
         if profiler is not None:

@@ -46,7 +46,8 @@ def analyse(
 def stored_rows(stack: Stack, run_id: str) -> int | None:
     """Rows of run ``run_id`` in the table (None if the count failed)."""
     try:
-        return int(stack.sql(STORED_COUNT_SQL, {"prefix": f"{run_id}-"})[0][0])
+        counts = stack.sql_each(STORED_COUNT_SQL, {"prefix": f"{run_id}-"})
+        return sum(int(rows[0][0]) for rows in counts)  # every shard's
     except Exception:  # noqa: BLE001 - a diagnostic; the other figures stand without it
         return None
 
@@ -71,7 +72,8 @@ def audit_missing(
     if sent and stored is not None and stored < sent:
         bg_id = str(json.loads((sdir / "background" / "run.json").read_text()).get("run_id"))
         runs[bg_id] = sent
-        held = {str(r[0]) for r in stack.sql(STORED_IDS_SQL, {"prefix": f"{bg_id}-"})}
+        shards = stack.sql_each(STORED_IDS_SQL, {"prefix": f"{bg_id}-"})
+        held = {str(r[0]) for rows in shards for r in rows}
         missing += [i for i in (f"{bg_id}-{n}" for n in range(sent)) if i not in held][:1000]
     if missing:
         rec["input_audit"] = audit_input(
@@ -92,8 +94,20 @@ def locate_lost(rec: dict[str, Any], stack: Stack, run: dict[str, Any], events: 
         rec["output_gaps"] = None if gaps is None else gaps.as_dict()
     if lost:
         rec["loss_location"] = locate_loss(
-            lost, stack.sql, str(run.get("run_id")), rec.get("output_gaps")
+            lost, _every_shard(stack), str(run.get("run_id")), rec.get("output_gaps")
         ).as_dict()
+
+
+def _every_shard(stack: Stack) -> Callable[[str, dict[str, Any]], list[Any]]:
+    """``locate_loss``'s statements over every shard: the count added up, the ids merged."""
+
+    def sql(statement: str, params: dict[str, Any]) -> list[Any]:
+        results = stack.sql_each(statement, params)
+        if statement == STORED_COUNT_SQL:
+            return [(sum(int(rows[0][0]) for rows in results),)]
+        return sorted(row for rows in results for row in rows)[:10]
+
+    return sql
 
 
 def scenario_files(name: str, sdir: Path) -> dict[str, str]:

@@ -154,6 +154,27 @@ def snapshot(sql: Callable[[str], Sequence[Any]], postmaster: int | None) -> PgS
     return PgSnapshot(totals, cpu_by_kind(postmaster), activity(sql))
 
 
+def snapshot_shards(
+    sqls: Sequence[Callable[[str], Sequence[Any]]], postmasters: Sequence[int | None]
+) -> PgSnapshot | None:
+    """``snapshot`` of every shard's Postgres (``bench --shards``), added up: each statement's
+    calls and time, each process kind's CPU, each counter."""
+    taken = [snapshot(sql, pid) for sql, pid in zip(sqls, postmasters, strict=True)]
+    if any(t is None for t in taken):
+        return None
+    total = PgSnapshot({}, {}, {})
+    for one in taken:
+        assert one is not None
+        for label, (calls, exec_ms) in one.statements.items():
+            c, e = total.statements.get(label, (0.0, 0.0))
+            total.statements[label] = (c + calls, e + exec_ms)
+        for kind, cpu in one.cpu.items():
+            total.cpu[kind] = total.cpu.get(kind, 0.0) + cpu
+        for name, value in one.activity.items():
+            total.activity[name] = total.activity.get(name, 0.0) + value
+    return total
+
+
 def breakdown(before: PgSnapshot, after: PgSnapshot, messages: int) -> PgBreakdown:
     """What changed between two snapshots: the top statements by execution time (with their
     execution µs per message handled) and the CPU seconds of each process kind."""

@@ -9,7 +9,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,15 +235,15 @@ class CpuSnapshot:
 
 
 def cpu_snapshot(
-    nodes: Mapping[int, TreeCpu], postgres_pid: int | None, broker_pid: int | None
+    nodes: Mapping[int, TreeCpu], postgres_pids: Sequence[int | None], broker_pid: int | None
 ) -> CpuSnapshot:
-    """CPU seconds so far of the nodes (index -> the node's process tree), Postgres, the
-    broker, this process's reaped children and the machine."""
+    """CPU seconds so far of the nodes (index -> the node's process tree), Postgres (every
+    shard's server), the broker, this process's reaped children and the machine."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return CpuSnapshot(
         wall=time.monotonic(),
         nodes={i: tree.sample() for i, tree in nodes.items()},
-        postgres=tree_cpu_s(postgres_pid),
+        postgres=sum(tree_cpu_s(pid) for pid in postgres_pids),
         broker=tree_cpu_s(broker_pid),
         machine_busy=machine_busy_s(),
         children_s=usage.ru_utime + usage.ru_stime,

@@ -142,7 +142,8 @@ def run_load_scenario(ctx: Context, scenario: Scenario, ceiling: float | None) -
     finally:
         if pins is not None and pins.pinned:
             everywhere = own_cpus()
-            pin_tree(ctx.stack.postgres_pid, everywhere)
+            for pid in ctx.stack.postgres_pids:
+                pin_tree(pid, everywhere)
             pin_tree(ctx.stack.broker_pid, everywhere)
     record_load(rec, load, nodes, sdir)
     if load.sampler.stalls:
@@ -207,7 +208,8 @@ def _pin(stack: Stack, scenario: Scenario, nodes: Sequence[NodeProcess]) -> PinP
         return None
     plan = plan_pinning(own_cpus(), int(most))
     if plan.pinned:
-        pin_tree(stack.postgres_pid, plan.postgres)
+        for pid in stack.postgres_pids:
+            pin_tree(pid, plan.postgres)
         pin_tree(stack.broker_pid, plan.broker)
         for node in nodes:
             pin_tree(node.pid, plan.for_node(node.index))

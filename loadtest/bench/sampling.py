@@ -28,14 +28,14 @@ class Sampler(threading.Thread):
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         nodes: Sequence[NodeProcess],
         interval: float = SAMPLE_INTERVAL_S,
         stall_dir: Path | None = None,
         cpu_trees: Sequence[TreeCpu] = (),
     ) -> None:
         super().__init__(name="bench-sampler", daemon=True)
-        self.url = url
+        self.urls = [url] if isinstance(url, str) else list(url)  # every shard's, 0 first
         self.nodes = list(nodes)
         self.interval = interval
         self.samples: list[StackSample] = []
@@ -71,7 +71,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        conn: Any = None
+        conns: dict[str, Any] = {}
         next_at = time.monotonic()
         while not self._stop_event.is_set():
             t_ms = int(time.time() * 1000)
@@ -80,26 +80,32 @@ class Sampler(threading.Thread):
             for tree in self.cpu_trees:
                 tree.sample()
             table: TableCounts | None = None
+            rows: list[Any] = []
             try:
-                if conn is None:
-                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-                    conn.execute("SET statement_timeout = '5s'")
-                    # One process: the count's CPU is this backend's, measured and left out of
-                    # Postgres's figures (parallel workers would end and hide in *reaped*).
-                    conn.execute("SET max_parallel_workers_per_gather = 0")
-                row = conn.execute(SAMPLE_SQL).fetchone()
-                self.note_backend(conn)
+                for url in self.urls:  # every shard's counts, added up
+                    conn = conns.get(url)
+                    if conn is None:
+                        conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+                        conns[url] = conn
+                        conn.execute("SET statement_timeout = '5s'")
+                        # One process: the count's CPU is this backend's, measured and left
+                        # out of Postgres's figures (parallel workers would end in *reaped*).
+                        conn.execute("SET max_parallel_workers_per_gather = 0")
+                    rows.append(conn.execute(SAMPLE_SQL).fetchone())
+                    self.note_backend(conn)
+                oldest = [r[3] for r in rows if r[3] is not None]
                 table = TableCounts(
-                    waiting=row[0],
-                    claimed=row[1],
-                    overdue=row[2],
-                    oldest_overdue_s=None if row[3] is None else round(row[3], 3),
+                    waiting=sum(r[0] for r in rows),
+                    claimed=sum(r[1] for r in rows),
+                    overdue=sum(r[2] for r in rows),
+                    oldest_overdue_s=round(max(oldest), 3) if oldest else None,
                 )
             except Exception:  # noqa: BLE001 - a missed sample, retried next second
-                with contextlib.suppress(Exception):
-                    if conn is not None:
-                        conn.close()
-                conn = None
+                for failed in conns.values():
+                    with contextlib.suppress(Exception):
+                        failed.close()
+                conns = {}
+            conn = conns.get(self.urls[0])
             overdue = None if table is None else table.overdue
             lag = in_flight = 0.0
             scraped = False
@@ -119,9 +125,9 @@ class Sampler(threading.Thread):
             )
             next_at += self.interval
             self._stop_event.wait(max(0.0, next_at - time.monotonic()))
-        if conn is not None:
+        for left in conns.values():
             with contextlib.suppress(Exception):
-                conn.close()
+                left.close()
 
     def _rss_mb(self) -> dict[int, float | None]:
         """Each node's memory now (all its processes, shared pages once: ``tree_pss_kb``); the

@@ -178,36 +178,70 @@ class Stack:
         partitions: int,
         node_env: dict[str, str],
         postgres_settings: dict[str, str] | None = None,
+        shards: int = 1,
     ) -> None:
         self.data_dir = data_dir
+        self.shards = shards  # Postgres servers, one per shard (docs/shards.md)
         self.logs_dir = logs_dir
         self.partitions = partitions
         self.node_env = node_env
         self.postgres_settings = (
             dict(POSTGRES_SETTINGS) if postgres_settings is None else postgres_settings
         )
-        self.postgres: Any = None
+        self.postgres: Any = None  # shard 0's
+        self.shard_servers: list[Any] = []  # the other shards'
         self.broker: Any = None
-        self.url = ""
+        self.url = ""  # shard 0's
+        self.urls: list[str] = []  # every shard's, shard 0 first
         self.bootstrap = ""
         self.nodes: list[NodeProcess] = []
 
     def start(self) -> None:
+        from chronos.config.shards import ShardMap
         from chronos.embedded import EmbeddedKafka, EmbeddedPostgres
         from chronos.store import migrate
         from loadtest.bench.pgstats import alter_system
 
         self.postgres = EmbeddedPostgres(self.data_dir / "postgres", 0, durable=True)
-        self.url = self.postgres.start()
+        self.shard_servers = [
+            EmbeddedPostgres(self.data_dir / f"postgres-shard{i}", 0, durable=True)
+            for i in range(1, self.shards)
+        ]
         # pg_stat_statements: each load's Postgres split by statement (loadtest.bench.pgstats).
         server = {"shared_preload_libraries": "pg_stat_statements", **self.postgres_settings}
-        alter_system(self.url, server)
-        self.url = self.postgres.restart()
-        self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        for postgres in self.servers:
+            alter_system(postgres.start(), server)
+            url = postgres.restart()
+            self.urls.append(url)
+            _sql(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        self.url = self.urls[0]
         self.broker = EmbeddedKafka(0, log_dir=self.logs_dir)
         self.broker.extra = dict(BROKER_SETTINGS)
         self.bootstrap = self.broker.start()
-        migrate.upgrade(self.url)
+        for shard, url in enumerate(self.urls):
+            migrate.upgrade_shard(url, shard, ShardMap(self.shards))
+
+    @property
+    def servers(self) -> list[Any]:
+        """Every shard's Postgres server, shard 0's first."""
+        return [self.postgres, *self.shard_servers]
+
+    @property
+    def database_url(self) -> str:
+        """The nodes' CHRONOS_DATABASE_URL: every shard's, shard 0 first."""
+        return " ".join(self.urls)
+
+    @property
+    def postgres_pids(self) -> list[int | None]:
+        return [None if p is None else p.pid for p in self.servers]
+
+    def sql_each(self, statement: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        """``statement``'s rows in every shard, shard 0's first."""
+        return [_sql(url, statement, params) for url in self.urls]
+
+    def shard_sqls(self) -> list[Any]:
+        """A ``sql(statement)`` of each shard (``loadtest.bench.pgstats.snapshot_shards``)."""
+        return [lambda statement, url=url: _sql(url, statement) for url in self.urls]
 
     @property
     def postgres_pid(self) -> int | None:
@@ -218,11 +252,8 @@ class Stack:
         return None if self.broker is None else self.broker.pid
 
     def sql(self, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
-        import psycopg
-
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            cur = conn.execute(statement, params)
-            return cur.fetchall() if cur.description else []
+        """``statement`` on shard 0's Postgres (the only one without ``--shards``)."""
+        return _sql(self.url, statement, params)
 
     def postgres_version(self) -> str | None:
         try:
@@ -281,16 +312,20 @@ class Stack:
             time.sleep(0.2)
 
     def reset_table(self) -> None:
-        self.sql("TRUNCATE chronos_messages")
-        self.sql("DELETE FROM chronos_nodes")
+        self.sql_each("TRUNCATE chronos_messages")
+        self.sql_each("DELETE FROM chronos_nodes")
 
     def preload(self, rows: int, payload_bytes: int = 100) -> Preload:
+        """``rows`` far-future rows, shared between the shards."""
         started = time.monotonic()
-        self.sql(PRELOAD_SQL, {"rows": rows, "value": b"p" * payload_bytes})
+        share = -(-rows // self.shards)
+        self.sql_each(PRELOAD_SQL, {"rows": share, "value": b"p" * payload_bytes})
         inserted = time.monotonic() - started
-        self.sql("VACUUM (ANALYZE) chronos_messages")
-        self.sql("CHECKPOINT")
-        size = self.sql("SELECT pg_total_relation_size('chronos_messages')")[0][0]
+        self.sql_each("VACUUM (ANALYZE) chronos_messages")
+        self.sql_each("CHECKPOINT")
+        size = sum(
+            r[0][0] for r in self.sql_each("SELECT pg_total_relation_size('chronos_messages')")
+        )
         return Preload(
             rows=rows,
             insert_s=round(inserted, 1),
@@ -321,7 +356,7 @@ class Stack:
         for index in range(count):
             # node_settings gives node `index` the port base + index and a fresh node id.
             port = free_port()
-            settings = node_settings(base, self.url, self.bootstrap, index, port - index)
+            settings = node_settings(base, self.database_url, self.bootstrap, index, port - index)
             env = clean_env(chronos_settings.as_environment(settings))
             # Test hooks (CHRONOS_TEST_INJECT, ...) are not settings: passed on as they are.
             env.update({k: v for k, v in self.node_env.items() if k.startswith(TEST_HOOK_PREFIXES)})
@@ -379,9 +414,20 @@ class Stack:
         if self.broker is not None:
             with contextlib.suppress(Exception):
                 self.broker.stop()
-        if self.postgres is not None:
-            log_path = self.postgres.log_path
+        for shard, postgres in enumerate(self.servers):
+            if postgres is None:
+                continue
+            log_path = postgres.log_path
             with contextlib.suppress(Exception):
-                self.postgres.stop()
+                postgres.stop()
+            name = "postgres.log" if shard == 0 else f"postgres-shard{shard}.log"
             with contextlib.suppress(OSError):
-                shutil.copyfile(log_path, self.logs_dir / "postgres.log")
+                shutil.copyfile(log_path, self.logs_dir / name)
+
+
+def _sql(url: str, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement, params)
+        return cur.fetchall() if cur.description else []

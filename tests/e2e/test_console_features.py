@@ -2,9 +2,9 @@
 Postgres and broker), one node and one browser session for the module: the message browser
 (filters, count, an estimate past 10,000, cursor paging), a message's whole record, bulk
 actions by the search with the dry-run count shown before the confirmation, the tenants panel,
-the cluster's fire rate, "overdue" judged by the database clock (not the browser's), and a
-read-only token that sees no write action. The dead letters and flow control:
-tests/e2e/test_console_operations.py."""
+the cluster's fire rate, "overdue" judged by the database clock (not the browser's), a
+read-only token that sees no write action, and no shards panel on one database. The dead
+letters and flow control: tests/e2e/test_console_operations.py."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ def test_the_browser_filters_counts_and_pages_and_shows_a_whole_record(
     live.schedule("acme", ids, key=lambda n: f"order-{n}".encode())
     live.schedule("globex", ids_of("globex", 3))
     page = Page(browser, live)
+    # One database: the shards panel is asked once and stays hidden.
+    page.until(lambda: page.browser.execute_script("return sharded") is False)
+    assert page.shown("#shards-section") == 0
 
     page.search(tenant="acme")
     page.until_text("browse-count", "30 message(s) match")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from chronos.store.postgres.sql import queries
 from loadtest.bench import pgstats
 from loadtest.bench.pgstats import PgSnapshot, breakdown, chronos_statements, statement_label
@@ -107,3 +109,24 @@ def test_the_table_and_wal_activity_of_a_load() -> None:
         "Table and WAL: 3 autovacuums (2.50 s); WAL per message: 6.00 records, 573 bytes, "
         "0.000 full-page images."
     ) in md
+
+
+def test_the_shards_snapshots_add_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench --shards``: each shard's statements, CPU by kind and counters, added up."""
+    shards = {
+        "a": PgSnapshot({"claim_due": (10.0, 50.0)}, {"backend": 2.0}, {"wal_bytes": 100.0}),
+        "b": PgSnapshot(
+            {"claim_due": (5.0, 20.0), "enqueue_batch": (3.0, 9.0)},
+            {"backend": 1.0, "autovacuum": 0.5},
+            {"wal_bytes": 50.0},
+        ),
+    }
+    monkeypatch.setattr(pgstats, "snapshot", lambda sql, pid: shards[sql("which")])
+    total = pgstats.snapshot_shards([lambda _: "a", lambda _: "b"], [1, 2])
+    assert total == PgSnapshot(
+        {"claim_due": (15.0, 70.0), "enqueue_batch": (3.0, 9.0)},
+        {"backend": 3.0, "autovacuum": 0.5},
+        {"wal_bytes": 150.0},
+    )
+    shards["b"] = None  # type: ignore[assignment]
+    assert pgstats.snapshot_shards([lambda _: "a", lambda _: "b"], [1, 2]) is None

@@ -64,3 +64,32 @@ def test_bench_quick_smoke(tmp_path: Path) -> None:
     # Nothing is left running.
     for pid in precision["node_pids"]:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_bench_with_shards_counts_every_shards_postgres(tmp_path: Path) -> None:
+    """``--shards 2``: two Postgres servers recorded as shards, the nodes on both; nothing lost,
+    and Postgres's CPU and statements are both servers' (each enqueues and claims)."""
+    if shutil.which("java") is None:
+        unavailable("the analysis and the embedded Apache Kafka need Java")
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadtest", "bench", "--quick", "--scenarios", "precision",
+         "--shards", "2", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads((out / "bench.json").read_text())
+    assert data["stack"]["shards"] == 2
+    (precision,) = [r for r in data["scenarios"] if r["name"] == "precision"]
+    assert precision["status"] == "ok" and precision["summary"]["counts"]["lost"] == 0
+    breakdown = precision["postgres_breakdown"]["statements"]
+    statements = {s["statement"]: s["calls"] for s in breakdown}
+    assert statements.get("enqueue_batch", 0) > 0 and statements.get("claim_due", 0) > 0
+    assert precision["cpu_per_message"]["postgres_us"] > 0
+    assert (out / "stack" / "postgres-shard1.log").exists()
