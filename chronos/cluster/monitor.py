@@ -101,14 +101,13 @@ class Monitor:
         backlog_interval: float = BACKLOG_INTERVAL_S,
         fired: Callable[[], float] = fired_total,
         delivered: Callable[[], float | None] = delivered_ago,
-        gauges: bool = True,
         shard: int = 0,
+        tenant_gauges: TenantGauges | None = None,
     ):
         self.settings = settings
-        # Its shard (the backlog gauges add up every shard's), and whether its tenant gauges are
-        # published: a node's first shard's only (docs/shards.md).
+        # Its shard: the backlog and tenant gauges add up every shard's (docs/shards.md), its
+        # lanes' monitors sharing the node's ``tenant_gauges``.
         self.shard = shard
-        self.gauges = gauges
         self.store = store
         self.node_id = settings.node_id
         self.leadership = leadership or Leadership(settings.node_id, settings.liveness_window_ms)
@@ -117,7 +116,7 @@ class Monitor:
         self.hostname = socket.gethostname()[:255]
         self.last_backlog: Backlog | None = None
         self.last_tenants: TenantBacklogs | None = None
-        self.tenant_gauges = TenantGauges()
+        self.tenant_gauges = tenant_gauges or TenantGauges()
         self._next_maintenance = 0.0  # monotonic
         self._next_prune = 0.0  # monotonic
         self._stop = threading.Event()
@@ -214,8 +213,7 @@ class Monitor:
         leads = self.leadership.elected(leader)
         if was_leader and not leads:
             clear_backlog(self.shard)  # only the leader reports the shared table
-            if self.gauges:
-                self.tenant_gauges.clear()
+            self.tenant_gauges.clear(self.shard)
             self.history.lost_leadership()
         return leads
 
@@ -247,8 +245,7 @@ class Monitor:
             self._failed("tenant_backlog", exc)
             return None
         metrics.STATEMENT_DURATION.labels("tenant_backlog").observe(time.perf_counter() - started)
-        if self.gauges:
-            self.tenant_gauges.publish(tenants.tenants, capped=tenants.tenants_capped)
+        self.tenant_gauges.publish(tenants.tenants, capped=tenants.tenants_capped, shard=self.shard)
         self.last_tenants = tenants
         return tenants
 

@@ -39,6 +39,7 @@ from chronos.node.lanes import Lane
 from chronos.observability import metrics
 from chronos.observability.dependencies import KAFKA, POSTGRES
 from chronos.observability.relay import MergedRegistry, expose_process
+from chronos.observability.tenants import TenantGauges
 from chronos.runtime.loop import Backoff, Loop
 from chronos.runtime.signals import relay_signals
 from chronos.store import PostgresStore, Store
@@ -99,9 +100,10 @@ class Node:
         stores: list[Store] = [store] if store is not None else list(open_stores(settings))
         self.shard_map = ShardMap(1) if store is not None else shard_layout(settings)[1]
         self.lanes: list[Lane] = []
+        gauges = TenantGauges(settings.tenant_metrics_top)  # every shard's tenants, added up
         for shard, each in enumerate(stores):
             leadership = Leadership(settings.node_id, settings.liveness_window_ms)
-            monitor = Monitor(settings, each, leadership, gauges=shard == 0, shard=shard)
+            monitor = Monitor(settings, each, leadership, shard=shard, tenant_gauges=gauges)
             self.lanes.append(Lane(shard, each, leadership, monitor))
         self.store = stores[0]  # intake's database clock; with one shard, the admin API's too
         # The admin API and health over every shard (one: the store itself).

@@ -27,7 +27,8 @@ create series without limit. Two families keep the cardinality bounded:
   the
   series of a tenant that leaves the top are removed at the next refresh, so at most ``top``
   series exist at once. Like the other backlog gauges they describe the shared table: the leader
-  reports them, the other nodes report none (aggregate with ``max()``).
+  reports them, the other nodes report none (aggregate with ``max()``); with several shards,
+  every shard's added up (``TenantGauges``).
 
 The default tenant (no ``chronosTenant`` header, or rows of a release before tenants) has the
 label ``""``.
@@ -175,29 +176,54 @@ class OverdueTenant(Protocol):
 
 
 class TenantGauges:
-    """The leader's per-tenant overdue gauges: only the latest top tenants have series."""
+    """The leaders' per-tenant overdue gauges: only the latest top tenants have series. With
+    several shards each shard's leader publishes its own shard's top tenants (``shard``); the
+    gauges show their sum (a tenant's overdue rows added up, its oldest the oldest of all), the
+    ``top`` tenants of it (default: as many as the longest list)."""
 
-    def __init__(self) -> None:
+    def __init__(self, top: int | None = None) -> None:
         self.shown: set[str] = set()
+        self.top = top
+        self._parts: dict[int, tuple[list[OverdueTenant], bool]] = {}
+        self._lock = threading.Lock()
 
-    def publish(self, tenants: Sequence[OverdueTenant], *, capped: bool = False) -> None:
-        """Show ``tenants`` (the top N by overdue rows); remove the series of the others.
-        ``capped``: the statement looked at only some of the tenants with waiting rows."""
+    def publish(
+        self, tenants: Sequence[OverdueTenant], *, capped: bool = False, shard: int = 0
+    ) -> None:
+        """Show ``tenants`` (shard ``shard``'s top N by overdue rows) with the other shards';
+        remove the series of the others. ``capped``: the statement looked at only some of the
+        tenants with waiting rows."""
+        with self._lock:
+            self._parts[shard] = (list(tenants), capped)
+            self._show()
+
+    def clear(self, shard: int | None = None) -> None:
+        """Forget shard ``shard``'s part (None: every shard's)."""
+        with self._lock:
+            if shard is None:
+                self._parts.clear()
+            else:
+                self._parts.pop(shard, None)
+            self._show()
+
+    def _show(self) -> None:
+        overdue: Counter[str] = Counter()
+        oldest: dict[str, float] = {}
+        for tenants, _ in self._parts.values():
+            for t in tenants:
+                if t.overdue > 0:
+                    overdue[t.tenant] += t.overdue
+                    oldest[t.tenant] = max(oldest.get(t.tenant, 0.0), t.oldest_overdue_seconds)
+        top = self.top or max((len(ts) for ts, _ in self._parts.values()), default=0)
+        current = {tenant for tenant, _ in overdue.most_common(top)}
+        capped = any(c for _, c in self._parts.values())
         TENANT_BACKLOG_CAPPED.set(1 if capped else 0)
-        current = {t.tenant for t in tenants if t.overdue > 0}
         for tenant in self.shown - current:
             _remove_gauges(tenant)
-        for t in tenants:
-            if t.tenant in current:
-                TENANT_OVERDUE.labels(tenant_label(t.tenant)).set(t.overdue)
-                TENANT_OLDEST_OVERDUE.labels(tenant_label(t.tenant)).set(t.oldest_overdue_seconds)
+        for tenant in current:
+            TENANT_OVERDUE.labels(tenant_label(tenant)).set(overdue[tenant])
+            TENANT_OLDEST_OVERDUE.labels(tenant_label(tenant)).set(oldest[tenant])
         self.shown = current
-
-    def clear(self) -> None:
-        TENANT_BACKLOG_CAPPED.set(0)
-        for tenant in self.shown:
-            _remove_gauges(tenant)
-        self.shown = set()
 
 
 def _remove_gauges(tenant: str) -> None:

@@ -133,6 +133,35 @@ def test_the_leader_publishes_the_top_tenants_overdue_and_drops_the_others() -> 
     )
 
 
+def test_every_shards_leader_adds_its_tenants_to_the_gauges() -> None:
+    """Two shards, their monitors sharing the node's gauges: a tenant's overdue rows are added
+    up, its oldest is the oldest of both; a shard whose leadership is lost takes its part."""
+    from chronos.observability.tenants import TenantGauges
+
+    gauges = TenantGauges(2)
+    shards = [AdminHarness(tenant_metrics_top=2), AdminHarness(tenant_metrics_top=2)]
+    for h in shards:
+        h.seed_tenants()  # gflood 2 overdue, gsmall 1 in each shard
+    shards[1].clock.advance(30_000)  # shard 1's overdue rows are 30 s older
+    monitors = [
+        Monitor(h.settings, h.store, shard=i, tenant_gauges=gauges) for i, h in enumerate(shards)
+    ]
+    for monitor in monitors:
+        assert monitor.refresh_tenants() is not None
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gflood"}) == 4
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gsmall"}) == 2
+    assert sample("chronos_tenant_oldest_overdue_message_age_seconds", {"tenant": "gsmall"}) == (
+        pytest.approx(60)
+    )
+    gauges.clear(1)  # shard 1's leadership lost
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gflood"}) == 2
+    assert sample("chronos_tenant_overdue_messages", {"tenant": "gsmall"}) == 1
+    gauges.clear()
+    assert (
+        REGISTRY.get_sample_value("chronos_tenant_overdue_messages", {"tenant": "gflood"}) is None
+    )
+
+
 def test_a_failed_tenant_refresh_is_counted_not_raised() -> None:
     h = AdminHarness()
     h.store.fail_next(1, "tenant_backlog")
