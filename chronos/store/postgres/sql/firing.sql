@@ -186,7 +186,7 @@ WITH visit AS (
       AND parked_at IS NULL
       AND deadline <= now() + make_interval(secs => %(horizon_ms)s / 1000.0)
       AND attempts < %(park_attempts)s
-      AND id <> ALL(ARRAY(SELECT id FROM fair))
+      AND id NOT IN (SELECT id FROM fair)  -- a hashed subplan: one probe a row walked
       AND (coalesce(tenant, '') <> ALL(%(paused_tenants)s::text[])
            AND coalesce(target_topic, '') <> ALL(%(paused_topics)s::text[])
            OR recurrence IS NULL AND deadline < now() - make_interval(
