@@ -4,6 +4,9 @@ its claims (no round trip per message: the tokens are the claim's limit for over
 
 The share is the rate divided by the live nodes of the heartbeat table (read every
 ``LIVE_NODES_INTERVAL_S``): a cluster of N nodes fires its overdue backlog at the rate whatever N.
+With several shards (docs/shards.md) each node fires each shard's on a lane of its own: the rate
+is divided by the shards too, so it is never exceeded (a backlog in fewer shards than all fires
+at their part of it).
 The bucket holds at most ``BURST_S`` seconds of tokens, so the rate holds over any window longer
 than that; the rows coming due now are claimed as before, never waiting for a token.
 """
@@ -23,8 +26,9 @@ BURST_S = 0.25  # tokens the bucket holds at most, in seconds of this node's sha
 
 
 class CatchupPacer:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, shards: int = 1) -> None:
         self.rate = settings.catchup_rate
+        self.shards = max(1, shards)
         self.after_ms = settings.catchup_after_ms
         self.live_window_s = settings.liveness_window_ms / 1000
         self.store = store
@@ -38,14 +42,15 @@ class CatchupPacer:
         return self.rate > 0
 
     def share(self) -> float:
-        """This node's rate (messages per second)."""
-        return self.rate / max(1, self.live_nodes)
+        """This node's rate on this shard's lane (messages per second)."""
+        return self.rate / (max(1, self.live_nodes) * self.shards)
 
     def live(self, now: float) -> int:
-        """The live nodes (read at most every ``LIVE_NODES_INTERVAL_S``)."""
+        """How many share a cluster-wide rate: the live nodes (read at most every
+        ``LIVE_NODES_INTERVAL_S``), times the shards (a lane each on every node)."""
         if self.counted_at is None or now - self.counted_at >= LIVE_NODES_INTERVAL_S:
             self._count_live_nodes(now)
-        return self.live_nodes
+        return self.live_nodes * self.shards
 
     def budget(self, now: float, limit: int) -> Catchup | None:
         """The catch-up part of a claim at ``now`` (monotonic): None when off."""

@@ -1,7 +1,8 @@
 """Rate limits per tenant and per target topic, as one node enforces its share of them.
 
 The limits (``chronos_limits``) are read every ``PAUSE_REFRESH_S``; each is shared between the
-live nodes (``per_second / live nodes``, the count the catch-up pacer reads) as a token bucket
+live nodes (``per_second / live nodes``, the count the catch-up pacer reads; with several shards,
+between each node's shard lanes too: never exceeded, docs/shards.md) as a token bucket
 holding at most ``BURST_S`` seconds of the share (one token at least), kept as a theoretical
 arrival time (GCRA): a row spends a token *at the instant it will fire* (its deadline, for a
 row claimed ahead within the lookahead), not at its claim, so rows claimed ahead never add to a

@@ -83,6 +83,7 @@ class FiringLoop(Outcomes, Loop):
         monotonic: Callable[[], float] = time.monotonic,
         *,
         claims_since: datetime | None = None,
+        shards: int = 1,
     ):
         super().__init__()
         self.settings = settings
@@ -108,7 +109,9 @@ class FiringLoop(Outcomes, Loop):
         self.publish_failures = Throttle()  # a broker away repeats them: one line a minute
         self.overloaded = False  # the previous claim came back full: the next one is fair
         self.pauses = PauseWatch(store, settings.output_topic, settings.max_lateness_ms or None)
-        self.catchup = CatchupPacer(settings, store)
+        # The catch-up rate and the rate limits are the cluster's: shared between the live
+        # nodes and, with several shards, between each node's lanes (docs/shards.md).
+        self.catchup = CatchupPacer(settings, store, shards)
         self.limits = LimitWatch(settings, store, self.catchup.live)
         self.publisher_warm = False
         self.claimed_once = False  # the claim statement ran (its first run plans it)

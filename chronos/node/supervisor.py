@@ -164,6 +164,7 @@ class Node:
                 self._publisher_factory("firing"),
                 lane.leadership,
                 claims_since=lane.claims_since,
+                shards=len(self.lanes),
             )
             recovery = RecoveryLoop(
                 self.settings, lane.store, lane.leadership, claims_since=lane.claims_since

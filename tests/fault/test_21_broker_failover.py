@@ -270,17 +270,46 @@ def check(
 
 
 def kill_and_return(
-    brokers: EmbeddedKafkaCluster, node_id: int, down_s: float = DOWN_S
+    brokers: EmbeddedKafkaCluster,
+    node_id: int,
+    down_s: float = DOWN_S,
+    *,
+    topics: list[str] | None = None,
+    stall: dict[str, object] | None = None,
 ) -> Callable[[], None]:
+    """The kill -9 of broker ``node_id``, its return ``down_s`` later; with ``topics``, the
+    write stall it made is measured into ``stall`` (``write_stall_s``: from the kill until no
+    partition of ``topics`` is led by it any more, its fencing and the elections; None: not
+    within ``down_s``), so that a failed run says whether the brokers or Chronos made it late."""
+
     def fault() -> None:
         index = node_index(brokers, node_id)
+        killed = time.monotonic()
         brokers.nodes[index].signal(signal.SIGKILL)
         brokers.nodes[index].wait_stopped(10)
-        time.sleep(down_s)
+        if topics and stall is not None:
+            stall["write_stall_s"] = _leaders_moved(brokers, topics, node_id, killed, down_s)
+        time.sleep(max(0.0, down_s - (time.monotonic() - killed)))
         brokers.start_node(index)
         wait_in_sync(brokers.bootstrap)
 
     return fault
+
+
+def _leaders_moved(
+    brokers: EmbeddedKafkaCluster, topics: list[str], node_id: int, since: float, within: float
+) -> float | None:
+    """Seconds from ``since`` until every partition of ``topics`` has a leader other than
+    ``node_id`` (the metadata polled every 0.2 s); None if not within ``within`` seconds."""
+    while time.monotonic() - since < within:
+        try:
+            led = list(leaders(brokers.bootstrap, topics).values())
+        except Exception:  # noqa: BLE001 - a metadata request lost with the broker: poll again
+            led = [node_id]
+        if all(leader not in (node_id, -1) for leader in led):
+            return round(time.monotonic() - since, 2)
+        time.sleep(0.2)
+    return None
 
 
 def roles(brokers: EmbeddedKafkaCluster, node_id: int, topics: list[str]) -> dict[str, object]:
@@ -293,14 +322,16 @@ def kill_leader(cluster: Cluster, brokers: EmbeddedKafkaCluster, name: str, rate
     topics = [cluster.topics.input, cluster.topics.output]
     node_id, _ = busiest_leader(brokers.bootstrap, topics)
     facts_before = roles(brokers, node_id, topics)
-    report, facts = under_load(cluster, brokers, kill_and_return(brokers, node_id), rate)
+    stall: dict[str, object] = {}
+    fault = kill_and_return(brokers, node_id, topics=topics, stall=stall)
+    report, facts = under_load(cluster, brokers, fault, rate)
     check(
         name,
         f"kill -9 of the broker leading {facts_before['led']} of 6 partitions "
         f"(controller: {facts_before['controller']}), down {DOWN_S:.0f} s, {rate:.0f} msg/s, "
         "Kafka's and Chronos's defaults",
         report,
-        {**facts, **facts_before},
+        {**facts, **facts_before, **stall},
         p99_s=STALL_S,
         max_s=MAX_LATE_S,
     )
@@ -333,12 +364,15 @@ def test_leader_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
 @UNDER_LOAD
 def test_controller_killed(brokers: EmbeddedKafkaCluster, chronos: Cluster) -> None:
     node_id = active_controller(brokers)
-    report, facts = under_load(chronos, brokers, kill_and_return(brokers, node_id))
+    topics = [chronos.topics.input, chronos.topics.output]
+    stall: dict[str, object] = {}
+    fault = kill_and_return(brokers, node_id, topics=topics, stall=stall)
+    report, facts = under_load(chronos, brokers, fault)
     check(
         "21-broker-controller-killed",
         f"kill -9 of the active controller, down {DOWN_S:.0f} s, 1,000 msg/s, the defaults",
         report,
-        {**facts, "killed_node": node_id},
+        {**facts, "killed_node": node_id, **stall},
         p99_s=STALL_S,
         max_s=MAX_LATE_S,
     )
@@ -369,13 +403,15 @@ def test_leader_killed_on_a_cluster_that_fences_fast(
     topics = [fast_chronos.topics.input, fast_chronos.topics.output]
     node_id, _ = busiest_leader(fast_brokers.bootstrap, topics)
     facts_before = roles(fast_brokers, node_id, topics)
-    report, facts = under_load(fast_chronos, fast_brokers, kill_and_return(fast_brokers, node_id))
+    stall: dict[str, object] = {}
+    fault = kill_and_return(fast_brokers, node_id, topics=topics, stall=stall)
+    report, facts = under_load(fast_chronos, fast_brokers, fault)
     check(
         "21-broker-leader-killed-fast-fencing",
         f"kill -9 of the broker leading {facts_before['led']} of 6 partitions on a cluster "
         f"fencing in 2 s, down {DOWN_S:.0f} s, 1,000 msg/s",
         report,
-        {**facts, **facts_before},
+        {**facts, **facts_before, **stall},
         p99_s=FAST_STALL_S,
         max_s=FAST_STALL_S + 4.0,
     )

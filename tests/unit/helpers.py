@@ -50,6 +50,7 @@ class Firing:
         auto: bool = True,
         clock: ManualClock | None = None,
         leadership: Leadership | None = None,
+        shards: int = 1,
         **overrides: Any,
     ) -> Firing:
         clock = clock or ManualClock()
@@ -57,7 +58,7 @@ class Firing:
         publisher = FakePublisher(auto=auto, wall_clock=lambda: clock.now().timestamp())
         config = settings(**overrides)
         lease = leadership or unfenced(config.node_id)
-        loop = FiringLoop(config, store, publisher, lease, monotonic=clock.monotonic)
+        loop = FiringLoop(config, store, publisher, lease, monotonic=clock.monotonic, shards=shards)
         return cls(clock, store, publisher, loop, config)
 
     def tick(self, ms: float = 0) -> None:

@@ -50,3 +50,11 @@ def test_without_a_rate_the_backlog_fires_at_once() -> None:
     _backlog(firing, 2_000)
     firing.run_for(500, step_ms=5)
     assert _fired(firing, b"old") == 2_000
+
+
+def test_with_two_shards_each_lane_takes_half_the_rate() -> None:
+    """A node fires each shard's backlog on a lane of its own: the rate is the cluster's."""
+    firing = Firing.create(catchup_rate=200, claim_batch_size=500, shards=2)
+    _backlog(firing, 2_000)
+    firing.run_for(5_000, step_ms=5)
+    assert 0.9 * 500 <= _fired(firing, b"old") <= 1.1 * 500  # 100 msg/s: this shard's half

@@ -12,6 +12,7 @@ from chronos.observability import metrics
 from chronos.protocol import ScheduledMessage
 from chronos.recurrence import make_rule
 from chronos.store import PauseKind
+from chronos.testing import ManualClock
 from tests.unit.helpers import OUTPUT, Firing
 
 
@@ -74,6 +75,29 @@ def test_the_limit_is_shared_between_the_live_nodes_and_cleared() -> None:
     firing.store.clear_limit(PauseKind.TOPIC, "slow")
     firing.run_for(1_500, step_ms=5)
     assert _fired(firing, b"s") == 3_000
+
+
+def test_with_two_shards_the_lanes_of_a_node_share_the_limit() -> None:
+    """A node fires each shard's messages on a lane of its own: the limit is the cluster's,
+    so each lane takes half of it (docs/shards.md), never twice the limit in all."""
+    clock = ManualClock()
+    lanes = [Firing.create(clock=clock, shards=2, claim_batch_size=500) for _ in range(2)]
+    node_id = lanes[0].settings.node_id
+    for lane in lanes:
+        lane.loop.node_id = node_id  # one node, two shards
+        lane.store.heartbeat(node_id, started_at=None)
+        lane.store.set_limit(PauseKind.TOPIC, "slow", 200, "ops")
+        _due(lane, "s", 2_000, topic="slow")
+    for _ in range(int(3_100 / 5)):
+        for lane in lanes:
+            lane.loop.step()
+            lane.loop.dispatcher.fire_due()
+            lane.loop.dispatcher.serve_reports()
+            lane.loop.finish(force=True)
+        clock.advance(5)
+    fired = [_fired(lane, b"s") for lane in lanes]
+    assert all(0.9 * 300 <= n <= 1.1 * 300 for n in fired), fired  # 100 msg/s each
+    assert 0.9 * 600 <= sum(fired) <= 1.1 * 600, fired  # 200 msg/s in all
 
 
 def test_expired_messages_of_a_limited_topic_are_dead_lettered_not_churned() -> None:
