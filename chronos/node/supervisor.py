@@ -122,6 +122,7 @@ class Node:
             settings.node_id, liveness_timeout_s=settings.liveness_timeout_ms / 1000
         )
         self._stop = threading.Event()
+        self._loops_lock = threading.Lock()  # the loops a shard joining late adds
         self._failed: list[str] = []
         self.http: Any = None
         self.broker_probe: BrokerProbe | None = None
@@ -158,21 +159,43 @@ class Node:
         )
         loops = [intake]
         for lane in self.lanes:
-            firing = FiringLoop(
-                self.settings,
-                lane.store,
-                self._publisher_factory("firing"),
-                lane.leadership,
-                claims_since=lane.claims_since,
-                shards=len(self.lanes),
-            )
-            recovery = RecoveryLoop(
-                self.settings, lane.store, lane.leadership, claims_since=lane.claims_since
-            )
-            if len(self.lanes) > 1:  # firing-0, recovery-0, firing-1, ...
-                firing.name, recovery.name = f"firing-{lane.shard}", f"recovery-{lane.shard}"
-            loops += [firing, recovery]
+            if lane.claims_since is not None:  # registered: a shard away at start joins later
+                loops += self._lane_loops(lane)
         return loops
+
+    def _lane_loops(self, lane: Lane) -> list[Loop]:
+        """A registered lane's firing and recovery loops."""
+        firing = FiringLoop(
+            self.settings,
+            lane.store,
+            self._publisher_factory("firing"),
+            lane.leadership,
+            claims_since=lane.claims_since,
+            shards=len(self.lanes),
+        )
+        recovery = RecoveryLoop(
+            self.settings, lane.store, lane.leadership, claims_since=lane.claims_since
+        )
+        if len(self.lanes) > 1:  # firing-0, recovery-0, firing-1, ...
+            firing.name, recovery.name = f"firing-{lane.shard}", f"recovery-{lane.shard}"
+        return [firing, recovery]
+
+    def _start_loops(self, loops: list[Loop]) -> bool:
+        """Start ``loops`` on threads of their own; False (none started) once the node is
+        stopping."""
+        with self._loops_lock:
+            if self.state.stopping:
+                return False
+            threads = []
+            for loop in loops:
+                thread = threading.Thread(
+                    target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
+                )
+                self.state.loops[loop.name] = (loop, thread)
+                threads.append(thread)
+            for thread in threads:
+                thread.start()
+        return True
 
     def start(self, *, check_broker: bool = False) -> bool:
         """Listen, wait for the dependencies (the broker's topics when ``check_broker``, then
@@ -200,15 +223,15 @@ class Node:
         self.broker_probe = BrokerProbe(self.settings) if check_broker else None
         if self.broker_probe is not None:
             self.broker_probe.start()
-        for loop in self.build_loops():
-            thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name=f"chronos-{loop.name}", daemon=True
-            )
-            self.state.loops[loop.name] = (loop, thread)
-        for _, thread in self.state.loops.values():
-            thread.start()
+        self._start_loops(self.build_loops())
+        late = [lane for lane in self.lanes if lane.claims_since is None]
         for lane in self.lanes:
-            lane.monitor.start()
+            if lane.claims_since is not None:
+                lane.monitor.start()
+        if late:
+            threading.Thread(
+                target=self._join_late, args=(late,), name="chronos-late-shards", daemon=True
+            ).start()
         log.info(
             "chronos node %s started",
             self.settings.node_id,
@@ -269,28 +292,78 @@ class Node:
     def register(self) -> None:
         """In every shard: check it is the shard the settings make it (``chronos_shard``), and
         take the node id in its chronos_nodes, refusing it while a live node holds it (two
-        processes sharing an id would release and fence each other's claims)."""
+        processes sharing an id would release and fence each other's claims). With several
+        shards, one whose database is away is left for later (``_join_late``): the node starts
+        once one answers."""
+        away: StoreError | None = None
         for lane in self.lanes:
             if lane.claims_since is not None:
                 continue  # registered in this shard by an earlier attempt
-            if isinstance(lane.store, PostgresStore):
-                mismatch = record_mismatch(lane.store.shard_record(), lane.shard, self.shard_map)
-                if mismatch is not None:
-                    raise ConfigError(mismatch)
-            sent_at = lane.leadership.monotonic()
-            lane.claims_since = lane.store.register_node(
-                self.settings.node_id,
-                self.settings.liveness_window_ms / 1000,
-                hostname=lane.monitor.hostname,
-                version=__version__,
-            )
-            if lane.claims_since is None:
-                raise ConfigError(
-                    f"node id {self.settings.node_id} is held by a live node (heartbeat within "
-                    f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
-                    "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
+            try:
+                self._register(lane)
+            except StoreError as exc:
+                if not exc.outage or len(self.lanes) == 1:
+                    raise
+                away = away or exc
+        if away is not None and all(lane.claims_since is None for lane in self.lanes):
+            raise away
+
+    def _join_late(self, lanes: list[Lane]) -> None:
+        """The shards away at start: registered, and their loops and monitor started, as each
+        database answers (capped back-off). A database that turns out to be another shard, or
+        to refuse this node, stops the node as it would have at start."""
+        backoff = Backoff(initial=0.5, cap=START_BACKOFF_CAP_S)
+        pending = list(lanes)
+        while pending and not self._stop.is_set():
+            for lane in list(pending):
+                try:
+                    self._register(lane)
+                except StoreError as exc:
+                    if exc.outage:
+                        continue
+                    self._fail_lane(lane, f"the database refused this node: {exc}")
+                    return
+                except ConfigError as exc:
+                    self._fail_lane(lane, str(exc))
+                    return
+                if self._stop.is_set() or not self._start_loops(self._lane_loops(lane)):
+                    return
+                lane.monitor.start()
+                pending.remove(lane)
+                log.warning(
+                    "shard %d's database answers: this node fires its messages from now on",
+                    lane.shard,
+                    extra={"event": "shard_joined", "shard": lane.shard},
                 )
-            lane.leadership.renew(sent_at)  # registering is this node's first heartbeat
+            self._stop.wait(backoff.next_delay())
+
+    def _fail_lane(self, lane: Lane, why: str) -> None:
+        log.critical(
+            "shard %d: %s", lane.shard, why, extra={"event": "shard_refused", "shard": lane.shard}
+        )
+        self._failed.append(f"shard-{lane.shard}")
+        self._stop.set()
+
+    def _register(self, lane: Lane) -> None:
+        """Register this node in ``lane``'s shard (its claim fence: ``lane.claims_since``)."""
+        if isinstance(lane.store, PostgresStore):
+            mismatch = record_mismatch(lane.store.shard_record(), lane.shard, self.shard_map)
+            if mismatch is not None:
+                raise ConfigError(mismatch)
+        sent_at = lane.leadership.monotonic()
+        lane.claims_since = lane.store.register_node(
+            self.settings.node_id,
+            self.settings.liveness_window_ms / 1000,
+            hostname=lane.monitor.hostname,
+            version=__version__,
+        )
+        if lane.claims_since is None:
+            raise ConfigError(
+                f"node id {self.settings.node_id} is held by a live node (heartbeat within "
+                f"{self.settings.liveness_window_ms / 1000:.0f} s): give each node its own "
+                "CHRONOS_NODE_ID / --node-id, or leave it unset for a random one"
+            )
+        lane.leadership.renew(sent_at)  # registering is this node's first heartbeat
 
     def _run_loop(self, loop: Loop) -> None:
         try:
@@ -314,7 +387,8 @@ class Node:
         return self.shutdown()
 
     def shutdown(self) -> int:
-        self.state.stopping = True
+        with self._loops_lock:
+            self.state.stopping = True
         log.info(
             "chronos node %s stopping", self.settings.node_id, extra={"event": "node_stopping"}
         )

@@ -14,7 +14,9 @@ Pass:
 * no node exits, and ``/health/live`` answers 200 at every probe (two a second); midway through
   the outage every node is ready, its readiness says ``shards away: 2`` and
   ``chronos_dependency_up{dependency="postgres-2"}`` reads 0; each node logs shard 2's outage
-  once and its return once, nothing of the other shards.
+  once and its return once, nothing of the other shards;
+* a third node started during the outage is ready while shard 2 is still away, and joins
+  shard 2 (registered there, its lane started) once it is back.
 """
 
 from __future__ import annotations
@@ -103,15 +105,18 @@ def test_one_shard_stopped_the_others_fire_on_time_and_its_own_right_after(
         claimed = _claimed(urls[STOPPED])
         shard_servers[STOPPED - 1].stop()
         stopped_at = time.time()
-        time.sleep(down_s / 2)
+        late = cluster.start("late")  # started during the outage
+        cluster.wait_started([late], timeout=down_s / 2)
+        time.sleep(max(0.0, stopped_at + down_s / 2 - time.time()))
         said = {n.name: (readiness(n), n.metrics().get(GAUGE)) for n in nodes}
-        time.sleep(down_s / 2)
+        late_ready = readiness(late)
+        time.sleep(max(0.0, stopped_at + down_s - time.time()))
         shard_servers[STOPPED - 1].start()
         back_at = time.time()
         time.sleep(5)
         messages = load.stop()
         report = cluster.check(expectations(messages), timeout=90, quiet=2.0)
-    crashed = [n.name for n in nodes if not n.alive()]
+    crashed = [n.name for n in [*nodes, late] if not n.alive()]
     assert not crashed, f"nodes exited: {crashed}\n{cluster.logs()}"
     drained = cluster.table.wait(lambda _: all(_rows(url) == 0 for url in urls), timeout=30)
     assert drained, [_rows(url) for url in urls]
@@ -167,3 +172,9 @@ def test_one_shard_stopped_the_others_fire_on_time_and_its_own_right_after(
     # While it was down, every node was ready and said which shard was away.
     for (status, checks), up in said.values():
         assert (status, checks["postgres"], up) == (200, "shards away: 2", 0.0), said
+    # The node started meanwhile was ready without shard 2, and joined it once it was back.
+    assert (late_ready[0], late_ready[1]["postgres"]) == (200, "shards away: 2"), late_ready
+    assert [e.get("shard") for e in late.events("shard_joined")] == [STOPPED], late.tail()
+    with psycopg.connect(urls[STOPPED], connect_timeout=5) as conn:
+        registered = {r[0] for r in conn.execute("SELECT node_id::text FROM chronos_nodes")}
+    assert late.node_id in registered, registered
