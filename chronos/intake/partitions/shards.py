@@ -80,6 +80,7 @@ class ShardRouter:
         self._probed_at = 0.0
         self._probed_last = -1
         self.moves: dict[int, PartitionMove] = {}  # the partitions moved away from the map
+        self.unmapped: set[int] = set()  # partitions an explicit map does not name (held)
         self._refresh: Future[dict[int, PartitionMove]] | None = None
         self._refreshed_at = 0.0
 
@@ -97,11 +98,22 @@ class ShardRouter:
         """The shard that takes ``partition``'s messages now; None while it moves (or moved to
         a shard this node was not given: its settings predate the shard)."""
         move = self.moves.get(partition)
-        if move is None:
+        if move is not None:
+            return move.shard if move.state == MOVED and move.shard < len(self.stores) else None
+        try:
             return self.shard_map.shard_of(partition)
-        if move.state == MOVED and move.shard < len(self.stores):
-            return move.shard
-        return None
+        except KeyError:  # a partition added since the node started, not in an explicit map
+            if partition not in self.unmapped:
+                self.unmapped.add(partition)
+                log.error(
+                    "input partition %d has no shard in CHRONOS_SHARD_MAP (%s): it is held "
+                    "(nothing of it stored, no offset of it committed) until the map names it "
+                    "and the nodes restart with it",
+                    partition,
+                    self.shard_map.spec,
+                    extra={"event": "partition_unmapped", "partition": partition},
+                )
+            return None
 
     def _blocked(self, partition: int) -> bool:
         shard = self.shard_of(partition)

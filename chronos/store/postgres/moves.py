@@ -122,7 +122,12 @@ def move_partition(
         if not shards[0].rows("try_lock_move", {"key": ONE_MOVE_LOCK})[0][0]:
             raise ChronosError("another move is under way (shard 0 holds its lock)")
         view = merge(shard.moves() for shard in shards)
-        home = view[partition].shard if partition in view else layout.shard_of(partition)
+        try:
+            home = view[partition].shard if partition in view else layout.shard_of(partition)
+        except KeyError:
+            raise ConfigError(
+                f"partition {partition} has no shard in CHRONOS_SHARD_MAP ({layout.spec})"
+            ) from None
         moving = partition in view and view[partition].state == MOVING
         others = [s for s in shards if s.index != target]
         if home == target and not moving and not _rows_left(others, partition):

@@ -12,8 +12,9 @@ from typing import cast
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from chronos.config.shards import ShardMap
+from chronos.config.shards import ShardMap, parse_shard_map
 from chronos.intake.loop import IntakeLoop
+from chronos.intake.partitions.shards import ShardRouter
 from chronos.store.moves import MOVED, MOVING, PartitionMove
 from chronos.testing import FakeConsumer, FakePublisher, InMemoryStore, ManualClock
 from tests.unit.helpers import INPUT, settings
@@ -90,3 +91,19 @@ def test_a_partition_moved_to_a_shard_this_node_does_not_know_is_held() -> None:
     assert loop.router.shard_of(4) is None and loop.router.shard_of(5) == 0
     assert loop.router.shard_of(6) == 0 and loop.router.shard_of(7) == 1
     loop.router.close()
+
+
+def test_a_partition_an_explicit_map_does_not_name_is_held_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A partition added to the input topic since the node started, and not in its explicit
+    map: held (its messages deferred, its offsets never committed), said once, the node runs."""
+    clock = ManualClock()
+    router = ShardRouter(
+        [InMemoryStore(clock), InMemoryStore(clock)], parse_shard_map("0-1:0,2-3:1", 2), INPUT
+    )
+    assert router.shard_of(3) == 1 and router.shard_of(4) is None and router.shard_of(4) is None
+    said = [r for r in caplog.records if getattr(r, "event", "") == "partition_unmapped"]
+    assert len(said) == 1 and "CHRONOS_SHARD_MAP" in said[0].getMessage()
+    assert router.route([], [], lambda *_: []) == []
+    router.close()
