@@ -135,6 +135,9 @@ def test_a_message_cancelled_in_the_new_shard_while_it_moves_is_not_copied(
         report = moves.move_partition(shards, LAYOUT, 2, 1)
         assert (report.copied, report.cancelled) == (1, 1)
         assert _rows(shards[1], 2).keys() == {"kept"} and _rows(shards[0], 2) == {}
+        with psycopg.connect(shards[1]) as conn:  # its fair claim knows the moved tenant now
+            known = {r[0] for r in conn.execute("SELECT tenant FROM chronos_tenants")}
+        assert "t" in known
     finally:
         store.close()
 

@@ -8,8 +8,9 @@
    once it has moved. The other shards' live cancel markers are copied to the target.
 2. **Copy.** The partition's waiting rows in every other shard are copied to the target in
    batches (binary COPY through a temporary table), each batch deleted from its shard once the
-   target has committed it, its rows locked meanwhile (no claim takes them). A row whose id has
-   a live cancel marker in the target is not copied: it was cancelled. Claimed rows fire where
+   target has committed it, its rows locked meanwhile (no claim takes them), their tenants made
+   known to the target's fair claim. A row whose id has a live cancel marker in the target is
+   not copied: it was cancelled. Claimed rows fire where
    they are; passes go on until no other shard holds a row of the partition (a series' next
    occurrence is copied once its claim ends).
 3. **Moved.** The target first, then the others: the nodes send the partition's messages to the
@@ -274,6 +275,12 @@ def _copy_batch(
                     "ON CONFLICT (id) DO NOTHING RETURNING id"
                 ).format(cols=cols, table=table)
             ).fetchall()
+            tcur.execute(  # the fair claim visits the tenants it knows
+                sql.SQL(
+                    "INSERT INTO chronos_tenants (tenant) SELECT DISTINCT tenant FROM {} "
+                    "WHERE tenant IS NOT NULL ORDER BY tenant ON CONFLICT (tenant) DO NOTHING"
+                ).format(table)
+            )
             cancelled = tcur.execute(
                 sql.SQL(
                     "SELECT count(*) FROM {} b WHERE EXISTS (SELECT 1 FROM chronos_cancels c "
