@@ -7,8 +7,9 @@ The share is the rate divided by the live nodes of the heartbeat table (read eve
 With several shards (docs/shards.md) each node fires each shard's on a lane of its own: the rate
 is divided by the shards too, so it is never exceeded (a backlog in fewer shards than all fires
 at their part of it).
-The bucket holds at most ``BURST_S`` seconds of tokens, so the rate holds over any window longer
-than that; the rows coming due now are claimed as before, never waiting for a token.
+The bucket holds at most ``BURST_S`` seconds of tokens (one at least: a share below four a
+second still fires), so the rate holds over any window longer than that; the rows coming due
+now are claimed as before, never waiting for a token.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class CatchupPacer:
         self.live(now)
         share = self.share()
         if self.filled_at is not None:
-            self.tokens = min(share * BURST_S, self.tokens + share * (now - self.filled_at))
+            # At least one token: a share under 1 / BURST_S a second still fires (slowly).
+            cap = max(1.0, share * BURST_S)
+            self.tokens = min(cap, self.tokens + share * (now - self.filled_at))
         self.filled_at = now
         return Catchup(self.after_ms, max(0, min(limit, int(self.tokens))))
 

@@ -21,3 +21,4 @@ class Lane:
     leadership: Leadership
     monitor: Monitor
     claims_since: datetime | None = None  # this process's start on the shard's database clock
+    registering: bool = False  # a registration was sent: its reply may have been lost

@@ -180,12 +180,14 @@ class Node:
             firing.name, recovery.name = f"firing-{lane.shard}", f"recovery-{lane.shard}"
         return [firing, recovery]
 
-    def _start_loops(self, loops: list[Loop]) -> bool:
-        """Start ``loops`` on threads of their own; False (none started) once the node is
-        stopping."""
+    def _start_loops(self, loops: list[Loop], monitor: Monitor | None = None) -> bool:
+        """Start ``loops`` on threads of their own (and ``monitor``); False (none started)
+        once the node is stopping."""
         with self._loops_lock:
             if self.state.stopping:
                 return False
+            if monitor is not None:
+                monitor.start()
             threads = []
             for loop in loops:
                 thread = threading.Thread(
@@ -326,9 +328,9 @@ class Node:
                 except ConfigError as exc:
                     self._fail_lane(lane, str(exc))
                     return
-                if self._stop.is_set() or not self._start_loops(self._lane_loops(lane)):
+                started = self._start_loops(self._lane_loops(lane), lane.monitor)
+                if self._stop.is_set() or not started:
                     return
-                lane.monitor.start()
                 pending.remove(lane)
                 log.warning(
                     "shard %d's database answers: this node fires its messages from now on",
@@ -351,12 +353,21 @@ class Node:
             if mismatch is not None:
                 raise ConfigError(mismatch)
         sent_at = lane.leadership.monotonic()
+        sent_before, lane.registering = lane.registering, True
         lane.claims_since = lane.store.register_node(
             self.settings.node_id,
             self.settings.liveness_window_ms / 1000,
             hostname=lane.monitor.hostname,
             version=__version__,
         )
+        if lane.claims_since is None and sent_before:
+            # An earlier attempt's reply was lost with the database: the live row may be its
+            # own. Waited out as an outage: the row expires within the liveness window.
+            raise StoreError(
+                f"shard {lane.shard}: this node's registration may be the live one; waiting "
+                "for it to expire",
+                outage=True,
+            )
         if lane.claims_since is None:
             raise ConfigError(
                 f"node id {self.settings.node_id} is held by a live node (heartbeat within "

@@ -216,3 +216,20 @@ def test_a_database_added_is_recorded_by_migrate_and_partitions_move_to_it(
         assert len(_rows(third, 1)) == 20 and _rows(shards[1], 1) == {}
     finally:
         database_factory.drop(third)
+
+
+def test_a_message_without_its_partition_stops_the_move_before_it_starts(
+    shards: list[str],
+) -> None:
+    """A row written without its input partition (an earlier release's) could be the
+    partition's: the move refuses to hold the partition, and marks nothing."""
+    with psycopg.connect(shards[0], autocommit=True) as conn:
+        conn.execute("INSERT INTO chronos_messages (id, deadline) VALUES ('old', now() + '1 hour')")
+    with pytest.raises(ChronosError, match=r"1 message.*without their input partition"):
+        moves.move_partition(shards, LAYOUT, 2, 1)
+    assert [_moves(url) for url in shards] == [[], []]
+
+
+def _moves(url: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT partition, state FROM chronos_partition_moves").fetchall()

@@ -80,7 +80,7 @@ class ShardRouter:
         self._probed_at = 0.0
         self._probed_last = -1
         self.moves: dict[int, PartitionMove] = {}  # the partitions moved away from the map
-        self.unmapped: set[int] = set()  # partitions an explicit map does not name (held)
+        self.unmapped: set[int] = set()  # partitions with no shard this node knows (held; said)
         self._refresh: Future[dict[int, PartitionMove]] | None = None
         self._refreshed_at = 0.0
 
@@ -99,7 +99,19 @@ class ShardRouter:
         a shard this node was not given: its settings predate the shard)."""
         move = self.moves.get(partition)
         if move is not None:
-            return move.shard if move.state == MOVED and move.shard < len(self.stores) else None
+            if move.state != MOVED:
+                return None
+            if move.shard >= len(self.stores) and partition not in self.unmapped:
+                self.unmapped.add(partition)
+                log.error(
+                    "input partition %d moved to shard %d, which CHRONOS_DATABASE_URL does not "
+                    "name (%d databases): it is held until this node restarts with it",
+                    partition,
+                    move.shard,
+                    len(self.stores),
+                    extra={"event": "partition_unmapped", "partition": partition},
+                )
+            return move.shard if move.shard < len(self.stores) else None
         try:
             return self.shard_map.shard_of(partition)
         except KeyError:  # a partition added since the node started, not in an explicit map

@@ -42,7 +42,8 @@ from chronos.store.schema import MOVES_LOCK
 
 ONE_MOVE_LOCK = MOVES_LOCK + 1  # one move at a time (a session lock on shard 0)
 BATCH = 1000
-PASS_PAUSE_S = 0.5
+MARKERS_BATCH = 10_000  # cancel markers copied a statement
+PASS_PAUSE_S = (0.5, 5.0)  # between two passes while claimed rows are waited for: from, to
 BATCH_TABLE = "chronos_move_batch"
 
 MESSAGE_COLUMNS = sql.SQL(
@@ -85,7 +86,8 @@ class Shard:
         return [PartitionMove(*row) for row in self.rows("partition_moves", {})]
 
     def mark(self, move: PartitionMove) -> None:
-        """Write ``move`` under the moves' lock: every enqueue statement under way ends first."""
+        """Write ``move`` under the moves' lock: every enqueue statement under way ends first
+        (and the shard's next ones wait behind it: at most ``lock_moves``'s timeout)."""
         with self.conn.transaction():
             self.rows("lock_moves", {"key": MOVES_LOCK})
             self.rows("mark_partition_move", move._asdict())
@@ -136,10 +138,19 @@ def move_partition(
             return MoveReport(partition, target, [])
         columns = shards[target].columns()
         for shard in others:
-            if shard.columns() != columns:
+            if set(shard.columns()) != set(columns):  # COPY names them: their order is free
                 raise ChronosError(
                     f"shard {shard.index}'s schema differs from shard {target}'s: run "
                     "`chronos migrate` first"
+                )
+        for shard in others:
+            unknown = shard.rows("rows_without_partition", {})[0][0]
+            if unknown:
+                raise ChronosError(
+                    f"shard {shard.index} holds {unknown} message(s) written without their "
+                    "input partition (before schema revision 0019, or by a node of an earlier "
+                    "release): a move cannot tell whether they are the partition's; let them "
+                    "fire (or cancel them) and run it again"
                 )
         generation = max((m.generation for m in view.values()), default=0) + 1
         report = MoveReport(partition, target, [])
@@ -189,9 +200,9 @@ def _rows_left(shards: list[Shard], partition: int) -> dict[int, tuple[int, int]
 
 def _copy_cancels(source: Shard, target: Shard) -> int:
     markers = source.rows("live_cancels", {})
-    if markers:
-        ids, expires = [m[0] for m in markers], [m[1] for m in markers]
-        target.rows("copy_cancels", {"ids": ids, "expires": expires})
+    for start in range(0, len(markers), MARKERS_BATCH):
+        part = markers[start : start + MARKERS_BATCH]
+        target.rows("copy_cancels", {"ids": [m[0] for m in part], "expires": [m[1] for m in part]})
     return len(markers)
 
 
@@ -206,6 +217,7 @@ def _copy_passes(
 ) -> None:
     """Copy passes until no source holds a row of the partition (claimed ones are waited for)."""
     deadline = time.monotonic() + wait_claimed_s
+    pause = PASS_PAUSE_S[0]
     while True:
         report.passes += 1
         for source in sources:
@@ -228,7 +240,8 @@ def _copy_passes(
             )
         if report.passes % 10 == 0:
             say(f"waiting for claimed rows to fire: {left}")
-        time.sleep(PASS_PAUSE_S)
+        time.sleep(pause)
+        pause = min(PASS_PAUSE_S[1], pause * 2)  # each pass walks the shards: fewer of them
 
 
 def _copy_batch(

@@ -58,3 +58,12 @@ def test_with_two_shards_each_lane_takes_half_the_rate() -> None:
     _backlog(firing, 2_000)
     firing.run_for(5_000, step_ms=5)
     assert 0.9 * 500 <= _fired(firing, b"old") <= 1.1 * 500  # 100 msg/s: this shard's half
+
+
+def test_a_share_under_four_a_second_still_fires() -> None:
+    """2 msg/s over two shards: each lane's share is 1 a second, a quarter of a token a bucket
+    of BURST_S would hold; the bucket holds one token at least, so the backlog still drains."""
+    firing = Firing.create(catchup_rate=2, claim_batch_size=500, shards=2)
+    _backlog(firing, 100)
+    firing.run_for(10_000, step_ms=5)
+    assert 8 <= _fired(firing, b"old") <= 12  # 1 msg/s: this shard's half

@@ -24,8 +24,9 @@ WHERE chronos_partition_moves.generation < excluded.generation;
 
 -- name: lock_moves
 -- The moves' advisory lock, exclusively until the transaction ends: every enqueue statement
--- under way (they hold it shared: chronos_partitions_refused) ends first, and none starts.
-SELECT pg_advisory_xact_lock(%(key)s);
+-- under way (they hold it shared: chronos_partitions_refused) ends first, and none starts;
+-- waited for 10 s at most (the statements queued behind it wait as long), then an error.
+SELECT set_config('lock_timeout', '10s', true), pg_advisory_xact_lock(%(key)s);
 
 -- name: try_lock_move
 -- The lock of one move at a time (a session's, on shard 0): false when another move holds it.
@@ -71,3 +72,7 @@ FROM unnest(%(ids)s::text[], %(expires)s::timestamptz[]) AS c(id, expires_at)
 ORDER BY id
 ON CONFLICT (id) DO UPDATE
 SET expires_at = greatest(chronos_cancels.expires_at, excluded.expires_at);
+
+-- name: rows_without_partition
+-- Waiting messages written without their input partition (before 0019): a move refuses them.
+SELECT count(*) FROM chronos_messages WHERE input_partition IS NULL;
