@@ -88,6 +88,7 @@ def test_the_spec_needs_no_token_and_health_and_metrics_need_none(api: Api) -> N
         "/admin/v1/stats",
         "/admin/v1/nodes",
         "/admin/v1/tenants",
+        "/admin/v1/shards",
         "/admin/v1/whoami",
         "/admin/v1/dead-letters",
         "/admin/v1/dead-letters/replay",

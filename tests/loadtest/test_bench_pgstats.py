@@ -17,10 +17,11 @@ from loadtest.bench.results.postgres import PgBreakdown
 
 def as_pg_stat_statements(body: str) -> str:
     """A named query as ``pg_stat_statements`` shows it: from its first token on, every
-    parameter and constant as ``$n``."""
+    parameter and constant (booleans too) as ``$n``."""
     text = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
     counter = iter(range(1, 10_000))
-    text = re.sub(r"%\(\w+\)[sb]|E?'[^']*'|\b\d+(\.\d+)?\b", lambda _: f"${next(counter)}", text)
+    constant = r"%\(\w+\)[sb]|E?'[^']*'|\b\d+(\.\d+)?\b|(?i:\btrue\b|\bfalse\b)"
+    text = re.sub(constant, lambda _: f"${next(counter)}", text)
     return text
 
 

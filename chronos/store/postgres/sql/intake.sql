@@ -52,7 +52,7 @@ WITH headers AS (
                 ELSE ARRAY[]::int4[] END AS refused
 ), given AS (
     SELECT b.ord, b.id, coalesce(b.action, 's') AS action, b.deadline, b.input_partition,
-           coalesce(b.input_partition = ANY(f.refused), false) AS refused,
+           (b.input_partition IS NOT NULL AND b.input_partition = ANY(f.refused)) AS refused,
            b.message_key, b.message_value, h.message_headers, b.target_topic,
            coalesce(b.tenant, '') AS tenant, b.recurrence, b.expires_ms,
            b.recurrence IS NULL
