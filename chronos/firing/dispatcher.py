@@ -7,6 +7,7 @@ import heapq
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,6 +81,9 @@ class Dispatcher:
         self.refused = frozenset(refused_topics(settings))  # never fired to (see _produce)
         self.cond = threading.Condition()
         self.timers: list[Entry] = []  # a heap, guarded by cond
+        # The timers not fired yet, per tenant (guarded by cond): a tenant's queue ahead of
+        # the others' rows (chronos.firing.tenant_share).
+        self.unfired: Counter[str] = Counter()
         self.in_flight = 0  # produced, report pending (dispatcher thread only)
         # When the deliveries last made progress (monotonic): a record delivered, or the first
         # record produced while none was in flight. Read by the firing loop (stalled_for).
@@ -138,10 +142,12 @@ class Dispatcher:
                 extra={"event": "skips_estimated"},
             )
         push = heapq.heappush
+        tenants = Counter(row.tenant for row in rows)
         with self.cond:
             timers = self.timers  # read under the lock: take_unfired swaps the list
             for entry in entries:
                 push(timers, entry)
+            self.unfired.update(tenants)
             self.cond.notify()
         return total
 
@@ -166,9 +172,15 @@ class Dispatcher:
             self.outcome_ready.clear()
         return delivered, failed, expired
 
+    def unfired_by_tenant(self) -> dict[str, int]:
+        """The timers not fired yet, per tenant (a copy)."""
+        with self.cond:
+            return dict(self.unfired)
+
     def take_unfired(self) -> list[Timer]:
         with self.cond:
             unfired, self.timers = self.timers, []
+            self.unfired.clear()
         return [timer for _, _, timer in unfired]
 
     def take_where(self, wanted: Callable[[ClaimedRow], bool]) -> list[Timer]:
@@ -178,7 +190,18 @@ class Dispatcher:
             if taken:
                 self.timers = [e for e in self.timers if not wanted(e[2].row)]
                 heapq.heapify(self.timers)
+                self._fired([timer for _, _, timer in taken])
         return [timer for _, _, timer in taken]
+
+    def _fired(self, timers: list[Timer]) -> None:
+        """These timers left the heap (under ``cond``): no longer any tenant's queue."""
+        unfired = self.unfired
+        for tenant, n in Counter(t.row.tenant for t in timers).items():
+            left = unfired[tenant] - n
+            if left > 0:
+                unfired[tenant] = left
+            else:
+                del unfired[tenant]
 
     def stop(self) -> None:
         self.stopping.set()
@@ -220,6 +243,8 @@ class Dispatcher:
             timers = self.timers  # read under the lock: take_unfired swaps the list
             while timers and timers[0][0] <= now:
                 due.append(pop(timers)[2])
+            if due:
+                self._fired(due)
         if not due:
             return
         produce = self._produce

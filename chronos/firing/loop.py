@@ -101,7 +101,8 @@ class FiringLoop(Outcomes, Loop):
         self.pending_delete: list[Timer] = []
         self.held_bytes = 0  # bytes of every row claimed and not yet deleted or given back
         self.tenant_metrics = TenantMetrics(settings.tenant_metrics_top)
-        self.share = TenantShare(settings, store)  # the claim-ahead budget between tenants
+        # the claim-ahead budget between tenants
+        self.share = TenantShare(settings, store, self.dispatcher.unfired_by_tenant)
         self.pending_since = 0.0
         self.next_claim_at = 0.0
         self.claim_backoff = 0.0

@@ -30,6 +30,31 @@ def test_a_flood_holding_the_budget_leaves_room_for_a_small_tenant() -> None:
     assert keys.count(b"flood") <= int(100 * TENANT_SHARE_OF_IN_FLIGHT) + 20
 
 
+def test_a_flood_whose_rows_fired_is_claimed_on_while_it_holds_less_than_its_share() -> None:
+    """Rows handed to the producer queue nobody's timers: a flood draining overdue rows is
+    claimed on past its queue's cap (four claims' worth), up to its share of the budget, as a
+    single tenant would be; only its share stays free for the others."""
+    firing = Firing.create(auto=False, max_in_flight=1000, claim_batch_size=20)
+    firing.store.enqueue([_msg(f"f{i:03d}", firing, 50, "flood") for i in range(300)], 0)
+    firing.store.enqueue([_msg("other", firing, 60_000, "other")], 0)  # known, not due
+    firing.run_for(400, step_ms=5)  # no delivery report arrives: every fired row stays held
+    assert len([r for r in firing.publisher.records if r.topic == OUTPUT]) == 300
+
+
+def test_a_flood_due_later_queues_at_most_four_claims_of_timers() -> None:
+    """Claimed ahead of its deadline, a flood's rows wait in the node's timers, every one of
+    them due before a small tenant's message claimed after them: at most four claims' worth."""
+    firing = Firing.create(max_in_flight=1000, claim_batch_size=20, lookahead_ms=1000)
+    firing.store.enqueue([_msg(f"f{i:03d}", firing, 900, "flood") for i in range(300)], 0)
+    firing.store.enqueue([_msg("other", firing, 60_000, "other")], 0)  # known, not due
+    firing.run_for(500, step_ms=5)
+    unfired = firing.loop.dispatcher.unfired_by_tenant()
+    assert 4 * 20 <= unfired["flood"] <= 5 * 20  # the cap, and the claim that reached it
+    firing.run_for(1000, step_ms=5)
+    assert len([r for r in firing.publisher.records if r.topic == OUTPUT]) == 300
+    assert firing.loop.dispatcher.unfired_by_tenant() == {}
+
+
 def test_the_flood_is_claimed_again_when_it_holds_less_than_its_share() -> None:
     firing = Firing.create(auto=False, max_in_flight=100, claim_batch_size=20)
     firing.store.enqueue([_msg(f"f{i:03d}", firing, 100, "flood") for i in range(300)], 0)
