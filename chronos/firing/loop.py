@@ -50,6 +50,7 @@ from chronos.config.settings import Settings
 from chronos.errors import StoreError
 from chronos.firing.catchup import CatchupPacer
 from chronos.firing.cutoff import CutOffWatch
+from chronos.firing.deleter import Deleter
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.firing.limits import LimitWatch
 from chronos.firing.outcomes import DELETE_MAX_AGE, Outcomes
@@ -96,6 +97,7 @@ class FiringLoop(Outcomes, Loop):
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
         self.park_attempts = park_after(settings)  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
+        self.deleter = Deleter(store, self.node_id, self.dispatcher.outcome_ready)
         self.cutoff = CutOffWatch(self.node_id, store, self.dispatcher)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[Timer] = []
@@ -138,7 +140,10 @@ class FiringLoop(Outcomes, Loop):
         finally:
             self.dispatcher.stop()
             thread.join(5)
-            self.drain()
+            try:
+                self.drain()
+            finally:
+                self.deleter.stop()
 
     def step(self) -> None:
         """One iteration: claim if it is time, then finish the rows whose outcome is known."""
@@ -249,7 +254,7 @@ class FiringLoop(Outcomes, Loop):
 
     def idle(self) -> None:
         wake = self.next_claim_at
-        if self.pending_delete:
+        if self.pending_delete and self.deleter.busy is None:  # else woken when it is done
             wake = min(wake, self.pending_since + DELETE_MAX_AGE)
         timeout = wake - self.monotonic()
         if timeout > 0:
@@ -279,7 +284,8 @@ class FiringLoop(Outcomes, Loop):
     # -- phase 1: claim -----------------------------------------------------------------------
 
     def claim(self, started: float) -> None:
-        room = self.settings.max_in_flight - self.dispatcher.held() - len(self.pending_delete)
+        held = self.dispatcher.held() + len(self.pending_delete) + self.deleter.rows()
+        room = self.settings.max_in_flight - held
         if KAFKA_WRITES.down:
             # Writes fail (too few in-sync replicas, no leader): a record a leader appended
             # but could not commit may still be committed later, so every failed attempt can

@@ -6,7 +6,6 @@ in; the attributes it uses are the loop's own (set in its constructor)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -14,6 +13,7 @@ from confluent_kafka import KafkaError
 
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
+from chronos.firing.deleter import Deleter, Deletion
 from chronos.firing.dispatcher import Dispatcher, Timer
 from chronos.firing.history import endings
 from chronos.firing.tenant_share import TenantShare
@@ -44,6 +44,7 @@ class Outcomes:
     settings: Settings
     store: Store
     dispatcher: Dispatcher
+    deleter: Deleter
     monotonic: Callable[[], float]
     node_id: str
     claims_since: datetime | None
@@ -75,12 +76,17 @@ class Outcomes:
             if not self.pending_delete:
                 self.pending_since = self.monotonic()
             self.pending_delete.extend(delivered)
+        for deletion in self.deleter.wait() if force else self.deleter.take_done():
+            self._deleted(deletion)
         if self.pending_delete and (
             force
             or len(self.pending_delete) >= DELETE_BATCH
             or self.monotonic() - self.pending_since >= DELETE_MAX_AGE
         ):
-            self._delete_delivered()
+            if force:  # on this thread: the rows are deleted when finish returns
+                self._deleted(self._deletion().run(self.store, self.node_id))
+            elif self.deleter.busy is None:  # else gathered into the next deletion
+                self.deleter.submit(self._deletion())
         if failed:
             self._handle_failed(failed)
         if expired:
@@ -119,7 +125,8 @@ class Outcomes:
         self.held_bytes -= sum(t.size for t in timers)
         self.share.released(t.row.tenant for t in timers)
 
-    def _delete_delivered(self) -> None:
+    def _deletion(self) -> Deletion:
+        """The delete of the rows delivered so far (the deleter's thread or this one runs it)."""
         batch, self.pending_delete = self.pending_delete, []
         fault_point("after_report")
         claims: list[Claim] = [(t.row.id, t.row.readied_at) for t in batch]
@@ -128,10 +135,12 @@ class Outcomes:
         # replaced by a reschedule while claimed is then given back, not deleted.
         nexts = [t.next_deadline for t in batch] if any(t.row.recurrence for t in batch) else None
         ends = endings(batch, self.settings)  # their history, written by the same statement
-        t0 = time.perf_counter()
-        try:
-            deleted = self.store.delete_fired(self.node_id, claims, nexts, ends)
-        except StoreError as exc:
+        return Deletion(batch, claims, nexts, ends)
+
+    def _deleted(self, deletion: Deletion) -> None:
+        """Account a deletion that ran: forget its rows, or keep them to try again."""
+        batch, claims, nexts, exc = deletion.batch, deletion.claims, deletion.nexts, deletion.error
+        if exc is not None:
             # The rows stay claimed by this process (no peer resets them while it lives): try
             # the delete again a little later; if the node dies first, a peer resets them after
             # the hold time and they fire again (a duplicate, never a loss).
@@ -146,8 +155,9 @@ class Outcomes:
             self.pending_delete = batch + self.pending_delete
             self.pending_since = self.monotonic() + DELETE_RETRY_DELAY
             return
+        deleted = deletion.deleted
         self._forget(batch)  # only once: a failed delete keeps its rows held and tries again
-        metrics.STATEMENT_DURATION.labels("delete").observe(time.perf_counter() - t0)
+        metrics.STATEMENT_DURATION.labels("delete").observe(deletion.seconds)
         metrics.BATCH_SIZE.labels("delete").observe(len(batch))
         gone = deleted
         # Fired: delivered to its own topic and deleted by this node (not a dead letter, and
