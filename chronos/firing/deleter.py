@@ -52,13 +52,15 @@ class Deletion:
 
 
 class Deleter:
-    """Runs one deletion at a time on its thread (started at the first); ``wake`` is set when
-    one is done, so the loop accounts it without waiting out its idle timeout."""
+    """Runs one deletion at a time on its thread (started at the first); ``finished`` is set
+    when one is done. While one is under way the loop waits for it (or its next claim), not for
+    each delivery report: what is delivered meanwhile can only wait for the next deletion, and a
+    loop woken by every report cost the node about a tenth more CPU a message at 10,000 msg/s."""
 
-    def __init__(self, store: Store, node_id: str, wake: threading.Event) -> None:
+    def __init__(self, store: Store, node_id: str) -> None:
         self.store = store
         self.node_id = node_id
-        self.wake = wake
+        self.finished = threading.Event()
         self.cond = threading.Condition()
         self.next: Deletion | None = None  # handed over, not started (guarded by cond)
         self.busy: Deletion | None = None  # handed over or under way (loop thread's view)
@@ -85,6 +87,7 @@ class Deleter:
 
     def take_done(self) -> list[Deletion]:
         with self.cond:
+            self.finished.clear()
             done, self.done = self.done, []
         if done:
             self.busy = None
@@ -115,8 +118,8 @@ class Deleter:
                 deletion.run(self.store, self.node_id)
                 with self.cond:
                     self.done.append(deletion)
+                    self.finished.set()
                     self.cond.notify_all()
-                self.wake.set()
         finally:
             release = getattr(self.store, "release_thread_connection", None)
             if release is not None:

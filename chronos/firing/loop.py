@@ -97,7 +97,7 @@ class FiringLoop(Outcomes, Loop):
         self.horizon_ms = settings.timing_advance_ms + settings.lookahead_ms
         self.park_attempts = park_after(settings)  # then parked: never claimed
         self.dispatcher = Dispatcher(settings, publisher, leadership, monotonic)
-        self.deleter = Deleter(store, self.node_id, self.dispatcher.outcome_ready)
+        self.deleter = Deleter(store, self.node_id)
         self.cutoff = CutOffWatch(self.node_id, store, self.dispatcher)
         self.fenced = False  # the lease ended: nothing claimed until the table is given back
         self.pending_delete: list[Timer] = []
@@ -258,8 +258,11 @@ class FiringLoop(Outcomes, Loop):
             wake = min(wake, self.pending_since + DELETE_MAX_AGE)
         timeout = wake - self.monotonic()
         if timeout > 0:
-            # Wakes early when a delivery outcome arrives or the loop is stopped.
-            self.dispatcher.outcome_ready.wait(min(timeout, 0.1))
+            # Wakes early when a delivery outcome arrives (while a delete is under way: when it
+            # is done); a stop is seen within 0.1 s.
+            busy = self.deleter.busy is not None
+            event = self.deleter.finished if busy else self.dispatcher.outcome_ready
+            event.wait(min(timeout, 0.1))
 
     def park_exhausted(self) -> None:
         """Stamp the rows a previous release parked by their attempts alone, so they leave the
