@@ -7,8 +7,8 @@ The topics have 3 replicas and ``min.insync.replicas`` 2; two Chronos nodes run;
 ``CI_RATE`` messages a second (1,000 in the full-size runs), each due 2 to 10 s after it is sent.
 
 * **leader killed**: kill -9 of the node leading the most partitions of the input and output
-  topics; on the suite's fresh cluster it is the active controller and the group coordinator too
-  (recorded). Its partitions have no leader until the controller fences it, and every ``acks=all``
+  topics, and of those the nodes' group coordinator (chosen at the fault; whether it is the
+  active controller too is recorded with it). Its partitions have no leader until the controller fences it, and every ``acks=all``
   write to a partition it replicates — with 3 replicas on 3 brokers, every partition, the
   offsets topic included — waits until then: Kafka's contract, for every client. Chronos rides
   the stall: a record produced into it is delivered once when writes flow (the delivery timeout
@@ -47,6 +47,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,6 +61,7 @@ from tests.support.brokers import (
     active_controller,
     busiest_leader,
     cluster_digest,
+    group_coordinator,
     leaders,
     node_index,
     replicated_topics,
@@ -272,7 +274,7 @@ def check(
 
 def kill_and_return(
     brokers: EmbeddedKafkaCluster,
-    node_id: int,
+    node_id: int | Callable[[], int],
     down_s: float = DOWN_S,
     *,
     topics: list[str] | None = None,
@@ -281,15 +283,17 @@ def kill_and_return(
     """The kill -9 of broker ``node_id``, its return ``down_s`` later; with ``topics``, the
     write stall it made is measured into ``stall`` (``write_stall_s``: from the kill until no
     partition of ``topics`` is led by it any more, its fencing and the elections; None: not
-    within ``down_s``), so that a failed run says whether the brokers or Chronos made it late."""
+    within ``down_s``), so that a failed run says whether the brokers or Chronos made it late.
+    ``node_id`` may be a function choosing the broker at the fault."""
 
     def fault() -> None:
-        index = node_index(brokers, node_id)
+        victim = node_id() if callable(node_id) else node_id
+        index = node_index(brokers, victim)
         killed = time.monotonic()
         brokers.nodes[index].signal(signal.SIGKILL)
         brokers.nodes[index].wait_stopped(10)
         if topics and stall is not None:
-            stall["write_stall_s"] = _leaders_moved(brokers, topics, node_id, killed, down_s)
+            stall["write_stall_s"] = _leaders_moved(brokers, topics, victim, killed, down_s)
         time.sleep(max(0.0, down_s - (time.monotonic() - killed)))
         brokers.start_node(index)
         wait_in_sync(brokers.bootstrap)
@@ -320,16 +324,28 @@ def roles(brokers: EmbeddedKafkaCluster, node_id: int, topics: list[str]) -> dic
 
 
 def kill_leader(cluster: Cluster, brokers: EmbeddedKafkaCluster, name: str, rate: float) -> None:
+    """Kill -9 of the broker leading the most partitions of the topics; of those that lead as
+    many, the nodes' group coordinator (chosen at the fault, when the group exists: its
+    coordinator's broker is wherever the offsets topic's partition was led when it was made)."""
     topics = [cluster.topics.input, cluster.topics.output]
-    node_id, _ = busiest_leader(brokers.bootstrap, topics)
-    facts_before = roles(brokers, node_id, topics)
+    facts_before: dict[str, object] = {}
+
+    def victim() -> int:
+        led = Counter(leaders(brokers.bootstrap, topics).values())
+        coordinator = group_coordinator(brokers.bootstrap, f"{cluster.topics.input}-group")
+        busiest, most = busiest_leader(brokers.bootstrap, topics)
+        node_id = coordinator if led.get(coordinator, 0) == most else busiest
+        facts_before.update(roles(brokers, node_id, topics), coordinator=node_id == coordinator)
+        return node_id
+
     stall: dict[str, object] = {}
-    fault = kill_and_return(brokers, node_id, topics=topics, stall=stall)
+    fault = kill_and_return(brokers, victim, topics=topics, stall=stall)
     report, facts = under_load(cluster, brokers, fault, rate)
     check(
         name,
         f"kill -9 of the broker leading {facts_before['led']} of 6 partitions "
-        f"(controller: {facts_before['controller']}), down {DOWN_S:.0f} s, {rate:.0f} msg/s, "
+        f"(controller: {facts_before['controller']}, group coordinator: "
+        f"{facts_before['coordinator']}), down {DOWN_S:.0f} s, {rate:.0f} msg/s, "
         "Kafka's and Chronos's defaults",
         report,
         {**facts, **facts_before, **stall},

@@ -46,6 +46,13 @@ def leaders(bootstrap: str, topic_names: Iterable[str]) -> dict[tuple[str, int],
     }
 
 
+def group_coordinator(bootstrap: str, group: str) -> int:
+    """The node id of the broker coordinating consumer group ``group``."""
+    client = admin(bootstrap)  # held until the answer: its thread serves the future
+    futures = client.describe_consumer_groups([group], request_timeout=10)
+    return int(futures[group].result(timeout=15).coordinator.id)
+
+
 def busiest_leader(bootstrap: str, topic_names: Iterable[str]) -> tuple[int, int]:
     """(node id, partitions it leads) of the node leading the most of ``topic_names``."""
     counts = Counter(leaders(bootstrap, topic_names).values())
