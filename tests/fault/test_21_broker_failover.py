@@ -6,15 +6,15 @@ Chronos nodes at Chronos's (delivery timeout, hold time, consumer session: ``SHI
 The topics have 3 replicas and ``min.insync.replicas`` 2; two Chronos nodes run; the load sends
 ``CI_RATE`` messages a second (1,000 in the full-size runs), each due 2 to 10 s after it is sent.
 
-* **leader killed**: kill -9 of the node leading the most partitions of the input and output
-  topics, and of those the nodes' group coordinator (chosen at the fault; whether it is the
-  active controller too is recorded with it). Its partitions have no leader until the controller fences it, and every ``acks=all``
-  write to a partition it replicates — with 3 replicas on 3 brokers, every partition, the
-  offsets topic included — waits until then: Kafka's contract, for every client. Chronos rides
-  the stall: a record produced into it is delivered once when writes flow (the delivery timeout
-  outlasts the fencing, so nothing times out, is claimed again and leaves a copy); a node never
-  declares itself cut off while its peers stall too (``chronos.firing.cutoff``); the consumer
-  session outlasts the coordinator's move, so no node loses its input partitions.
+* **leader killed**: kill -9 of the node leading the most partitions of the input and output topics,
+  and of those the nodes' group coordinator (chosen at the fault; whether it is the active
+  controller too is recorded with it). Its partitions have no leader until the controller fences it,
+  and every ``acks=all`` write to a partition it replicates — with 3 replicas on 3 brokers, every
+  partition, the offsets topic included — waits until then: Kafka's contract, for every client.
+  Chronos rides the stall: a record produced into it is delivered once when writes flow (the
+  delivery timeout outlasts the fencing, so nothing times out, is claimed again and leaves a copy);
+  a node never declares itself cut off while its peers stall too (``chronos.firing.cutoff``); the
+  consumer session outlasts the coordinator's move, so no node loses its input partitions.
 * **controller killed** (full size): kill -9 of the active controller.
 * **rolling restart**: every broker in turn stopped cleanly (SIGTERM) and started again, the next
   one only once every replica is back in sync — what a managed Kafka's patching does.
