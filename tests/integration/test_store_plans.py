@@ -199,3 +199,49 @@ def test_statements_reading_claimed_rows_read_an_index_of_claimed_rows(
         assert elapsed < 1.0, plan
     finally:
         store.release(node_id, claims, failed=False)
+
+
+def _rows_fetched(plan: str) -> int:
+    """Rows the plan's scans of chronos_messages returned, over all their loops."""
+    scans = re.findall(
+        r"Scan (?:using \S+ )?on chronos_messages \w+ \(actual time=\S+ rows=([\d.]+) loops=(\d+)",
+        plan,
+    )
+    return round(sum(float(rows) * int(loops) for rows, loops in scans))
+
+
+def test_a_lapsed_node_holding_nothing_costs_no_walk_of_the_claimed_rows(
+    filled: tuple[str, PostgresStore],
+) -> None:
+    """The leader resets lapsed nodes' claims every round. A lapsed node's row stays until it is
+    pruned; while it holds no claim, the round reads nothing, however many rows the live nodes
+    hold (a burst's in-flight rows): it never walks every claimed row looking for the lapsed
+    node's (a join over the claimed index did, on every round and every shard)."""
+    url, store = filled
+    live, claims = _claim_a_batch(store)
+    stale, me = str(uuid.uuid4()), str(uuid.uuid4())
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO chronos_nodes (node_id, heartbeat_at)"
+            " VALUES (%s, now()), (%s, now() - interval '1 hour')",
+            (live, stale),
+        )
+    try:
+        params = {"node_id": me, "window_ms": 20_000, "limit": 1000, "history": True}
+        plan, _ = _generic_plan(url, "reset_lapsed_claims", params)
+        assert "chronos_messages_claimed_by_idx" in plan, plan
+        assert _rows_fetched(plan) == 0, plan
+        # ...and once the live node lapses, its oldest claims are reset, up to the limit.
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE chronos_nodes SET heartbeat_at = now() - interval '1 hour'"
+                " WHERE node_id = %s",
+                (live,),
+            )
+        plan, _ = _generic_plan(url, "reset_lapsed_claims", params)
+        assert re.search(r"^Update on chronos_messages m \(actual time=\S+ rows=1000(\.00)? ", plan)
+        assert "Seq Scan on chronos_messages" not in plan, plan
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM chronos_nodes WHERE node_id IN (%s, %s)", (live, stale))
+        store.release(live, claims, failed=False)

@@ -64,19 +64,28 @@ RETURNING m.id, ((SELECT claims FROM fence) -> m.id ->> 1) AS readied_by;
 -- with no heartbeat row are left to the hold time. Returns the rows reset and their node.
 -- A row whose message was cancelled while it was claimed (a live cancel marker) is deleted
 -- instead of given back: the cancel wins over the claim's end.
+-- Each lapsed node's claims are read through the claimed-by index (node, claimed at): the cost
+-- is their claims, whatever the live nodes hold (a join walking every claimed row would cost a
+-- burst's in-flight rows on every round, found or not, while a stale node row lapses).
 WITH lapsed AS (
     SELECT node_id
     FROM chronos_nodes
     WHERE heartbeat_at < now() - make_interval(secs => %(window_ms)s / 1000.0)
       AND node_id <> %(node_id)s::uuid
 ), taken AS (
-    SELECT m.id, m.readied_by, m.readied_at
-    FROM chronos_messages m
-    JOIN lapsed l ON l.node_id = m.readied_by
-    WHERE m.readied_at IS NOT NULL
-    ORDER BY m.readied_at
+    SELECT c.id, c.readied_by, c.readied_at
+    FROM lapsed l
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.readied_by, m.readied_at
+        FROM chronos_messages m
+        WHERE m.readied_by = l.node_id
+          AND m.readied_at IS NOT NULL
+        ORDER BY m.readied_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.readied_at
     LIMIT %(limit)s
-    FOR UPDATE OF m SKIP LOCKED
 ), cancelled AS (
     DELETE FROM chronos_messages m
     USING taken t
