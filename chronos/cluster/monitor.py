@@ -19,6 +19,8 @@ A thread started by the node (not one of the three loops: it never touches a mes
   report 0, so aggregate them with ``max()``, not ``sum()``;
 * the history's partitions, created ahead and dropped past their time to live
   (``chronos.cluster.history``);
+* the messages table's vacuum every ``vacuum_interval_ms`` while it has dead rows, on a thread
+  of its own (``chronos.cluster.vacuum``);
 * with the backlog gauges, the per-tenant overdue gauges of the ``tenant_metrics_top`` tenants
   with the most overdue rows (``chronos.observability.tenants``), from one bounded statement (see
   the
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from chronos import __version__
 from chronos.cluster.history import HistoryKeeper
 from chronos.cluster.leadership import Leadership
+from chronos.cluster.vacuum import Vacuum
 from chronos.config.policy import park_after
 from chronos.config.settings import Settings
 from chronos.errors import StoreError
@@ -126,17 +129,21 @@ class Monitor:
         self._delivered = delivered
         self._fired_samples: deque[tuple[float, float]] = deque()  # (monotonic, fired)
         self.history = HistoryKeeper(store, settings.history_ttl)  # the leader keeps it
+        # ...and vacuums the messages table, on a thread of its own.
+        self.vacuum = Vacuum(store, settings.vacuum_interval_ms, self.leadership.is_leader, shard)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="chronos-monitor", daemon=True)
         self._thread.start()
+        self.vacuum.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the thread, which deletes this node's heartbeat row as it ends (the node leaves
         the live nodes). Waits at most ``timeout`` s: a hung database never delays shutdown."""
         self._stop.set()
+        self.vacuum.stop(0)
         if self._thread is not None:
             self._thread.join(timeout)
 

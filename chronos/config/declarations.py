@@ -330,6 +330,14 @@ class Settings:
         _non_negative_int,
         group="postgres",
     )
+    vacuum_interval_ms: int = setting(
+        5000,
+        "the leader vacuums the messages table this often while it has dead rows (1,000 or "
+        "more), so that the claims never walk a minute of them between two of Postgres's "
+        "autovacuums; needs the table's owner (0: left to autovacuum)",
+        _non_negative_int,
+        group="postgres",
+    )
     database_tcp_timeout_ms: int = setting(
         10_000,
         "drop a Postgres connection whose peer stops answering for this long (TCP keepalives "

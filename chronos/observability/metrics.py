@@ -154,6 +154,11 @@ BATCH_SIZE = Histogram(
     ["operation"],
     buckets=(1, 5, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000),
 )
+VACUUM_DURATION = Histogram(
+    "chronos_vacuum_duration_seconds",
+    "The leader's vacuums of the messages table (chronos.cluster.vacuum), by duration",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
 STATEMENT_DURATION = Histogram(
     "chronos_statement_duration_seconds",
     "Latency of database statements",

@@ -417,6 +417,14 @@ class Store(HistoryStore, MovesStore, Protocol):
 
     def expire_nodes(self, retain_s: float) -> int: ...
 
+    def dead_messages(self) -> tuple[int, bool]:
+        """The messages table's dead row versions, and whether this store may vacuum it."""
+        ...
+
+    def vacuum_messages(self) -> None:
+        """Vacuum the messages table (the leader's, ``chronos.cluster.vacuum``)."""
+        ...
+
     def prune_tenants(self, limit: int) -> int:
         """Forget up to ``limit`` known tenants with no waiting message (never the default
         one): the fair claim visits the known tenants in turn, so stale ones would slow every

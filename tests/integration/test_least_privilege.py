@@ -19,6 +19,7 @@ from psycopg import sql
 from chronos import cli
 from chronos.node.supervisor import Node
 from chronos.protocol import DEADLINE_HEADER, MESSAGE_ID_HEADER, format_deadline
+from chronos.store import PostgresStore
 from tests.support import Topics, consumer_config, make_settings
 from tests.support.databases import DatabaseFactory
 
@@ -32,6 +33,7 @@ NODE_GRANTS = (
     "GRANT SELECT, INSERT, UPDATE, DELETE ON chronos_messages, chronos_nodes, chronos_cancels, "
     "chronos_tenants, chronos_pauses, chronos_limits TO {role}",
     "GRANT SELECT, INSERT, DELETE ON chronos_history TO {role}",
+    "GRANT MAINTAIN ON chronos_messages TO {role}",  # Postgres 17 and later: the leader's vacuum
 )
 
 
@@ -109,3 +111,40 @@ def test_a_node_runs_with_only_the_documented_grants(
         assert node.shutdown() == 0
     denied = [r.getMessage() for r in caplog.records if "permission denied" in r.getMessage()]
     assert denied == []
+
+
+def test_the_nodes_role_may_vacuum_the_messages_table_only_with_its_grant(
+    roles: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader vacuums the messages table (chronos.cluster.vacuum): a role with the DML
+    grants alone may not (the store says so, and the vacuum leaves the table to autovacuum);
+    with MAINTAIN it may, and does."""
+    owner_url, node_url = roles
+    monkeypatch.setenv("CHRONOS_DATABASE_URL", node_url)
+    monkeypatch.setenv("CHRONOS_MIGRATION_DATABASE_URL", owner_url)
+    assert cli.main(["migrate"]) == 0
+    role = urlsplit(node_url).username or ""
+    database = urlsplit(owner_url).path.lstrip("/")
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        for grant in NODE_GRANTS[:-1]:  # all but MAINTAIN
+            conn.execute(
+                sql.SQL(grant).format(role=sql.Identifier(role), database=sql.Identifier(database))
+            )
+    store = PostgresStore(node_url)
+    try:
+        assert store.dead_messages() == (0, False)
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL(NODE_GRANTS[-1]).format(
+                    role=sql.Identifier(role), database=sql.Identifier(database)
+                )
+            )
+        assert store.dead_messages() == (0, True)
+        store.vacuum_messages()
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            (vacuums,) = conn.execute(
+                "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'chronos_messages'"
+            ).fetchone() or (0,)
+        assert vacuums == 1
+    finally:
+        store.close()

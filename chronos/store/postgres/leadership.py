@@ -15,6 +15,9 @@ class LeadershipQueries:
     def _execute(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         raise NotImplementedError  # provided by PostgresStore
 
+    def _utility(self, name: str) -> None:
+        raise NotImplementedError  # PostgresSession: a statement that cannot be prepared
+
     def _recording_rows(
         self, name: str, params: dict[str, Any], records: int
     ) -> list[dict[str, Any]]:
@@ -39,3 +42,15 @@ class LeadershipQueries:
         params = {"window_ms": window_ms, "node_id": node_id, "limit": limit}
         rows = self._recording_rows("reset_lapsed_claims", params, records=0)
         return [(r["id"], r["readied_by"]) for r in rows]
+
+    def dead_messages(self) -> tuple[int, bool]:
+        """The messages table's dead row versions (the statistics' count), and whether this
+        role may vacuum it (MAINTAIN, or its owner)."""
+        rows = self._execute("messages_dead_rows", {})
+        return (int(rows[0]["dead"]), bool(rows[0]["may_vacuum"])) if rows else (0, False)
+
+    def vacuum_messages(self) -> None:
+        """VACUUM the messages table (SKIP_LOCKED, no ANALYZE) on this thread's connection,
+        without a statement timeout."""
+        self._execute("vacuum_session", {})
+        self._utility("vacuum_messages")

@@ -242,6 +242,17 @@ class PostgresSession:
             self._dependency.succeeded()
             return result, started, time.monotonic()
 
+    def _utility(self, name: str) -> None:
+        """Run ``name``, a statement that cannot be prepared (VACUUM), on this thread's
+        connection as its own transaction, outside the statement timings and the running
+        statement's gauge: its time follows the table's size, it is no stuck statement."""
+        conn = self._conn()
+        try:
+            conn.execute(query(name), prepare=False)
+        except psycopg.Error as exc:
+            raise self._translate(conn, name, exc) from exc
+        self._dependency.succeeded()
+
     def _observe(self, name: str, seconds: float) -> None:
         if seconds < self._slow_statement_s:
             return

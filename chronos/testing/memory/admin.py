@@ -336,6 +336,16 @@ class InMemoryAdmin:
                 del self._nodes[node]
             return len(gone)
 
+    def dead_messages(self) -> tuple[int, bool]:
+        """No dead row versions here: a row ended is gone (the leader's vacuum never runs)."""
+        with self._lock:
+            self._statement("messages_dead_rows")
+            return 0, True
+
+    def vacuum_messages(self) -> None:
+        with self._lock:
+            self._statement("vacuum_messages")
+
     def list_nodes(self, live_s: float, *, include_dead: bool = False) -> list[NodeRecord]:
         with self._lock:
             now = self._statement("list_nodes")

@@ -53,7 +53,7 @@ def test_every_query_has_a_statement_and_only_named_placeholders() -> None:
             line for line in text.splitlines() if not line.lstrip().startswith("--")
         ).strip()
         assert statement, f"{name} is empty"
-        assert re.match(r"(WITH|SELECT|INSERT|UPDATE|DELETE)\b", statement, re.I), name
+        assert re.match(r"(WITH|SELECT|INSERT|UPDATE|DELETE|VACUUM)\b", statement, re.I), name
         # psycopg placeholders are %(name)s; a stray % would break or be a positional one.
         without_named = re.sub(r"%\(\w+\)[sb]", "", statement)
         assert "%" not in without_named, f"{name}: positional or stray % placeholder"

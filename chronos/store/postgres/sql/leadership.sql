@@ -110,3 +110,28 @@ SELECT to_regclass('chronos_shard') IS NOT NULL AS present;
 -- The shard this database is, of how many, and the map (chronos_shard, written by chronos
 -- migrate): no row where it was never written.
 SELECT shard, shards, map FROM chronos_shard WHERE id = 1;
+
+-- name: messages_dead_rows
+-- The messages table's dead row versions, as the statistics count them, and whether this role
+-- may vacuum it (Postgres 17 and later: the MAINTAIN privilege, which its owner has; before:
+-- it owns the table, or is a member of its owner): the leader's vacuum
+-- (chronos.cluster.vacuum) runs when there are enough of them.
+SELECT coalesce(s.n_dead_tup, 0)::bigint AS dead,
+       CASE WHEN current_setting('server_version_num')::int >= 170000
+            THEN has_table_privilege(c.oid, 'MAINTAIN')
+            ELSE pg_has_role(c.relowner, 'MEMBER') END AS may_vacuum
+FROM pg_class c
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = 'chronos_messages'::regclass;
+
+-- name: vacuum_session
+-- The vacuum's connection (its thread's own) runs without a statement timeout: a vacuum's time
+-- follows the table's size, and SKIP_LOCKED means it never waits for a lock.
+SELECT set_config('statement_timeout', '0', false);
+
+-- name: vacuum_messages
+-- The leader's vacuum of the messages table (chronos.cluster.vacuum): the dead row versions and
+-- index entries that every message leaves, removed before the claims must walk a minute of
+-- them. No ANALYZE (Postgres's autovacuum keeps the statistics); a table another vacuum is on
+-- (an autovacuum) is skipped, not waited for.
+VACUUM (SKIP_LOCKED) chronos_messages;
