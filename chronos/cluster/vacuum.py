@@ -7,13 +7,17 @@ visits a database once a minute at its defaults (``autovacuum_naptime``): at 10,
 node's claims walked up to a minute of dead entries, slowed as they piled up, fell behind their
 lookahead, and messages fired late in stretches of seconds that ended when the autovacuum came
 (docs/benchmark-results.md, "Between two autovacuums"). So the leader vacuums the table itself
-once it holds ``MIN_DEAD_ROWS`` dead row versions (the statistics' count): ``VACUUM
+once it holds ``MIN_DEAD_ROWS`` dead row versions (the statistics' count), and at most a
+tenth of the time (``BUSY_SHARE``: a large table's vacuum reads its indexes whole): ``VACUUM
 (SKIP_LOCKED)``, without ANALYZE (the statistics stay autovacuum's, as do the other tables), and
 a table an autovacuum is already on is skipped, not waited for. It never delays the heartbeat (its
 own thread) and never counts as a stuck statement (its time follows the table's size). A role that
 does not own the table (or, from Postgres 17, holds no MAINTAIN grant on it) cannot vacuum it
 (Postgres would skip it with a warning): that is said once, and the table is left to autovacuum;
-``CHRONOS_VACUUM_INTERVAL_MS=0`` leaves it to autovacuum from the start.
+``CHRONOS_VACUUM_INTERVAL_MS=0`` leaves it to autovacuum from the start. Unlike an autovacuum,
+a vacuum under way is not cancelled by a migration's lock on the table: the migration waits for
+it (the vacuum's duration at most; an index built CONCURRENTLY meanwhile makes the next rounds
+skip the table).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ log = logging.getLogger(__name__)
 
 MIN_DEAD_ROWS = 1_000
 """Dead row versions below which a round does nothing (an idle table is never vacuumed)."""
+BUSY_SHARE = 0.1
+"""At most this share of the time vacuuming: after a vacuum of ``s`` seconds the next round
+waits ``s / BUSY_SHARE`` at least (a table of millions of rows, whose indexes each vacuum reads
+whole, is vacuumed less often than every interval)."""
 
 
 class Vacuum:
@@ -64,9 +72,13 @@ class Vacuum:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.interval_s):
+            wait = self.interval_s
+            while not self._stop.wait(wait):
+                wait = self.interval_s
                 if self.leading():
-                    self.tick()
+                    started = time.monotonic()
+                    if self.tick():
+                        wait = max(wait, (time.monotonic() - started) / BUSY_SHARE)
         finally:
             release = getattr(self.store, "release_thread_connection", None)
             if release is not None:

@@ -122,3 +122,27 @@ def test_the_monitor_vacuums_while_its_node_leads() -> None:
     monitor.tick(0.0)  # the only node: it leads
     assert monitor.vacuum.leading() is True
     assert monitor.vacuum.tick() is True
+
+
+class SlowVacuum(DeadRows):
+    """Every vacuum takes ``seconds`` and leaves the table as dead as before (a busy table)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(10 * MIN_DEAD_ROWS)
+        self.seconds = seconds
+
+    def vacuum_messages(self) -> None:
+        time.sleep(self.seconds)
+        self.vacuums += 1
+
+
+def test_a_slow_vacuum_runs_at_most_a_tenth_of_the_time() -> None:
+    """A table whose vacuum takes 50 ms is vacuumed every 0.5 s, not every 10 ms interval."""
+    store = SlowVacuum(0.05)
+    vacuum = Vacuum(store, 10, lambda: True)
+    vacuum.start()
+    try:
+        time.sleep(0.9)
+    finally:
+        vacuum.stop()
+    assert 1 <= store.vacuums <= 2  # without the bound: about 15
