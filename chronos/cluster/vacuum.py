@@ -71,18 +71,22 @@ class Vacuum:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        try:
+        wait = self.interval_s
+        while not self._stop.wait(wait):
             wait = self.interval_s
-            while not self._stop.wait(wait):
-                wait = self.interval_s
-                if self.leading():
-                    started = time.monotonic()
-                    if self.tick():
-                        wait = max(wait, (time.monotonic() - started) / BUSY_SHARE)
-        finally:
-            release = getattr(self.store, "release_thread_connection", None)
-            if release is not None:
-                release()  # this thread's connection
+            if not self.leading():
+                continue
+            started = time.monotonic()
+            try:
+                if self.tick():
+                    wait = max(wait, (time.monotonic() - started) / BUSY_SHARE)
+            finally:
+                # A connection of its own each round: one left idle between rounds would be
+                # found broken only at the next round after an outage, and report the database
+                # away again after every other connection found it back.
+                release = getattr(self.store, "release_thread_connection", None)
+                if release is not None:
+                    release()
 
     def tick(self) -> bool:
         """One round: vacuum if the table has enough dead row versions; True if it did."""

@@ -57,8 +57,13 @@ def _prepared_form(text: str) -> tuple[str, int]:
 
 @pytest.mark.parametrize("name", sorted(queries()))
 def test_every_named_query_parses_and_plans(name: str, migrated_database_url: str) -> None:
-    statement, _ = _prepared_form(queries()[name].strip().rstrip(";"))
+    text = queries()[name].strip().rstrip(";")
+    statement, _ = _prepared_form(text)
     with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        if body.lstrip().upper().startswith("VACUUM"):  # cannot be prepared: it runs instead
+            conn.execute(body, prepare=False)
+            return
         # The statement is the trusted text of the named SQL; only the name is composed.
         prepare = sql.SQL("PREPARE {} AS ").format(sql.Identifier(f"check_{name}"))
         conn.execute(prepare + sql.SQL(statement))
