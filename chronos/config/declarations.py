@@ -200,8 +200,8 @@ class Settings:
     max_in_flight_bytes: int = setting(
         64 * 1024 * 1024,
         "max bytes (values, keys, headers) a node holds claimed in memory; each byte is held "
-        "about three times at worst (claim result, Python, producer queue): 64 MiB suits a "
-        "512 Mi pod",
+        "once (in Python until it is produced, then in the producer's queue until delivered), "
+        "a claim's batch twice while it is read: 64 MiB suits a 512 Mi pod",
         _positive_int,
         group="flow",
     )

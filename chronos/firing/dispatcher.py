@@ -326,6 +326,10 @@ class Dispatcher:
             self.progress_at = self.monotonic()
         self.in_flight += 1
         self.publisher.produce(topic, row.key, row.value, headers, partial(self._report, timer))
+        # The producer holds its own copy now, and nothing after the delivery reads the record
+        # (a failed one is given back and claimed again from the table): the timer lets go of
+        # it, so a claimed byte is held once, not twice, until its delivery report.
+        timer.row = row._replace(key=None, value=None, headers=[])
 
     def _drop(self, timer: Timer, reason: str) -> None:
         """Not fired and not dead-lettered: deleted as if delivered, counted and logged."""

@@ -36,6 +36,10 @@ SOAK_FILE = "soak.json"
 DRAIN_TIMEOUT_S = 30.0  # the load generator's window: this long after the last deadline
 EMPTY_TIMEOUT_S = 60.0  # after the load generator: how long to wait for the table to empty
 RETENTION_SEGMENT_BYTES = 64 * 1024 * 1024
+DEFAULT_BACKLOG_ROWS = 2_000_000
+"""Rows stored before the sending, due a week later (``Stack.preload``): they never fire during
+the run, and make the table, its indexes and every vacuum of it the size of a production table's
+(millions of rows), whatever the rate and delays the machine allows for the turnover."""
 
 
 def soak_duration(text: str) -> float:
@@ -47,6 +51,16 @@ def soak_duration(text: str) -> float:
     if ms <= 0:
         raise argparse.ArgumentTypeError(f"must be longer than zero: {text!r}")
     return ms / 1000
+
+
+def _rows(text: str) -> int:
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
 
 
 def _positive(text: str) -> float:
@@ -83,6 +97,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-delay",
         type=soak_duration,
         help="the longest delay (default: the duration, at most 2h; see loadtest/soak/load.py)",
+    )
+    parser.add_argument(
+        "--backlog",
+        type=_rows,
+        default=DEFAULT_BACKLOG_ROWS,
+        help=f"rows stored before the run, due a week later (default {DEFAULT_BACKLOG_ROWS:,}): "
+        "the schedules of days ahead a production table holds beside the ones turning over",
     )
     parser.add_argument("--nodes", type=int, default=2, help="Chronos nodes (default 2)")
     parser.add_argument("--partitions", type=int, default=6, help="partitions per topic")
@@ -147,15 +168,16 @@ def _harness_argv(stack: Stack, topics: Topics, load: SoakLoad, advance: int, ou
     ]  # fmt: skip
 
 
-def wait_empty(stack: Stack, timeout: float) -> int | None:
-    """Rows left in the table once it is empty or ``timeout`` has passed (an exact count)."""
+def wait_empty(stack: Stack, timeout: float, backlog: int = 0) -> int | None:
+    """Rows left in the table besides the ``backlog`` stored before the run, once there are
+    none or ``timeout`` has passed (an exact count)."""
     limit = time.monotonic() + timeout
     while True:
         try:
-            rows = int(stack.sql("SELECT count(*) FROM chronos_messages")[0][0])
+            rows = int(stack.sql("SELECT count(*) FROM chronos_messages")[0][0]) - backlog
         except Exception:  # noqa: BLE001 - the figure is missing, not the run
             return None
-        if rows == 0 or time.monotonic() > limit:
+        if rows <= 0 or time.monotonic() > limit:
             return rows
         time.sleep(2.0)
 
@@ -174,6 +196,12 @@ def _soak(args: argparse.Namespace, stack: Stack, load: SoakLoad, out: Path,
     topics = stack.topics("soak", retention)
     record["topics"] = {"names": topics.all(), "config": retention}
     stack.reset_table()
+    if args.backlog:
+        say(f"[soak] storing a backlog of {args.backlog:,} rows due a week later")
+        record["backlog"] = stack.preload(args.backlog).as_dict()
+        record["backlog"]["table_bytes"] = int(
+            stack.sql("SELECT pg_total_relation_size('chronos_messages')")[0][0]
+        )
     nodes = stack.start_nodes(args.nodes, topics, out)
     stack.wait_ready(nodes, topics)
     record["node_pids"] = [n.pid for n in nodes]
@@ -185,7 +213,7 @@ def _soak(args: argparse.Namespace, stack: Stack, load: SoakLoad, out: Path,
         stack.url, nodes, out / "samples.jsonl", postgres_pid=stack.postgres_pid,
         broker_pid=stack.broker_pid, broker_log_dir=Path(log_dirs), interval=args.interval,
     )  # fmt: skip
-    say(f"[soak] {len(nodes)} nodes ready; sending {load.describe()}")
+    say(f"[soak] {len(nodes)} nodes ready; sending {record['load']['describe']}")
     sampler.start()
     started = time.monotonic()
     try:
@@ -196,12 +224,13 @@ def _soak(args: argparse.Namespace, stack: Stack, load: SoakLoad, out: Path,
         code = wait_child(harness, "the soak's load")
         record["harness"] = {"returncode": code, "elapsed_s": round(time.monotonic() - started, 1)}
         say(f"[soak] the load generator is done ({code}); waiting for the table to empty")
-        rows_left = wait_empty(stack, EMPTY_TIMEOUT_S)
+        rows_left = wait_empty(stack, EMPTY_TIMEOUT_S, args.backlog)
     finally:
         sampler.stop()
     final = sampler.sample(final=True)
     record["drain"] = {
-        "rows_left": rows_left,
+        "rows_left": rows_left,  # besides the backlog
+        "backlog_rows": args.backlog,
         "total_bytes": None if final.pg is None else final.pg.total_bytes,
         "index_bytes": None if final.pg is None else final.pg.index_bytes,
         "dead_rows": None if final.pg is None else final.pg.dead_rows,
@@ -211,6 +240,14 @@ def _soak(args: argparse.Namespace, stack: Stack, load: SoakLoad, out: Path,
     for node in nodes:
         (out / f"metrics-node{node.index}.txt").write_text(node.metrics_text())
     record["node_exit_codes"] = {str(k): v for k, v in stack.stop_nodes().items()}
+
+
+def _load_dict(load: SoakLoad, backlog: int) -> dict[str, Any]:
+    out = load.as_dict()
+    out["backlog_rows"] = backlog
+    if backlog:
+        out["describe"] += f"; beside them {backlog:,} rows stored before the run, due a week later"
+    return out
 
 
 def run_soak(args: argparse.Namespace) -> int:
@@ -228,7 +265,7 @@ def run_soak(args: argparse.Namespace) -> int:
         "command": command_line(getattr(args, "argv", None) or sys.argv[1:]),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_facts(),
-        "load": load.as_dict(),
+        "load": _load_dict(load, args.backlog),
         "interval_s": args.interval,
         "nodes": args.nodes,
         "partitions": args.partitions,

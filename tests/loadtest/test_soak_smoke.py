@@ -1,6 +1,7 @@
 """``python -m loadtest soak`` end to end, short and slow: its own stack, two nodes, 20 s of the
-mix at 600 records/s (delays up to 10 s), the sampler, the drain and the Spark analysis (90 s
-alone here; the minute at 200 records/s it ran before took 180 s in a full run).
+mix at 600 records/s (delays up to 10 s) beside 20,000 rows stored before it, the sampler, the
+drain and the Spark analysis (90 s alone here; the minute at 200 records/s it ran before took
+180 s in a full run).
 It checks what the command writes (the verdicts computed, the files, the samples, the mix
 sent) and that nothing is lost; the timings it reports are not judged here (the machine is
 shared with the other worker), so it does not need the machine to itself."""
@@ -37,7 +38,8 @@ def test_a_short_soak(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "loadtest", "soak", "--duration", "20s", "--rate", "600",
          "--max-delay", "10s", "--interval", "2s", "--no-warmup", "--drain-bound", "30s",
-         "--master", "local[2]", "--driver-memory", "1g", "--output", str(out)],
+         "--master", "local[2]", "--driver-memory", "1g", "--backlog", "20000",
+         "--output", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -59,7 +61,9 @@ def test_a_short_soak(tmp_path: Path) -> None:
     assert set(summary["not_applied"]) == {"cancels", "reschedules"}
     assert summary["soak"]["scaled"] is True and summary["soak"]["max_delay_s"] == 10
     assert "fifth" in summary["windows"]["basis"]
-    assert summary["drain"]["rows_left"] == 0
+    assert summary["drain"]["rows_left"] == 0 and summary["drain"]["backlog_rows"] == 20_000
+    assert summary["windows"]["backlog"]["rows"] == 20_000  # stored, left out of the table's
+    assert summary["windows"]["live_rows"]["peak"] >= 20_000
     assert len(summary["per_minute"]["samples"]) >= 2
     assert all(r["pss_mb_0"] and r["pss_mb_1"] for r in summary["per_minute"]["samples"])
     page = (out / "report.html").read_text()

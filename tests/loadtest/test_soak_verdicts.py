@@ -3,10 +3,13 @@ when it does not, n/a without its figures."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from loadtest.analysis.soak.samples import SoakSample
 from loadtest.analysis.soak.verdicts import (
+    Backlog,
     RunFigures,
     Verdict,
     WindowLateness,
@@ -77,6 +80,38 @@ def test_growth_bloat_wal_and_rows_left_fail() -> None:
     found = _marks(verdicts(_run(), sample_figures(sampled, WINDOWS, rows_left=5), WINDOWS))
     assert (found["memory"], found["table"], found["wal"], found["drained"]) == ("FAIL",) * 4
     assert found["lost"] == "PASS"
+
+
+def _with_backlog(sampled: list[SoakSample], backlog: Backlog) -> list[SoakSample]:
+    """The same samples with a backlog's rows and bytes in the table besides."""
+    out = []
+    for s in sampled:
+        pg = s.pg
+        if pg is not None:
+            pg = replace(
+                pg,
+                live_rows=pg.live_rows + backlog.rows,
+                total_bytes=pg.total_bytes + backlog.bytes,
+            )
+        out.append(replace(s, pg=pg))
+    return out
+
+
+def test_a_backlog_stored_before_the_run_is_left_out_of_the_table_and_the_drain() -> None:
+    backlog = Backlog(rows=100_000, bytes=50_000_000)  # 500 B a row, 2,000 times the turnover
+    steady = _with_backlog(samples(), backlog)
+    figures = sample_figures(steady, WINDOWS, rows_left=0, backlog=backlog)
+    assert figures["bytes_per_row"] == {"first": 400.0, "last": 400.0}  # the turnover's
+    found = {v.name: v for v in verdicts(_run(), figures, WINDOWS)}
+    assert found["table"].mark == "PASS" and "100,000 rows stored before" in found["table"].target
+    assert found["drained"].mark == "PASS" and "but the 100,000" in found["drained"].target
+    # The turnover's rows bloat to three times their size: the backlog must not hide it (all
+    # rows counted, the ratio would be 1.01).
+    bloated = _with_backlog(samples(bytes_per_row=lambda t: 400 + 2 * t), backlog)
+    figures = sample_figures(bloated, WINDOWS, rows_left=0, backlog=backlog)
+    assert _marks(verdicts(_run(), figures, WINDOWS))["table"] == "FAIL"
+    whole = sample_figures(bloated, WINDOWS, rows_left=0)
+    assert _marks(verdicts(_run(), whole, WINDOWS))["table"] == "PASS"
 
 
 def test_run_figures_fail() -> None:

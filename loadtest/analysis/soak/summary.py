@@ -29,7 +29,13 @@ from loadtest.analysis.soak.figures import (
 )
 from loadtest.analysis.soak.followups import claimed_message_ids, not_applied
 from loadtest.analysis.soak.samples import SAMPLES_FILE, read_samples
-from loadtest.analysis.soak.verdicts import RunFigures, Windows, sample_figures, verdicts
+from loadtest.analysis.soak.verdicts import (
+    Backlog,
+    RunFigures,
+    Windows,
+    sample_figures,
+    verdicts,
+)
 from loadtest.analysis.summary import analyze, load_run
 from loadtest.harness.events import RECEIVED_FILE, SENT_FILE
 
@@ -78,7 +84,7 @@ def analyze_soak(spark: SparkSession, results: Path, out: Path | None = None) ->
     steps["per_minute_s"] = round(time.monotonic() - started - steps["whole_run_s"], 1)
     samples = read_samples(results / SAMPLES_FILE)
     drain = record.get("drain") or {}
-    figures = sample_figures(samples, w, drain.get("rows_left"))
+    figures = sample_figures(samples, w, drain.get("rows_left"), Backlog.of(record))
     counts, late = whole["counts"], whole["lateness_ms"]
     figures_run = RunFigures(
         sent=int(counts["sent"]),

@@ -13,9 +13,11 @@ of a run of 50 minutes or more, the first and last fifth of a shorter one (``Win
 * ``memory``: each node's PSS in the last window (mean) <= 1.1 x its PSS at the end of the
   first window (mean over that window's second half);
 * ``table``: table + index bytes per live row at the end of the sending <= 1.5 x the same at
-  the end of the first window (the size follows the standing backlog, no bloat beyond it);
-* ``drained``: no row left after the drain (the size then is reported: Postgres keeps the
-  pages it freed for reuse, the files do not shrink without ``VACUUM FULL``);
+  the end of the first window (the size follows the standing backlog, no bloat beyond it); with
+  a backlog stored before the run (``soak --backlog``), the rows turning over alone: its rows
+  and the size it had once stored are taken off both;
+* ``drained``: no row left after the drain but the backlog's (the size then is reported:
+  Postgres keeps the pages it freed for reuse, the files do not shrink without ``VACUUM FULL``);
 * ``wal``: WAL bytes per row written or removed (insert, update, delete of the table) in the
   last window within 1.5x of the first window's, either way.
 """
@@ -140,10 +142,25 @@ def memory_growth(samples: Sequence[SoakSample], w: Windows) -> dict[int, dict[s
     return out
 
 
-def bytes_per_row(sample: SoakSample | None) -> float | None:
-    if sample is None or sample.pg is None or sample.pg.live_rows <= 0:
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The rows stored before the run (due a week later, never fired) and the table's size
+    (table + indexes) once they were: taken off the turnover's figures."""
+
+    rows: int = 0
+    bytes: int = 0
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> Backlog:
+        stored = record.get("backlog") or {}
+        return cls(int(stored.get("rows") or 0), int(stored.get("table_bytes") or 0))
+
+
+def bytes_per_row(sample: SoakSample | None, backlog: Backlog = Backlog()) -> float | None:
+    """Table + index bytes per live row of the turnover (the backlog's rows and size off)."""
+    if sample is None or sample.pg is None or sample.pg.live_rows - backlog.rows <= 0:
         return None
-    return sample.pg.total_bytes / sample.pg.live_rows
+    return (sample.pg.total_bytes - backlog.bytes) / (sample.pg.live_rows - backlog.rows)
 
 
 def wal_per_row(samples: Sequence[SoakSample], lo: int, hi: int) -> float | None:
@@ -158,10 +175,13 @@ def wal_per_row(samples: Sequence[SoakSample], lo: int, hi: int) -> float | None
 
 
 def sample_figures(
-    samples: Sequence[SoakSample], w: Windows, rows_left: int | None
+    samples: Sequence[SoakSample],
+    w: Windows,
+    rows_left: int | None,
+    backlog: Backlog = Backlog(),
 ) -> dict[str, Any]:
     """The windows' figures from the samples, and the drain's (``rows_left``: the exact count
-    after the drain)."""
+    after the drain, the backlog's rows not counted)."""
     first_at, last_at = _nearest(samples, w.first[1]), _nearest(samples, w.end_ms)
     with_pg = [s.pg for s in samples if s.pg is not None]
     final = next((s for s in reversed(samples) if s.final and s.pg is not None), None)
@@ -169,9 +189,10 @@ def sample_figures(
     return {
         "memory": {str(k): v for k, v in memory_growth(samples, w).items()},
         "bytes_per_row": {
-            "first": _round(bytes_per_row(first_at)),
-            "last": _round(bytes_per_row(last_at)),
+            "first": _round(bytes_per_row(first_at, backlog)),
+            "last": _round(bytes_per_row(last_at, backlog)),
         },
+        "backlog": asdict(backlog),
         "live_rows": {
             "first": None if first_at is None or first_at.pg is None else first_at.pg.live_rows,
             "last": None if last_at is None or last_at.pg is None else last_at.pg.live_rows,
@@ -254,11 +275,13 @@ def verdicts(run: RunFigures, figures: dict[str, Any], w: Windows) -> list[Verdi
     )
     bpr = figures["bytes_per_row"]
     ratio = _ratio(bpr["last"], bpr["first"])
+    backlog = (figures.get("backlog") or {}).get("rows") or 0
+    beside = f" (the turnover's: the {backlog:,} rows stored before the run off)" if backlog else ""
     out.append(
         Verdict(
             "table",
             f"table + index bytes per live row at the end <= {BYTES_PER_ROW_FACTOR:g} x at the "
-            "end of the first window",
+            f"end of the first window{beside}",
             f"{bpr['first']} -> {bpr['last']} B per row"
             + ("" if ratio is None else f" ({ratio:.2f}x)"),
             None if ratio is None else ratio <= BYTES_PER_ROW_FACTOR,
@@ -271,7 +294,8 @@ def verdicts(run: RunFigures, figures: dict[str, Any], w: Windows) -> list[Verdi
     out.append(
         Verdict(
             "drained",
-            "0 rows left after the drain",
+            "0 rows left after the drain"
+            + (f" but the {backlog:,} of the backlog" if backlog else ""),
             f"{left} rows left; {_mb(size)} MB{share} (freed pages kept for reuse)",
             None if left is None else left == 0,
         )
