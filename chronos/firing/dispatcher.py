@@ -33,6 +33,10 @@ from chronos.store import ClaimedRow, row_bytes
 
 log = logging.getLogger(__name__)
 
+_KEY, _AFTER_HEADERS = 3, 6  # a row's key, value and headers, which _produce lets go of:
+assert ClaimedRow._fields[_KEY:_AFTER_HEADERS] == ("key", "value", "headers")
+_NEW_ROW = tuple.__new__  # a row without them, built as a tuple (a third of _replace's cost)
+
 COUNT_BUDGET_SHARE = 0.02
 """The share of the hold time one claimed batch may spend counting its series' missed
 occurrences one by one (at most COUNT_LIMIT a series); past it, the batch's other series estimate
@@ -329,7 +333,7 @@ class Dispatcher:
         # The producer holds its own copy now, and nothing after the delivery reads the record
         # (a failed one is given back and claimed again from the table): the timer lets go of
         # it, so a claimed byte is held once, not twice, until its delivery report.
-        timer.row = row._replace(key=None, value=None, headers=[])
+        timer.row = _NEW_ROW(ClaimedRow, (*row[:_KEY], None, None, [], *row[_AFTER_HEADERS:]))
 
     def _drop(self, timer: Timer, reason: str) -> None:
         """Not fired and not dead-lettered: deleted as if delivered, counted and logged."""
