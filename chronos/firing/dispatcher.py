@@ -312,7 +312,7 @@ class Dispatcher:
             headers = relay_headers(
                 headers,
                 row.id,
-                datetime.fromtimestamp(row.deadline, UTC),
+                row.deadline,
                 self.settings.relay_id_header,
                 self.settings.relay_deadline_header,
             )

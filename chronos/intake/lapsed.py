@@ -106,7 +106,7 @@ def _direct(
         relay_headers(
             message.headers,
             message.id,
-            message.deadline,
+            message.deadline.timestamp(),
             settings.relay_id_header,
             settings.relay_deadline_header,
         ),

@@ -16,7 +16,7 @@ short, stable, human-readable string (it becomes the dead-letter reason header).
 
 from __future__ import annotations
 
-from chronos.protocol.deadline import DeadlineError, format_deadline, parse_deadline
+from chronos.protocol.deadline import DeadlineError, format_deadline, format_epoch, parse_deadline
 from chronos.protocol.encoding import (
     b64,
     dead_letter_headers,
@@ -102,6 +102,7 @@ __all__ = [
     "decode_headers",
     "encode_headers",
     "format_deadline",
+    "format_epoch",
     "header_items",
     "parse_deadline",
     "parse_record",

@@ -3,7 +3,9 @@ the canonical form (UTC, milliseconds, ``Z``)."""
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from datetime import UTC, datetime
 
 from chronos.protocol.names import DEADLINE_HEADER
@@ -51,3 +53,25 @@ def format_deadline(deadline: datetime) -> str:
     """The canonical header form: UTC, milliseconds, ``Z``."""
     utc = deadline.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+_last_second: tuple[int, str] = (0, "1970-01-01T00:00:00.")  # (second, its text): one entry
+
+
+def format_epoch(epoch: float) -> str:
+    """``format_deadline(datetime.fromtimestamp(epoch, UTC))`` without the datetime, for the
+    firing path (a header on every fired record): the microseconds rounded as ``fromtimestamp``
+    rounds them (half to even), the whole second's text kept from the call before (a batch's
+    deadlines share their seconds)."""
+    global _last_second
+    fraction, whole = math.modf(epoch)
+    second, micros = int(whole), round(fraction * 1e6)
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    elif micros < 0:
+        second, micros = second - 1, micros + 1_000_000
+    cached = _last_second  # one read: the pair is replaced whole, never torn between threads
+    if cached[0] != second:
+        cached = (second, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second)))
+        _last_second = cached
+    return f"{cached[1]}{micros // 1000:03d}Z"

@@ -9,7 +9,7 @@ from binascii import a2b_base64, b2a_base64
 from collections.abc import Sequence
 from datetime import datetime
 
-from chronos.protocol.deadline import format_deadline
+from chronos.protocol.deadline import format_deadline, format_epoch
 from chronos.protocol.names import (
     DEAD_LETTER_CODE_HEADER,
     DEAD_LETTER_DEADLINE_HEADER,
@@ -26,7 +26,7 @@ from chronos.protocol.names import (
 
 
 def relay_headers(
-    headers: Headers, message_id: str, deadline: datetime, id_header: str, deadline_header: str
+    headers: Headers, message_id: str, deadline: float, id_header: str, deadline_header: str
 ) -> Headers:
     """A fired record's headers: its own, then (opt-in) its id and scheduled instant under the
     configured names, for consumers that deduplicate. Every occurrence of a series shares its
@@ -39,7 +39,7 @@ def relay_headers(
         extra.append((id_header, message_id.encode()))
         deadline_header = deadline_header or RELAYED_INSTANT_HEADER
     if deadline_header:
-        extra.append((deadline_header, format_deadline(deadline).encode()))
+        extra.append((deadline_header, format_epoch(deadline).encode()))
     return [*headers, *extra]
 
 

@@ -25,6 +25,7 @@ from chronos.protocol import (
     decode_headers,
     encode_headers,
     format_deadline,
+    format_epoch,
     parse_deadline,
     parse_record,
     relay_headers,
@@ -155,6 +156,25 @@ def test_impossible_deadline_is_an_error(raw: str) -> None:
 def test_format_deadline_is_utc_milliseconds_z() -> None:
     instant = datetime(2022, 12, 1, 13, 9, 1, 123999, tzinfo=timezone(timedelta(hours=2)))
     assert format_deadline(instant) == "2022-12-01T11:09:01.123Z"
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=0, max_value=253_402_214_399, allow_nan=False),  # to 9999-12-30
+        st.integers(min_value=0, max_value=4_102_444_800_000).map(lambda ms: ms / 1000),
+        st.integers(min_value=0, max_value=4_102_444_800_000_000).map(lambda us: us / 1e6),
+    ),
+    st.lists(st.floats(min_value=-2, max_value=2, allow_nan=False), max_size=4),
+)
+def test_the_firing_paths_format_of_an_epoch_is_the_deadlines_format(
+    epoch: float, nearby: list[float]
+) -> None:
+    """A claimed row's deadline (seconds since the epoch, a float) is relayed as the canonical
+    text, exactly as format_deadline writes the datetime it stands for, including the
+    microsecond rounding at a millisecond's or a second's edge, whatever the instant before it
+    (the whole second's text is kept from the call before)."""
+    for value in (*[epoch + d for d in nearby if epoch + d >= 0], epoch):
+        assert format_epoch(value) == format_deadline(datetime.fromtimestamp(value, UTC))
 
 
 @given(
@@ -328,8 +348,8 @@ def test_the_relayed_id_comes_with_the_scheduled_instant() -> None:
     """Every occurrence of a series shares its id: the relayed identity of a fired record is
     (id, scheduled instant), so the instant is relayed whenever the id is (under the configured
     deadline header, else ``chronosScheduledFor``). A one-shot's id header is unchanged."""
-    first = datetime(2030, 1, 1, 10, tzinfo=UTC)
-    second = first + timedelta(days=1)
+    first = datetime(2030, 1, 1, 10, tzinfo=UTC).timestamp()  # as a claimed row holds it
+    second = first + 86_400
     own: list[tuple[str, bytes | None]] = [("trace", b"t")]
     assert relay_headers(own, "daily", first, "chronosMessageId", "") == [
         ("trace", b"t"),
