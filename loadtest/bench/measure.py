@@ -17,13 +17,19 @@ from loadtest.bench import pgstats
 from loadtest.bench.context import Context, wait_child
 from loadtest.bench.pgstats import PgSnapshot
 from loadtest.bench.pinning import pin_tree
-from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_snapshot, tree_hwm_kb
+from loadtest.bench.procstats import TreeCpu, cpu_delta, cpu_snapshot, idle_cores, tree_hwm_kb
 from loadtest.bench.profiles import Profiler, finish_profile
 from loadtest.bench.promtext import node_metrics
 from loadtest.bench.results.cpu import CpuUsage
 from loadtest.bench.sampling import Sampler
 from loadtest.bench.scenarios import Scenario, Workload
 from loadtest.bench.stack import NodeProcess, clean_env, launch
+
+IDLE_SETTLE_S = 1.0
+IDLE_WINDOW_S = 5.0
+"""Before the load, the nodes run this long with none (after settling), Postgres's CPU measured:
+its idle rate (every node's polls, heartbeats and leaders' statements in every shard), which
+the figures per message are given without as well (``CpuUsage.postgres_idle_cores``)."""
 
 
 def profile_start_s(w: Workload) -> float:
@@ -65,6 +71,8 @@ def run_load(
     as they start (before they start their Kafka clients' threads)."""
     assert scenario.workload is not None
     stack = ctx.stack
+    time.sleep(IDLE_SETTLE_S)
+    postgres_idle = idle_cores(stack.postgres_pids, IDLE_WINDOW_S)
     metrics_before = [n.metrics_text() for n in nodes]
     trees = {n.index: TreeCpu(n.pid) for n in nodes}
     pg_before = pgstats.snapshot_shards(stack.shard_sqls(), stack.postgres_pids)
@@ -117,7 +125,7 @@ def run_load(
         returncode=code,
         elapsed=elapsed,
         load_before=load_before,
-        cpu=cpu_delta(cpu_before, cpu_after, sampler_postgres),
+        cpu=cpu_delta(cpu_before, cpu_after, sampler_postgres, postgres_idle),
         postgres=(pg_before, pg_after),
         metrics_before=metrics_before,
         metrics_after=metrics_after,

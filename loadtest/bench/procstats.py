@@ -250,11 +250,26 @@ def cpu_snapshot(
     )
 
 
+def idle_cores(pids: Sequence[int | None], seconds: float) -> float | None:
+    """CPU seconds per wall second of the process trees ``pids`` over the next ``seconds``
+    (None without a process to measure)."""
+    if not any(pid is not None for pid in pids):
+        return None
+    started, before = time.monotonic(), sum(tree_cpu_s(pid) for pid in pids)
+    time.sleep(seconds)
+    used = sum(tree_cpu_s(pid) for pid in pids) - before
+    return round(max(0.0, used) / (time.monotonic() - started), 4)
+
+
 def cpu_delta(
-    before: CpuSnapshot, after: CpuSnapshot, sampler_postgres_s: float | None = None
+    before: CpuSnapshot,
+    after: CpuSnapshot,
+    sampler_postgres_s: float | None = None,
+    postgres_idle_cores: float | None = None,
 ) -> CpuUsage:
     """The CPU each component used between two snapshots; ``sampler_postgres_s``: the part of
-    Postgres's that answered the benchmark's sampler (``Sampler.postgres_cpu_s``)."""
+    Postgres's that answered the benchmark's sampler (``Sampler.postgres_cpu_s``);
+    ``postgres_idle_cores``: its rate with no load (``idle_cores``), kept beside them."""
     nodes = {i: after.nodes.get(i, 0.0) - before.nodes.get(i, 0.0) for i in after.nodes}
     nodes_s = sum(nodes.values())
     pg = after.postgres - before.postgres
@@ -274,6 +289,7 @@ def cpu_delta(
         machine_busy_s=round(machine, 1),
         machine_util=round(machine / wall / (os.cpu_count() or 1), 3) if wall > 0 else None,
         other_s=round(max(0.0, machine - nodes_s - pg - broker - harness), 1),
+        postgres_idle_cores=postgres_idle_cores,
     )
 
 
@@ -290,4 +306,5 @@ def cpu_per_message(cpu: CpuUsage, messages: int) -> CpuPerMessage:
         broker_us=us(cpu.broker_s),
         postgres_us=us(cpu.chronos_postgres_s),
         harness_us=us(cpu.harness_s),
+        postgres_beyond_idle_us=us(cpu.postgres_beyond_idle_s),
     )

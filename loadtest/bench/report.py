@@ -37,11 +37,14 @@ def _cpu_per_message_lines(bench: BenchRecord) -> list[str]:
         "clients' requests), not per message: *broker cores* is its CPU seconds per wall "
         "second, and *broker beyond control* its CPU per message after taking away, for the "
         "same wall time, what it used per second in the `relay` control (the echo relay in "
-        "place of Chronos, at the precision load):",
+        "place of Chronos, at the precision load). Postgres's is given whole and *beyond idle*: "
+        "less, for the same wall time, what it used per second in the seconds before the load "
+        "with the same nodes up and no message (*postgres idle cores*: every node's polls, "
+        "heartbeats and leaders' statements, in every shard):",
         "",
         "| scenario | messages | node | broker | broker cores | broker beyond control | "
-        "postgres | load generator |",
-        "|---|---|---|---|---|---|---|---|",
+        "postgres | postgres idle cores | postgres beyond idle | load generator |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in recs:
         per = rec.cpu_per_message
@@ -64,6 +67,8 @@ def _cpu_per_message_lines(bench: BenchRecord) -> list[str]:
             fmt(broker_cores(cpu), 2),
             fmt(beyond),
             fmt(per.postgres_us),
+            fmt(None if cpu is None else cpu.postgres_idle_cores, 3),
+            fmt(per.postgres_beyond_idle_us),
             fmt(per.harness_us),
         ]
         lines.append(f"| {rec.name} | " + " | ".join(cells) + " |")

@@ -262,8 +262,44 @@ def test_report_separates_the_brokers_cost_from_the_control() -> None:
     )
     text = render_markdown(bench)
     # 9 s - 0.25 x 30 s = 1.5 s beyond the control over 100,000 messages: 15 µs/msg.
-    assert "| sustained | 100,000 | 10.0 | 90.0 | 0.30 | 15.0 | 5.0 | 2.0 |" in text
-    assert "| relay | 10,000 | 100.0 | 500.0 | 0.25 | n/a | 50.0 | 20.0 |" in text
+    assert "| sustained | 100,000 | 10.0 | 90.0 | 0.30 | 15.0 | 5.0 | n/a | n/a | 2.0 |" in text
+    assert "| relay | 10,000 | 100.0 | 500.0 | 0.25 | n/a | 50.0 | n/a | n/a | 20.0 |" in text
+
+
+def test_postgres_beyond_idle_takes_the_idle_rate_over_the_run_away() -> None:
+    """Postgres's idle rate (every node polls every shard) over the run's wall time is not
+    a message's cost: 12 s in 40 s with 0.1 core idle leaves 8 s for 100,000 messages."""
+    from loadtest.bench.records import BenchRecord
+    from loadtest.bench.report import render_markdown
+
+    cpu = CpuUsage(wall_s=40.0, postgres_s=13.0, sampler_postgres_s=1.0, postgres_idle_cores=0.1)
+    assert cpu.postgres_beyond_idle_s == 8.0
+    per = procstats.cpu_per_message(cpu, 100_000)
+    assert (per.postgres_us, per.postgres_beyond_idle_us) == (120.0, 80.0)
+    assert CpuUsage.from_dict(cpu.as_dict()) == cpu
+    assert procstats.cpu_per_message(CpuUsage(postgres_s=1.0), 10).postgres_beyond_idle_us is None
+    record = {"name": "burst", "kind": "burst", "status": "ok", "cpu": cpu.as_dict()}
+    record["cpu_per_message"] = per.as_dict()
+    text = render_markdown(BenchRecord.from_dict({"scenarios": [record]}))
+    assert "| 120.0 | 0.100 | 80.0 |" in text
+
+
+def test_idle_cores_measures_a_process_tree_at_rest_and_at_work() -> None:
+    """The idle window's rate: a sleeping process costs about nothing, a spinning one up to a
+    core (less on a busy machine)."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        rest = procstats.idle_cores([sleeper.pid, None], 1.0)
+        work = procstats.idle_cores([burner.pid], 1.0)
+    finally:
+        for proc in (sleeper, burner):
+            proc.kill()
+            proc.wait()
+    assert rest is not None and rest < 0.05
+    assert work is not None and work > 0.2
+    assert procstats.idle_cores([None], 0.01) is None
 
 
 def test_tree_memory_counts_the_pages_a_fork_shares_once() -> None:

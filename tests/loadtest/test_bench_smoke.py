@@ -91,5 +91,10 @@ def test_bench_with_shards_counts_every_shards_postgres(tmp_path: Path) -> None:
     breakdown = precision["postgres_breakdown"]["statements"]
     statements = {s["statement"]: s["calls"] for s in breakdown}
     assert statements.get("enqueue_batch", 0) > 0 and statements.get("claim_due", 0) > 0
-    assert precision["cpu_per_message"]["postgres_us"] > 0
+    per = precision["cpu_per_message"]
+    assert per["postgres_us"] > 0
+    # both servers' idle rate measured before the load (every shard is polled), and taken away
+    # from the figure a message: less than the whole, not nothing
+    assert precision["cpu"]["postgres_idle_cores"] > 0
+    assert 0 < per["postgres_beyond_idle_us"] < per["postgres_us"]
     assert (out / "stack" / "postgres-shard1.log").exists()

@@ -12,7 +12,10 @@ from loadtest.bench.results.jsonread import Json, json_int, json_map, json_num
 class CpuUsage:
     """CPU seconds per component during a load (*other*: the rest of the machine).
     ``postgres_s`` is all of Postgres's; ``sampler_postgres_s`` the part of it that answered
-    the benchmark's own sampler (its count of the waiting rows every second), not Chronos."""
+    the benchmark's own sampler (its count of the waiting rows every second), not Chronos.
+    ``postgres_idle_cores``: Postgres's CPU seconds per wall second with the run's nodes up and
+    no load, measured just before it (their polls, heartbeats and leaders' statements in every
+    shard): the part of its cost that grows with the time and the shards, not the messages."""
 
     wall_s: float | None = None
     nodes_s: float | None = None
@@ -25,6 +28,7 @@ class CpuUsage:
     machine_busy_s: float | None = None
     machine_util: float | None = None
     other_s: float | None = None
+    postgres_idle_cores: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +43,7 @@ class CpuUsage:
             "machine_busy_s": self.machine_busy_s,
             "machine_util": self.machine_util,
             "other_s": self.other_s,
+            "postgres_idle_cores": self.postgres_idle_cores,
         }
 
     @classmethod
@@ -57,6 +62,7 @@ class CpuUsage:
             machine_busy_s=json_num(data, "machine_busy_s"),
             machine_util=json_num(data, "machine_util"),
             other_s=json_num(data, "other_s"),
+            postgres_idle_cores=json_num(data, "postgres_idle_cores"),
         )
 
     def get(self, key: str) -> float | None:
@@ -71,18 +77,29 @@ class CpuUsage:
             return None
         return round(max(0.0, self.postgres_s - (self.sampler_postgres_s or 0.0)), 2)
 
+    @property
+    def postgres_beyond_idle_s(self) -> float | None:
+        """Chronos's Postgres CPU less what the idle rate would have cost over the same wall
+        time: the work the load itself added."""
+        chronos = self.chronos_postgres_s
+        if chronos is None or self.postgres_idle_cores is None or self.wall_s is None:
+            return None
+        return round(max(0.0, chronos - self.postgres_idle_cores * self.wall_s), 3)
+
 
 @dataclass(frozen=True, slots=True)
 class CpuPerMessage:
     """CPU microseconds per message handled (every message sent to Chronos during the load,
     a background load's included): the node's process tree, the broker, Postgres and the
-    load generator."""
+    load generator. ``postgres_beyond_idle_us``: Postgres's beyond its idle rate over the same
+    wall time (``CpuUsage.postgres_idle_cores``), what a message itself costs it."""
 
     messages: int | None = None
     node_us: float | None = None
     broker_us: float | None = None
     postgres_us: float | None = None
     harness_us: float | None = None
+    postgres_beyond_idle_us: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +108,7 @@ class CpuPerMessage:
             "broker_us": self.broker_us,
             "postgres_us": self.postgres_us,
             "harness_us": self.harness_us,
+            "postgres_beyond_idle_us": self.postgres_beyond_idle_us,
         }
 
     @classmethod
@@ -103,6 +121,7 @@ class CpuPerMessage:
             broker_us=json_num(data, "broker_us"),
             postgres_us=json_num(data, "postgres_us"),
             harness_us=json_num(data, "harness_us"),
+            postgres_beyond_idle_us=json_num(data, "postgres_beyond_idle_us"),
         )
 
 
